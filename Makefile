@@ -1,0 +1,105 @@
+# libddp build: plain GNU make.  `make`, `make test`, `make install PREFIX=…`.
+#   WERROR=1   warnings are errors (CI)
+#   SAN=1      address+undefined sanitizers, built in build-asan/
+#   CC=clang   any C11 compiler with GNU extensions for attributes
+PREFIX  ?= /usr/local
+SAN     ?= 0
+WERROR  ?= 0
+ifeq ($(SAN),1)
+BUILD   ?= build-asan
+OPT     ?= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD   ?= build
+OPT     ?= -O2 -g
+endif
+
+VERSION := 0.1.0
+PKGS    := openblas zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+ifeq ($(PKG_LIBS),)
+PKG_LIBS   := -lopenblas -lz
+endif
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
+ifeq ($(WERROR),1)
+WARN    += -Werror
+endif
+CFLAGS  ?=
+CPPFLAGS_ALL := -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS)
+CFLAGS_ALL   := -std=c11 $(OPT) $(WARN) -fPIC -pthread $(CFLAGS)
+LDLIBS_ALL   := $(PKG_LIBS) -lpthread -lm -lrt
+ifeq ($(SAN),1)
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+LIB_SRC   := $(sort $(wildcard src/*/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+THELP_SRC := $(sort $(wildcard tests/helpers/*.c))
+THELP_BIN := $(THELP_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
+EX_SRC    := $(sort $(wildcard examples/*.c))
+EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/bin/ddp-%)
+TOOL_SRC  := $(sort $(wildcard tools/*.c))
+TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+STATIC := $(BUILD)/libddp.a
+SHARED := $(BUILD)/libddp.so
+
+.PHONY: all lib test check install clean
+all: lib $(EX_BIN) $(TOOL_BIN) $(BENCH_BIN) $(TEST_BIN) $(THELP_BIN)
+lib: $(STATIC) $(SHARED)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) -DDDP_BUILDING_LIBRARY -fvisibility=hidden $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libddp.so.0 -o $@ $^ $(LDLIBS_ALL)
+
+# Programs link the static library: tests may reach internal ddp__ symbols.
+define program
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(LDFLAGS) -MMD -MP $< -o $@ $(STATIC) $(1) $(LDLIBS_ALL)
+endef
+$(BUILD)/tests/test_%: tests/test_%.c $(STATIC)
+	$(call program,-lcmocka)
+$(BUILD)/tests/helpers/%: tests/helpers/%.c $(STATIC)
+	$(call program,)
+$(BUILD)/bin/ddp-%: examples/%.c $(STATIC)
+	$(call program,)
+$(BUILD)/bin/%: tools/%.c $(STATIC)
+	$(call program,)
+$(BUILD)/bench/%: bench/%.c $(STATIC)
+	$(call program,)
+
+test check: all
+	sh tests/run.sh $(BUILD)
+
+$(BUILD)/libddp.pc: Makefile
+	@mkdir -p $(dir $@)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' > $@
+
+install: all $(BUILD)/libddp.pc
+	install -d $(DESTDIR)$(PREFIX)/include/ddp $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/ddp.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/ddp/*.h $(DESTDIR)$(PREFIX)/include/ddp/
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libddp.so.$(VERSION)
+	ln -sf libddp.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libddp.so.0
+	ln -sf libddp.so.0 $(DESTDIR)$(PREFIX)/lib/libddp.so
+	install -m 644 $(BUILD)/libddp.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	$(if $(EX_BIN)$(TOOL_BIN),install -m 755 $(EX_BIN) $(TOOL_BIN) $(DESTDIR)$(PREFIX)/bin/)
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)

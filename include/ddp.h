@@ -1,0 +1,14 @@
+/* libddp: distributed data-parallel training in C.  Umbrella header. */
+#ifndef DDP_H
+#define DDP_H
+
+#include "ddp/base.h"
+#include "ddp/tensor.h"
+#include "ddp/nn.h"
+#include "ddp/optim.h"
+#include "ddp/data.h"
+#include "ddp/store.h"
+#include "ddp/dist.h"
+#include "ddp/ddp.h"
+
+#endif

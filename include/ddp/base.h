@@ -1,0 +1,82 @@
+/* libddp base: error codes, last-error messages, logging, time.
+ *
+ * Every call that can fail returns an int: 0 on success or a negative DDP_E*
+ * code.  The human-readable reason ("file.c:212: what failed, with whom") is
+ * kept per thread and read with ddp_last_error().
+ */
+#ifndef DDP_BASE_H
+#define DDP_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(DDP_BUILDING_LIBRARY)
+#define DDP_API __attribute__((visibility("default")))
+#else
+#define DDP_API
+#endif
+
+/* X-macro list of error codes: name, value, description. */
+#define DDP_ERR_MAP(X)                                                   \
+    X(OK, 0, "success")                                                  \
+    X(INVALID_ARG, -1, "invalid argument")                               \
+    X(NOMEM, -2, "out of memory")                                        \
+    X(IO, -3, "input/output error")                                      \
+    X(FORMAT, -4, "malformed data")                                      \
+    X(TIMEOUT, -5, "timed out")                                          \
+    X(CONNECTION, -6, "connection failed")                               \
+    X(PROTOCOL, -7, "protocol violation")                                \
+    X(AUTH, -8, "authentication failed")                                 \
+    X(STATE, -9, "invalid state")                                        \
+    X(NOT_FOUND, -10, "not found")                                       \
+    X(UNSUPPORTED, -11, "unsupported")                                   \
+    X(MISMATCH, -12, "mismatch between ranks or files")                  \
+    X(PEER, -13, "peer failed")                                          \
+    X(SYSTEM, -14, "system call failed")                                 \
+    X(EXISTS, -15, "already exists")
+
+enum ddp_err {
+#define DDP__ERR_ENUM(name, value, desc) DDP_ERR_##name = (value),
+    DDP_ERR_MAP(DDP__ERR_ENUM)
+#undef DDP__ERR_ENUM
+};
+
+/* Short description of a code ("timed out"); never NULL. */
+DDP_API const char *ddp_strerror(int code);
+/* Name of a code ("DDP_ERR_TIMEOUT"); never NULL. */
+DDP_API const char *ddp_err_name(int code);
+/* The message left by the last failing call on this thread ("" if none).
+ * Borrowed: valid until the next libddp call on this thread. */
+DDP_API const char *ddp_last_error(void);
+/* Forget the last error message of this thread. */
+DDP_API void ddp_clear_error(void);
+
+/* Logging: silent by default.  Level from DDP_LOG_LEVEL (error, warn, info,
+ * debug) or ddp_log_set_level().  Without a callback, messages at or above
+ * the level go to stderr. */
+enum ddp_log_level {
+    DDP_LOG_ERROR = 0,
+    DDP_LOG_WARN = 1,
+    DDP_LOG_INFO = 2,
+    DDP_LOG_DEBUG = 3,
+    DDP_LOG_OFF = -1
+};
+typedef void (*ddp_log_fn)(int level, const char *msg, void *user);
+DDP_API void ddp_log_set_callback(ddp_log_fn fn, void *user);
+DDP_API void ddp_log_set_level(int level);
+DDP_API int ddp_log_get_level(void);
+
+/* Monotonic clock in seconds. */
+DDP_API double ddp_time_now(void);
+
+/* Library version string, "MAJOR.MINOR.PATCH". */
+DDP_API const char *ddp_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

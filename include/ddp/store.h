@@ -1,0 +1,70 @@
+/* libddp rendezvous stores: a small key-value service that the ranks of a
+ * job use to find each other (torch.distributed's Store, gloo's rendezvous).
+ *
+ * Every blocking call waits at most the store's timeout (default 300 s,
+ * ddp_store_set_timeout) and fails with DDP_ERR_TIMEOUT naming the keys it
+ * waited for.  Keys are NUL-terminated strings; values are byte strings.
+ */
+#ifndef DDP_STORE_H
+#define DDP_STORE_H
+
+#include "ddp/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddp_store ddp_store_t;
+
+#define DDP_STORE_DEFAULT_TIMEOUT_S 300.0
+
+/* FileStore over PATH (file://PATH): for processes on one host or a shared
+ * file system; safe under concurrent access; world_size members, the last one
+ * to destroy its handle removes the file.  Caller destroys *out. */
+DDP_API int ddp_store_file_create(const char *path, int world_size, ddp_store_t **out);
+
+/* TCPStore (tcp://HOST:PORT): the server (is_server, usually rank 0) listens
+ * on HOST only (use "0.0.0.0" to listen everywhere) and serves world_size
+ * clients; port 0 picks a free port (see ddp_store_tcp_port).  Clients
+ * connect with retries until timeout_s passes.  Caller destroys *out. */
+DDP_API int ddp_store_tcp_create(const char *host, int port, int is_server, int world_size,
+                                 double timeout_s, ddp_store_t **out);
+/* Port the TCPStore server listens on (after port 0). */
+DDP_API int ddp_store_tcp_port(const ddp_store_t *store);
+
+/* PrefixStore: every key of the view becomes "PREFIX/key" in base.  Borrows
+ * base, which must outlive the view.  Caller destroys *out. */
+DDP_API int ddp_store_prefix_create(const char *prefix, ddp_store_t *base, ddp_store_t **out);
+
+/* Sets key to value (len bytes), replacing any earlier value. */
+DDP_API int ddp_store_set(ddp_store_t *store, const char *key, const void *value, size_t len);
+/* Waits until key exists, then returns a malloc'ed copy of its value in
+ * *value (caller frees with free()) and its length in *len. */
+DDP_API int ddp_store_get(ddp_store_t *store, const char *key, void **value, size_t *len);
+/* Atomically adds delta to the integer stored at key (0 if absent) and
+ * returns the new value in *result (may be NULL). */
+DDP_API int ddp_store_add(ddp_store_t *store, const char *key, int64_t delta, int64_t *result);
+/* Atomically: if key's value equals expected (or key is absent and
+ * expected_len is 0), set it to desired.  Returns the value now stored in
+ * *actual (malloc'ed, caller frees; may be NULL to skip). */
+DDP_API int ddp_store_compare_set(ddp_store_t *store, const char *key, const void *expected,
+                                  size_t expected_len, const void *desired, size_t desired_len,
+                                  void **actual, size_t *actual_len);
+/* Waits until all n keys exist, at most timeout_s (<0: the store's timeout). */
+DDP_API int ddp_store_wait(ddp_store_t *store, const char *const *keys, size_t n, double timeout_s);
+/* Non-blocking: *exists = 1 when every key exists. */
+DDP_API int ddp_store_check(ddp_store_t *store, const char *const *keys, size_t n, int *exists);
+/* Deletes key; *deleted (may be NULL) tells whether it existed. */
+DDP_API int ddp_store_delete_key(ddp_store_t *store, const char *key, int *deleted);
+/* Number of keys in the store. */
+DDP_API int ddp_store_num_keys(ddp_store_t *store, int64_t *n);
+/* Default timeout of blocking calls on this handle, in seconds. */
+DDP_API void ddp_store_set_timeout(ddp_store_t *store, double timeout_s);
+DDP_API double ddp_store_get_timeout(const ddp_store_t *store);
+/* Closes the handle and frees it; NULL is a no-op. */
+DDP_API void ddp_store_destroy(ddp_store_t *store);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+/* xoshiro256** with splitmix64 seeding; see rng.h. */
+#include "base/rng.h"
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+void ddp__rng_seed(ddp__rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
+}
+
+uint64_t ddp__rng_next(ddp__rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double ddp__rng_uniform(ddp__rng *r)
+{
+    return (double)(ddp__rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+uint64_t ddp__rng_below(ddp__rng *r, uint64_t n)
+{
+    /* Rejection sampling over the largest multiple of n. */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do
+        x = ddp__rng_next(r);
+    while (x >= limit);
+    return x % n;
+}
