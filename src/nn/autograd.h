@@ -63,6 +63,8 @@ void *ddp__tape_alloc(ddp_tape_t *tape, size_t bytes);
 int ddp__tape_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc_data,
                    ddp_var_t **out);
 
+/* Is v a var of this tape's current iteration?  Never dereferences v. */
+int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v);
 /* Backward of one op (ops.c): reads v->grad, writes its inputs' grads. */
 int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v);
 /* The gradient buffer of v for writing and whether to add (1) or write (0). */

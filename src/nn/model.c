@@ -143,7 +143,7 @@ static int collect(ddp_model_t *m, ddp_module_t *mod, const char *prefix, size_t
         DDP_FAIL_IF(strlen(name) >= DDP_PARAM_NAME_MAX, DDP_ERR_INVALID_ARG,
                     "model: parameter name %s is longer than %d bytes", name,
                     DDP_PARAM_NAME_MAX - 1);
-        snprintf(p->name, sizeof p->name, "%s", name);
+        memcpy(p->name, name, strlen(name) + 1); /* length checked above */
         if (m->params)
             m->params[*n] = p;
         (*n)++;

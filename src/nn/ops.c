@@ -16,7 +16,7 @@ static int check_var(const ddp_tape_t *tape, const ddp_var_t *v, const char *op,
                      const char *arg)
 {
     DDP_FAIL_IF(!v, DDP_ERR_INVALID_ARG, "%s: %s is NULL", op, arg);
-    DDP_FAIL_IF(v->index >= tape->nvars || tape->vars[v->index] != v, DDP_ERR_INVALID_ARG,
+    DDP_FAIL_IF(!ddp__tape_has(tape, v), DDP_ERR_INVALID_ARG,
                 "%s: %s is not a var of this tape (was the tape reset?)", op, arg);
     return 0;
 }

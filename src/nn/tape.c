@@ -194,9 +194,14 @@ float *ddp__grad_target(ddp_tape_t *tape, ddp_var_t *v, int *acc)
 
 /* ==== backward ============================================================ */
 
-static int is_on_tape(const ddp_tape_t *tape, const ddp_var_t *v)
+int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v)
 {
-    return v && v->index < tape->nvars && tape->vars[v->index] == v;
+    /* Compare pointers only: a var from before a reset may point into freed
+     * memory.  Scans from the end, where an op's inputs usually are. */
+    for (size_t i = tape->nvars; v && i-- > 0;)
+        if (tape->vars[i] == v)
+            return 1;
+    return 0;
 }
 
 /* Is p's leaf on this tape and on a path to the loss? */
@@ -209,7 +214,7 @@ static int param_used(const ddp_tape_t *tape, const ddp_param *p)
 int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
-    DDP_FAIL_IF(!is_on_tape(tape, loss), DDP_ERR_INVALID_ARG,
+    DDP_FAIL_IF(!ddp__tape_has(tape, loss), DDP_ERR_INVALID_ARG,
                 "backward: the loss var is not on this tape (was the tape reset?)");
     char buf[64];
     DDP_FAIL_IF(loss->t.numel != 1, DDP_ERR_INVALID_ARG,
