@@ -178,7 +178,7 @@ out:
         int dup = 0;
         for (int j = 0; j < i; j++)
             dup |= modules[j] == modules[i];
-        if (modules[i] && !modules[i]->owned && !dup)
+        if (modules[i] && !dup && !modules[i]->owned)
             module_free(modules[i]);
     }
     return rc;

@@ -165,7 +165,9 @@ static void adam_update(float *restrict w, const float *restrict g, float *restr
                         float *restrict v, float *restrict vmax, size_t n,
                         const ddp_adam_options *o, int decoupled, int64_t step)
 {
+    /* 1 - beta in double first, as torch does with its Python scalars */
     const float b1 = (float)o->beta1, b2 = (float)o->beta2;
+    const float c1 = (float)(1.0 - o->beta1), c2 = (float)(1.0 - o->beta2);
     const float eps = (float)o->eps, sign = o->maximize ? -1.0f : 1.0f;
     const float wd = decoupled ? 0.0f : (float)o->weight_decay;
     const float shrink = decoupled ? (float)(1.0 - o->lr * o->weight_decay) : 1.0f;
@@ -174,8 +176,8 @@ static void adam_update(float *restrict w, const float *restrict g, float *restr
     for (size_t i = 0; i < n; i++) {
         float wi = w[i] * shrink;
         float gi = sign * g[i] + wd * wi;
-        float mi = m[i] * b1 + (1.0f - b1) * gi;
-        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        float mi = m[i] * b1 + c1 * gi;
+        float vi = v[i] * b2 + c2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
         if (vmax) {
