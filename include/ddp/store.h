@@ -64,6 +64,47 @@ DDP_API double ddp_store_get_timeout(const ddp_store_t *store);
 /* Closes the handle and frees it; NULL is a no-op. */
 DDP_API void ddp_store_destroy(ddp_store_t *store);
 
+/* ---- init-method URLs (torch.distributed's init_method) ----------------- */
+
+enum ddp_init_kind { DDP_INIT_FILE = 1, DDP_INIT_TCP = 2, DDP_INIT_ENV = 3 };
+
+/* A parsed init-method URL.  rank and world_size are -1 unless the query
+ * gives them (?rank=R&world_size=N). */
+typedef struct ddp_init_url {
+    int kind;         /* enum ddp_init_kind */
+    char path[4096];  /* file://: the absolute path, percent-decoded */
+    char host[256];   /* tcp://: host name or address (IPv6 without brackets) */
+    int port;         /* tcp://: 1..65535 */
+    int rank, world_size;
+} ddp_init_url;
+
+/* Parses file:///abs/path, tcp://HOST:PORT (IPv4, host name or [IPv6]) and
+ * env://, each with an optional ?rank=R&world_size=N query.  Malformed
+ * input (no or unknown scheme, empty or relative path, missing host or
+ * port, port out of range, unknown or repeated parameters, garbage) fails
+ * with DDP_ERR_INVALID_ARG and a message quoting the URL. */
+DDP_API int ddp_init_url_parse(const char *url, ddp_init_url *out);
+
+/* What env:// reads: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK.
+ * Absent variables are "" / -1; a malformed one is an error naming it. */
+typedef struct ddp_init_env {
+    char master_addr[256];
+    int master_port, rank, world_size, local_rank;
+} ddp_init_env;
+DDP_API int ddp_init_env_read(ddp_init_env *out);
+
+/* Creates the rendezvous store of an init method: file:// opens a FileStore
+ * on PATH for world_size members; tcp://HOST:PORT and env:// (MASTER_ADDR,
+ * MASTER_PORT) make rank 0 the TCPStore server, listening on HOST only, and
+ * the others its clients.  rank and world_size: >= 0 to give them, -1 to take
+ * them from the URL query or, for env://, from RANK and WORLD_SIZE; given
+ * both ways they must agree.  timeout_s < 0: DDP_STORE_DEFAULT_TIMEOUT_S;
+ * it bounds the connection and becomes the store's timeout.  The resolved
+ * rank and world size go to *rank_out and *world_size_out (each may be
+ * NULL).  Caller destroys *out. */
+DDP_API int ddp_store_from_url(const char *url, int rank, int world_size, double timeout_s,
+                               ddp_store_t **out, int *rank_out, int *world_size_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,18 @@
+/* The TCPStore server: one background thread, epoll, the key-value table,
+ * parked waiters answered when their keys appear (or at their deadline). */
+#ifndef DDP_STORE_TCP_SERVER_H
+#define DDP_STORE_TCP_SERVER_H
+
+#include <stddef.h>
+
+typedef struct ddp__ts_server ddp__ts_server;
+
+/* Listens on host:port (port 0: a free port, returned in *port_out) and
+ * starts the thread.  secret (may be NULL: no authentication) is copied. */
+int ddp__ts_server_start(const char *host, int port, const char *secret, size_t slen,
+                         ddp__ts_server **out, int *port_out);
+/* Stops the thread, closes every connection (clients see it closed) and
+ * frees the server.  NULL is a no-op. */
+void ddp__ts_server_stop(ddp__ts_server *s);
+
+#endif
