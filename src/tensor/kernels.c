@@ -15,7 +15,8 @@
 
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
+/* gcc only: clang 14 does not link target_clones in a hidden-visibility static library. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
     defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define DDP_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
