@@ -287,7 +287,7 @@ DDP_API int ddp_model_reset_parameters(ddp_model_t *m, uint64_t seed);
 DDP_API int ddp_model_save_safetensors(ddp_model_t *m, const char *path);
 /* Loads parameter values from a safetensors file.  The file must hold exactly
  * the model's names with dtype F32 and the same shapes; otherwise nothing is
- * changed and the error names what differs ("2.weight: shape (10, 256) in
+ * changed and DDP_ERR_MISMATCH names every difference ("2.weight: shape (10, 256) in
  * file, (10, 128) in model", "missing 0.bias", "unexpected 3.weight").  A
  * malformed file (bad length, bad JSON, offsets out of range or overlapping)
  * fails with DDP_ERR_FORMAT saying what is wrong. */
