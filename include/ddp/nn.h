@@ -111,6 +111,10 @@ DDP_API void ddp_tape_destroy(ddp_tape_t *tape);
 /* Forgets every var (their pointers become invalid) and keeps the arena for
  * the next iteration.  Call it at the start of each step. */
 DDP_API void ddp_tape_reset(ddp_tape_t *tape);
+/* torch.no_grad() for this tape (kept across resets until changed): with
+ * enabled 0, op outputs do not require grad and ops save nothing for
+ * backward (evaluation).  Default 1. */
+DDP_API void ddp_tape_set_grad_enabled(ddp_tape_t *tape, int enabled);
 /* Bytes the arena holds (its high-water mark once steady). */
 DDP_API size_t ddp_tape_arena_bytes(const ddp_tape_t *tape);
 

@@ -34,6 +34,8 @@ static int push_op(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int
         v->in[v->nin++] = ins[j];
         v->requires_grad |= ins[j]->requires_grad;
     }
+    if (!tape->grad_enabled) /* torch.no_grad(): nothing to backpropagate */
+        v->requires_grad = 0;
     *out = v;
     return 0;
 }
@@ -309,14 +311,16 @@ int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *lab
     ddp_var_t *v;
     DDP_TRY(push_op(tape, DDP_OP_CROSS_ENTROPY, 0, NULL, 1, logits, NULL, NULL, &v));
     DDP_TRY(copy_labels(tape, v, labels, rows));
-    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B. */
-    v->aux = ddp__tape_alloc(tape, (size_t)logits->t.numel * sizeof(float));
+    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B
+     * (without grad, one row of scratch is enough). */
+    int save = v->requires_grad;
+    v->aux = ddp__tape_alloc(tape, (size_t)(save ? logits->t.numel : c) * sizeof(float));
     if (!v->aux)
         return DDP_ERR_NOMEM;
     double loss = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits->t.data + r * c;
-        float *p = v->aux + r * c;
+        float *p = v->aux + (save ? r * c : 0);
         float mx = x[0];
         for (int64_t j = 1; j < c; j++)
             mx = x[j] > mx ? x[j] : mx;
