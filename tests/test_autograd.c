@@ -543,6 +543,17 @@ static void test_op_errors(void **state)
     assert_int_equal(ddp_op_reshape(tape, x, 2, (int64_t[]){5, -1}, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "cannot view a tensor of shape (4, 3)"));
 
+    /* BLAS takes int dimensions: a (2^31, 1) input is refused before any
+     * data is touched */
+    ddp_tensor thuge, tone;
+    ddp_var_t *huge, *one;
+    assert_int_equal(ddp_tensor_wrap(&thuge, buf, 2, (int64_t[]){INT64_C(1) << 31, 1}), 0);
+    assert_int_equal(ddp_tensor_wrap(&tone, buf, 2, (int64_t[]){1, 1}), 0);
+    assert_int_equal(ddp_tape_input(tape, &thuge, 0, &huge), 0);
+    assert_int_equal(ddp_tape_input(tape, &tone, 1, &one), 0);
+    assert_int_equal(ddp_op_linear(tape, huge, one, NULL, &y), DDP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ddp_last_error(), "linear: input (2147483648, 1) and weight (1, 1) exceed BLAS's int dimensions"));
+
     int64_t labels[4] = {0, 2, 12, 1};
     assert_int_equal(ddp_op_cross_entropy(tape, x, labels, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(),
