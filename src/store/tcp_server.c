@@ -518,6 +518,10 @@ static void on_readable(ddp__ts_server *s, conn *c)
         memcpy(c->in + c->in_len, chunk, (size_t)n);
         c->in_len += (size_t)n;
         process(s, c);
+        /* A short read drained the socket: skip the recv that would only
+         * say EAGAIN (epoll is level-triggered and reports what comes). */
+        if ((size_t)n < sizeof chunk)
+            break;
     }
 }
 

@@ -60,25 +60,36 @@ static int broken(tcp_store *ts, int rc)
     return rc;
 }
 
-/* Receives one answer to op into ts->ans: header checked, payload whole. */
+/* Receives one answer to op into ts->ans: header checked, payload whole.
+ * The first recv takes the header and a small payload together. */
 static int receive(tcp_store *ts, int op, double deadline, ddp__ts_header *h, const char *what)
 {
-    uint8_t hdr[DDP__TS_HEADER];
-    DDP_TRY(ddp__sock_recv_all(ts->fd, hdr, sizeof hdr, deadline, what));
+    uint8_t first[4096];
+    size_t have = 0, got = 0;
+    while (have < DDP__TS_HEADER) {
+        DDP_TRY(ddp__sock_recv_some(ts->fd, first + have, sizeof first - have, deadline, what,
+                                    &got));
+        have += got;
+    }
     const char *why;
     uint32_t max = op == DDP__TS_HELLO || op == DDP__TS_AUTH ? DDP__TS_MAX_AUTH_PAYLOAD
                                                              : DDP__TS_MAX_PAYLOAD;
-    if (ddp__ts_header_decode(hdr, max, h, &why) < 0)
+    if (ddp__ts_header_decode(first, max, h, &why) < 0)
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: bad answer from the server: %s", what, why);
     DDP_FAIL_IF(h->opcode != op, DDP_ERR_PROTOCOL,
                 "%s: the server answered '%s' to '%s'", what, op_name(h->opcode), op_name(op));
+    size_t body = have - DDP__TS_HEADER;
+    DDP_FAIL_IF(body > h->length, DDP_ERR_PROTOCOL,
+                "%s: the server sent more than its answer (%zu bytes over)", what,
+                body - h->length);
     if (h->length + 1 > ts->ans_cap) {
         uint8_t *b = realloc(ts->ans, h->length + 1);
         DDP_FAIL_IF(!b, DDP_ERR_NOMEM, "%s: out of memory for a %u-byte answer", what, h->length);
         ts->ans = b;
         ts->ans_cap = h->length + 1;
     }
-    DDP_TRY(ddp__sock_recv_all(ts->fd, ts->ans, h->length, deadline, what));
+    memcpy(ts->ans, first + DDP__TS_HEADER, body);
+    DDP_TRY(ddp__sock_recv_all(ts->fd, ts->ans + body, h->length - body, deadline, what));
     ts->ans[h->length] = 0;
     return 0;
 }
