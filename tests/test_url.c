@@ -293,6 +293,30 @@ static void test_rendezvous_env(void **state)
     clear_env();
 }
 
+static void test_store_bind_override(void **state)
+{
+    (void)state;
+    /* Rank 0 listens where DDP_STORE_BIND says, not on the URL's host. */
+    snprintf(url, sizeof url, "tcp://127.0.0.2:%d?world_size=2", free_port());
+    setenv("DDP_STORE_BIND", "127.0.0.1", 1);
+    ddp_store_t *s0 = NULL, *s1 = NULL;
+    assert_int_equal(ddp_store_from_url(url, 0, -1, 5, &s0, NULL, NULL), 0);
+    unsetenv("DDP_STORE_BIND");
+    assert_int_equal(ddp_store_set(s0, "k", "v", 1), 0);
+    assert_int_equal(ddp_store_from_url(url, 1, -1, 0.3, &s1, NULL, NULL), DDP_ERR_TIMEOUT);
+    assert_non_null(strstr(ddp_last_error(), "as rank 1 of 2: "));
+    assert_non_null(strstr(ddp_last_error(), "Connection refused"));
+    int port = ddp_store_tcp_port(s0);
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", port, 0, 2, 5, &s1), 0);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(ddp_store_get(s1, "k", &v, &len), 0);
+    assert_int_equal(len, 1);
+    free(v);
+    ddp_store_destroy(s1);
+    ddp_store_destroy(s0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_file),
         cmocka_unit_test(test_rendezvous_tcp),
         cmocka_unit_test(test_rendezvous_env),
+        cmocka_unit_test(test_store_bind_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,7 +96,8 @@ DDP_API int ddp_init_env_read(ddp_init_env *out);
 /* Creates the rendezvous store of an init method: file:// opens a FileStore
  * on PATH for world_size members; tcp://HOST:PORT and env:// (MASTER_ADDR,
  * MASTER_PORT) make rank 0 the TCPStore server, listening on HOST only, and
- * the others its clients.  rank and world_size: >= 0 to give them, -1 to take
+ * the others its clients (env DDP_STORE_BIND, e.g. "0.0.0.0", makes rank 0
+ * listen there instead).  rank and world_size: >= 0 to give them, -1 to take
  * them from the URL query or, for env://, from RANK and WORLD_SIZE; given
  * both ways they must agree.  timeout_s < 0: DDP_STORE_DEFAULT_TIMEOUT_S;
  * it bounds the connection and becomes the store's timeout.  The resolved

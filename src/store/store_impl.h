@@ -55,6 +55,11 @@ int ddp__backoff_sleep(ddp__backoff *b);
 int ddp__store_timeout_error(const ddp_store_t *s, const char *const *keys, size_t n,
                              const int *present, double timeout_s);
 
+/* ddp_store_tcp_create with the server (is_server) listening on
+ * listen_host instead of host (NULL: host); clients still use host. */
+int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
+                        int world_size, double timeout_s, ddp_store_t **out);
+
 /* Formats an integer value as add stores it (decimal ASCII); returns length. */
 size_t ddp__store_format_int(char buf[32], int64_t v);
 

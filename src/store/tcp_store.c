@@ -383,6 +383,12 @@ static int handshake(tcp_store *ts, double deadline)
 int ddp_store_tcp_create(const char *host, int port, int is_server, int world_size,
                          double timeout_s, ddp_store_t **out)
 {
+    return ddp__store_tcp_open(host, NULL, port, is_server, world_size, timeout_s, out);
+}
+
+int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
+                        int world_size, double timeout_s, ddp_store_t **out)
+{
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "ddp_store_tcp_create: out is NULL");
     *out = NULL;
     DDP_FAIL_IF(!host || !*host, DDP_ERR_INVALID_ARG, "tcp store: empty host");
@@ -409,11 +415,16 @@ int ddp_store_tcp_create(const char *host, int port, int is_server, int world_si
     DDP_TRY_OUT(ddp__store_load_secret(&ts->secret, &ts->slen));
     const char *connect_host = host;
     if (is_server) {
-        DDP_TRY_OUT(ddp__ts_server_start(host, port, ts->secret, ts->slen, &ts->server, &ts->port));
-        /* Listening everywhere: reach it over loopback. */
-        if (strcmp(host, "0.0.0.0") == 0)
+        if (!listen_host || !*listen_host)
+            listen_host = host;
+        DDP_TRY_OUT(ddp__ts_server_start(listen_host, port, ts->secret, ts->slen, &ts->server,
+                                         &ts->port));
+        /* The server's own handle connects where it listens; listening
+         * everywhere, it goes over loopback. */
+        connect_host = listen_host;
+        if (strcmp(listen_host, "0.0.0.0") == 0)
             connect_host = "127.0.0.1";
-        else if (strcmp(host, "::") == 0)
+        else if (strcmp(listen_host, "::") == 0)
             connect_host = "::1";
         ddp__sock_hostport(host, ts->port, hp, sizeof hp);
         ddp__store_init(&ts->base, &tcp_ops, "tcp store %s", hp);

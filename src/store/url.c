@@ -321,7 +321,11 @@ int ddp_store_from_url(const char *url, int rank, int world_size, double timeout
             host = env.master_addr;
             port = env.master_port;
         }
-        rc = ddp_store_tcp_create(host, port, r == 0, ws, timeout_s, out);
+        /* DDP_STORE_BIND: where rank 0 listens when HOST is not an address
+         * of its own that the others can reach (a name that resolves to
+         * loopback on the master, say); "0.0.0.0" listens everywhere. */
+        rc = ddp__store_tcp_open(host, getenv("DDP_STORE_BIND"), port, r == 0, ws, timeout_s,
+                                 out);
     }
     if (rc < 0)
         return ddp__error_context(rc, "rendezvous at '%.300s' as rank %d of %d", url, r, ws);
