@@ -371,6 +371,46 @@ static void test_listens_on_given_address_only(void **state)
     }
 }
 
+static int destroy_inherited_server(int rank, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    ddp_store_destroy(server); /* the child's copy: the parent's server runs on */
+    return 0;
+}
+
+static void test_child_destroying_inherited_server(void **state)
+{
+    (void)state;
+    fresh_store();
+    assert_int_equal(run_children(1, destroy_inherited_server, NULL, 20), 0);
+    assert_int_equal(ddp_store_set(server, "still", "here", 4), 0);
+    assert_store_works();
+    stop_server();
+}
+
+static void test_unauthenticated_client_dropped_in_time(void **state)
+{
+    (void)state;
+    stop_server();
+    setenv("DDP_SECRET", "s3cret", 1);
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", 0, 1, 1, 0.3, &server), 0);
+    unsetenv("DDP_SECRET");
+    log_text[0] = 0;
+    ddp_log_set_callback(capture, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    int fd = raw_connect(ddp_store_tcp_port(server));
+    double t0 = ddp_time_now();
+    assert_true(closed_by_server(fd));
+    double dt = ddp_time_now() - t0;
+    close(fd);
+    assert_true(dt > 0.25 && dt < 1.5);
+    assert_true(logged_soon("did not authenticate in time"));
+    ddp_log_set_callback(NULL, NULL);
+    ddp_log_set_level(DDP_LOG_OFF);
+    stop_server();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -380,6 +420,8 @@ int main(void)
         cmocka_unit_test(test_server_shutdown_fails_waiters),
         cmocka_unit_test(test_connect_errors),
         cmocka_unit_test(test_listens_on_given_address_only),
+        cmocka_unit_test(test_child_destroying_inherited_server),
+        cmocka_unit_test(test_unauthenticated_client_dropped_in_time),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     stop_server();

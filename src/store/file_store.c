@@ -541,6 +541,10 @@ static void fs_destroy(ddp_store_t *s)
 {
     file_store *fs = (file_store *)s;
     double t = fs->base.timeout_s < 30 ? fs->base.timeout_s : 30;
+    if (ddp__store_foreign(s)) {
+        free_handle(fs); /* a fork's copy: the parent is still the member */
+        return;
+    }
     if (lock_file(fs, LOCK_EX, t) == 0) {
         header h;
         if (read_header(fs, &h) == 0) {

@@ -313,8 +313,12 @@ static void ts_destroy(ddp_store_t *s)
     tcp_store *ts = (tcp_store *)s;
     if (ts->fd >= 0)
         close(ts->fd);
-    /* Clients still connected see their connection closed and fail fast. */
-    ddp__ts_server_stop(ts->server);
+    /* Clients still connected see their connection closed and fail fast.
+     * In a forked child the server thread is the parent's: leave it be. */
+    if (ddp__store_foreign(s))
+        ddp__ts_server_abandon(ts->server);
+    else
+        ddp__ts_server_stop(ts->server);
     pthread_mutex_destroy(&ts->mu);
     if (ts->secret) {
         memset(ts->secret, 0, ts->slen);
@@ -417,8 +421,8 @@ int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int
     if (is_server) {
         if (!listen_host || !*listen_host)
             listen_host = host;
-        DDP_TRY_OUT(ddp__ts_server_start(listen_host, port, ts->secret, ts->slen, &ts->server,
-                                         &ts->port));
+        DDP_TRY_OUT(ddp__ts_server_start(listen_host, port, ts->secret, ts->slen, timeout_s,
+                                         &ts->server, &ts->port));
         /* The server's own handle connects where it listens; listening
          * everywhere, it goes over loopback. */
         connect_host = listen_host;
