@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "ddp/store.h"
 #include "fork_children.h"
 
@@ -118,6 +119,40 @@ static void test_parse_bad(void **state)
     expect_bad(longurl, "path over 4095 bytes");
     free(longurl);
     assert_int_equal(ddp_init_url_parse("env://", NULL), DDP_ERR_INVALID_ARG);
+}
+
+/* Random strings over URL characters: accepted or rejected with a message
+ * quoting them, never a crash (ASan checks the parser). */
+static void test_parse_random(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "filetcpenv:/[]?&=%0123456789abAZ._-@#localhostrank";
+    static const char *starts[] = {"", "file://", "tcp://", "env://", "tcp://[", "file:///"};
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 3);
+    int good = 0;
+    for (int i = 0; i < 5000; i++) {
+        char url[64];
+        size_t n = (size_t)snprintf(url, sizeof url, "%s", starts[i % 6]);
+        size_t extra = (size_t)ddp__rng_below(&rng, 24);
+        for (size_t j = 0; j < extra; j++)
+            url[n++] = alphabet[ddp__rng_below(&rng, sizeof alphabet - 1)];
+        url[n] = 0;
+        ddp_init_url u;
+        int rc = ddp_init_url_parse(url, &u);
+        if (rc == 0) {
+            good++;
+            assert_true(u.kind >= DDP_INIT_FILE && u.kind <= DDP_INIT_ENV);
+            if (u.kind == DDP_INIT_TCP)
+                assert_true(u.port >= 1 && u.port <= 65535 && u.host[0]);
+            if (u.kind == DDP_INIT_FILE)
+                assert_true(u.path[0] == '/');
+        } else {
+            assert_int_equal(rc, DDP_ERR_INVALID_ARG);
+            assert_true(strstr(ddp_last_error(), url) != NULL || !url[0]);
+        }
+    }
+    assert_true(good > 0);
 }
 
 /* ---- environment -------------------------------------------------------- */
@@ -322,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_good),
         cmocka_unit_test(test_parse_bad),
+        cmocka_unit_test(test_parse_random),
         cmocka_unit_test(test_env_read),
         cmocka_unit_test(test_from_url_errors),
         cmocka_unit_test(test_rendezvous_file),
