@@ -210,6 +210,9 @@ static void case_get_timeout_names_key(void **state)
     assert_true(dt >= 0.29 && dt < 0.8);
     assert_null(v);
     assert_non_null(strstr(ddp_last_error(), "key 'missing/key' not set within 0.3 s"));
+    /* The handle stays usable after a timeout. */
+    assert_int_equal(ddp_store_set(s, "missing/key", "late", 4), 0);
+    assert_value(s, "missing/key", "late", 4);
     ddp_store_destroy(s);
 }
 

@@ -378,6 +378,46 @@ static void test_connect_errors(void **state)
     waitpid(pid, NULL, 0);
 }
 
+/* A peer that says HELLO and then never answers: calls fail at their
+ * deadline (the store timeout; get's timeout plus a grace period) and the
+ * handle stops using the connection. */
+static void test_silent_server(void **state)
+{
+    (void)state;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    socklen_t sl = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = accept(lfd, NULL, NULL);
+        uint8_t hello[DDP__TS_HEADER + 1 + DDP__TS_NONCE] = {0};
+        ddp__ts_header_encode(hello, DDP__TS_HELLO, 1 + DDP__TS_NONCE, 0);
+        if (send(fd, hello, sizeof hello, MSG_NOSIGNAL) < 0)
+            _exit(1);
+        sleep_s(10);
+        _exit(0);
+    }
+    ddp_store_t *c = NULL;
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", ntohs(a.sin_port), 0, 2, 5, &c), 0);
+    ddp_store_set_timeout(c, 0.3);
+    double t0 = ddp_time_now();
+    assert_int_equal(ddp_store_set(c, "k", "v", 1), DDP_ERR_TIMEOUT);
+    double dt = ddp_time_now() - t0;
+    assert_true(dt >= 0.29 && dt < 1.0);
+    assert_non_null(strstr(ddp_last_error(), "set 'k': no answer in time"));
+    assert_int_equal(ddp_store_num_keys(c, &(int64_t){0}), DDP_ERR_CONNECTION);
+    assert_non_null(strstr(ddp_last_error(), "connection closed after an earlier error (" ));
+    assert_non_null(strstr(ddp_last_error(), "set 'k': no answer in time"));
+    ddp_store_destroy(c);
+    close(lfd);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 static void test_listens_on_given_address_only(void **state)
 {
     (void)state;
@@ -461,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_secret),
         cmocka_unit_test(test_server_shutdown_fails_waiters),
         cmocka_unit_test(test_connect_errors),
+        cmocka_unit_test(test_silent_server),
         cmocka_unit_test(test_listens_on_given_address_only),
         cmocka_unit_test(test_child_destroying_inherited_server),
         cmocka_unit_test(test_unauthenticated_client_dropped_in_time),
