@@ -1,6 +1,7 @@
 """Reference for bench/store.c: the same loop over torch.distributed's
 TCPStore (master, server thread in this process) and FileStore.
-usage: store_torch.py [N=5000] [VALUE_BYTES=64]"""
+usage: store_torch.py [N=5000] [VALUE_BYTES=64]
+       store_torch.py barrier RANKS ROUNDS"""
 import datetime
 import os
 import sys
@@ -28,7 +29,43 @@ def run(name, s, n, vbytes):
         name, (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6, (t3 - t2) / n * 1e6))
 
 
+def barrier_rank(ranks, rounds, port):
+    s = dist.TCPStore("127.0.0.1", port, ranks, False,
+                      timeout=datetime.timedelta(seconds=60))
+    t0 = 0
+    for i in range(-1, rounds):  # round -1: everyone connected
+        if i == 0:
+            t0 = time.perf_counter()
+        if s.add("count/%d" % i, 1) == ranks:
+            s.set("go/%d" % i, "")
+        s.wait(["go/%d" % i])
+    return (time.perf_counter() - t0) / rounds * 1e6
+
+
+def barrier_bench(ranks, rounds):
+    master = dist.TCPStore("127.0.0.1", 0, ranks, True,
+                           timeout=datetime.timedelta(seconds=60),
+                           wait_for_workers=False)
+    pids = []
+    for _ in range(1, ranks):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                barrier_rank(ranks, rounds, master.port)
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        pids.append(pid)
+    us = barrier_rank(ranks, rounds, master.port)
+    ok = all(os.waitpid(p, 0)[1] == 0 for p in pids)
+    if ok:
+        print("torch barrier ranks=%d us=%.1f" % (ranks, us))
+    return 0 if ok else 1
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "barrier":
+        sys.exit(barrier_bench(int(sys.argv[2]), int(sys.argv[3])))
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     vbytes = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     timeout = datetime.timedelta(seconds=30)
