@@ -351,6 +351,9 @@ static void maybe_compact(file_store *fs)
         return;
     snprintf(tmp, plen, "%s.compact.%d", fs->path, (int)getpid());
     int old_fd = fs->fd;
+    /* A file by this name is stale: left by a dead process with our pid
+     * (compactions of one store exclude each other through the lock). */
+    unlink(tmp);
     fs->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     int rc = fs->fd < 0 ? DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: open %s", fs->base.desc, tmp)
                         : full_pwrite(fs, fs->buf, f.len, 0);
