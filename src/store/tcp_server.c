@@ -39,6 +39,7 @@
 #define AUTH_TIMEOUT_MAX_S 30.0
 #define READ_CHUNK 65536
 #define READS_PER_EVENT 64 /* then let other connections have a turn */
+#define SHRINK_BYTES (1u << 20) /* buffers larger than this are freed when idle */
 
 typedef struct conn {
     struct conn *prev, *next;
@@ -142,6 +143,11 @@ static void flush(ddp__ts_server *s, conn *c)
     }
     c->out.len = 0;
     c->out_off = 0;
+    if (c->out.cap > SHRINK_BYTES) { /* after a big value: give the memory back */
+        free(c->out.buf);
+        c->out.buf = NULL;
+        c->out.cap = 0;
+    }
     set_want_out(s, c, 0);
     if (c->close_after)
         c->dead = 1;
@@ -478,6 +484,11 @@ static void process(ddp__ts_server *s, conn *c)
     if (pos) {
         memmove(c->in, c->in + pos, c->in_len - pos);
         c->in_len -= pos;
+    }
+    if (c->in_len == 0 && c->in_cap > SHRINK_BYTES) {
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
     }
 }
 
