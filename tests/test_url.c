@@ -191,6 +191,11 @@ static void test_env_read(void **state)
     assert_int_equal(ddp_init_env_read(&e), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "RANK='three' is not an integer"));
     setenv("RANK", "3", 1);
+    setenv("MASTER_ADDR", "node 1", 1);
+    assert_int_equal(ddp_init_env_read(&e), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(),
+                           "MASTER_ADDR='node 1' is not a host name or address (bad character ' ')"));
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
     setenv("MASTER_PORT", "99999", 1);
     assert_int_equal(ddp_init_env_read(&e), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "MASTER_PORT='99999' is not an integer in 1-65535"));

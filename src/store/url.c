@@ -262,6 +262,10 @@ int ddp_init_env_read(ddp_init_env *out)
             snprintf(out->master_addr, sizeof out->master_addr, "%.*s", (int)(n - 2), addr + 1);
         else
             snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
+        for (const char *p = out->master_addr; *p; p++)
+            DDP_FAIL_IF(!valid_host_char(*p) && *p != ':', DDP_ERR_INVALID_ARG,
+                        "MASTER_ADDR='%.60s' is not a host name or address (bad character '%c')",
+                        addr, *p);
     }
     DDP_TRY(env_int("MASTER_PORT", 1, 65535, &out->master_port));
     DDP_TRY(env_int("RANK", 0, 1000000000, &out->rank));
