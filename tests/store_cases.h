@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,9 @@ static void case_get_timeout_names_key(void **state)
     assert_true(dt >= 0.29 && dt < 0.8);
     assert_null(v);
     assert_non_null(strstr(ddp_last_error(), "key 'missing/key' not set within 0.3 s"));
+    /* The handle stays usable after a timeout. */
+    assert_int_equal(ddp_store_set(s, "missing/key", "late", 4), 0);
+    assert_value(s, "missing/key", "late", 4);
     ddp_store_destroy(s);
 }
 
@@ -397,6 +401,64 @@ static void case_prefix_isolation(void **state)
     ddp_store_destroy(s);
 }
 
+
+/* ---- threads and fork --------------------------------------------------- */
+
+static void *add_from_thread(void *arg)
+{
+    ddp_store_t *s = arg;
+    for (int i = 0; i < 100; i++)
+        if (ddp_store_add(s, "threads", 1, NULL) < 0)
+            return (void *)1;
+    return NULL;
+}
+
+static void case_threads_share_a_handle(void **state)
+{
+    (void)state;
+    fresh_store();
+    ddp_store_t *s = open_one();
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, add_from_thread, s), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = (void *)1;
+        pthread_join(t[i], &r);
+        assert_null(r);
+    }
+    int64_t n = 0;
+    assert_int_equal(ddp_store_add(s, "threads", 0, &n), 0);
+    assert_int_equal(n, 400);
+    ddp_store_destroy(s);
+}
+
+static int use_inherited(int rank, void *arg)
+{
+    (void)rank;
+    ddp_store_t *inherited = arg, *p = NULL, *own = NULL;
+    CHILD_CHECK(ddp_store_set(inherited, "x", "1", 1) == DDP_ERR_STATE);
+    CHILD_CHECK(strstr(ddp_last_error(), "used in process") != NULL);
+    CHILD_CHECK(strstr(ddp_last_error(), "create a new handle in the child") != NULL);
+    CHILD_CHECK(ddp_store_prefix_create("p", inherited, &p) == DDP_ERR_STATE);
+    ddp_store_destroy(inherited); /* releases the child's copy only */
+    CHILD_CHECK(open_store(1, 2, &own) == 0);
+    CHILD_CHECK(ddp_store_set(own, "child_ok", "yes", 3) == 0);
+    ddp_store_destroy(own);
+    return 0;
+}
+
+static void case_fork_child_refuses_parent_handle(void **state)
+{
+    (void)state;
+    fresh_store();
+    ddp_store_t *s = open_one();
+    assert_int_equal(ddp_store_set(s, "before", "1", 1), 0);
+    assert_int_equal(run_children(1, use_inherited, s, 20), 0);
+    assert_value(s, "child_ok", "yes", 3);
+    assert_value(s, "before", "1", 1);
+    ddp_store_destroy(s);
+}
+
 #define STORE_CASES                                         \
     cmocka_unit_test(case_set_get_overwrite),               \
     cmocka_unit_test(case_bad_arguments),                   \
@@ -407,6 +469,8 @@ static void case_prefix_isolation(void **state)
     cmocka_unit_test(case_wait_several_keys),               \
     cmocka_unit_test(case_get_waits_for_set),               \
     cmocka_unit_test(case_concurrent_add),                  \
-    cmocka_unit_test(case_prefix_isolation)
+    cmocka_unit_test(case_prefix_isolation),                \
+    cmocka_unit_test(case_threads_share_a_handle),          \
+    cmocka_unit_test(case_fork_child_refuses_parent_handle)
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -16,6 +17,7 @@ void ddp__store_init(ddp_store_t *s, const ddp__store_ops *ops, const char *fmt,
 {
     s->ops = ops;
     s->timeout_s = DDP_STORE_DEFAULT_TIMEOUT_S;
+    s->pid = (int)getpid();
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s->desc, sizeof s->desc, fmt, ap);
@@ -76,9 +78,17 @@ size_t ddp__store_format_int(char buf[32], int64_t v)
 
 /* ---- argument checks ---------------------------------------------------- */
 
+int ddp__store_foreign(const ddp_store_t *s) { return s->pid != (int)getpid(); }
+
 static int check_store(const ddp_store_t *s, const char *what)
 {
     DDP_FAIL_IF(!s, DDP_ERR_INVALID_ARG, "%s: store is NULL", what);
+    /* A forked child shares the parent's sockets and file locks: using them
+     * from both sides would interleave messages and break the locking. */
+    DDP_FAIL_IF(ddp__store_foreign(s), DDP_ERR_STATE,
+                "%s: %s: handle created by process %d, used in process %d after fork; "
+                "create a new handle in the child",
+                what, s->desc, s->pid, (int)getpid());
     return 0;
 }
 
