@@ -1,12 +1,89 @@
-/* libddp optim layer: public API (see docs/ARCHITECTURE.md). */
+/* libddp optim layer: SGD, Adam and AdamW with torch.optim's exact update
+ * rules, over the parameters of a model (include/ddp/nn.h).
+ *
+ * An optimizer updates p->data from p->grad for every parameter of its model
+ * (wherever p->grad points: DDP may re-point it).  Gradients are never "None"
+ * here: a parameter that a step did not use has a zero gradient (after
+ * zero_grad) and is updated like PyTorch updates a parameter with a zero
+ * gradient (weight decay and momentum still apply).
+ *
+ * State for checkpoints: every state buffer is one flat float block laid out
+ * like the model's parameter block (parameter i's slice starts at
+ * p->offset), enumerated with ddp_optim_state(); together with the step
+ * count (ddp_optim_steps / ddp_optim_set_steps) it is the whole state.
+ */
 #ifndef DDP_OPTIM_H
 #define DDP_OPTIM_H
 
 #include "ddp/base.h"
+#include "ddp/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ddp_optim ddp_optim_t;
+
+/* torch.optim.SGD(params, lr, momentum=0, dampening=0, weight_decay=0,
+ * nesterov=False, maximize=False). */
+typedef struct ddp_sgd_options {
+    double lr;
+    double momentum;
+    double dampening;
+    double weight_decay;
+    int nesterov;   /* requires momentum > 0 and dampening == 0 */
+    int maximize;
+} ddp_sgd_options;
+
+/* torch.optim.Adam / AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+ * weight_decay=0 (Adam) / 1e-2 (AdamW), amsgrad=False, maximize=False). */
+typedef struct ddp_adam_options {
+    double lr;
+    double beta1, beta2;
+    double eps;
+    double weight_decay;
+    int amsgrad;
+    int maximize;
+} ddp_adam_options;
+
+/* PyTorch's defaults, with the given learning rate for SGD. */
+DDP_API ddp_sgd_options ddp_sgd_defaults(double lr);
+DDP_API ddp_adam_options ddp_adam_defaults(void);
+DDP_API ddp_adam_options ddp_adamw_defaults(void);
+
+/* Creates an optimizer over every parameter of model (borrowed: it must
+ * outlive the optimizer; sealed by this call).  Options are copied; invalid
+ * ones (negative lr, nesterov without momentum, betas outside [0, 1), ...)
+ * fail with DDP_ERR_INVALID_ARG naming the option.  Caller destroys. */
+DDP_API int ddp_sgd_create(ddp_model_t *model, const ddp_sgd_options *opt, ddp_optim_t **out);
+DDP_API int ddp_adam_create(ddp_model_t *model, const ddp_adam_options *opt, ddp_optim_t **out);
+/* Adam with decoupled weight decay (p *= 1 - lr * weight_decay first). */
+DDP_API int ddp_adamw_create(ddp_model_t *model, const ddp_adam_options *opt, ddp_optim_t **out);
+/* NULL is a no-op. */
+DDP_API void ddp_optim_destroy(ddp_optim_t *o);
+
+/* One update of every parameter from its gradient. */
+DDP_API int ddp_optim_step(ddp_optim_t *o);
+/* Zeroes every parameter's gradient (ddp_model_zero_grad). */
+DDP_API void ddp_optim_zero_grad(ddp_optim_t *o);
+
+/* Learning rate in force (for schedules). */
+DDP_API double ddp_optim_get_lr(const ddp_optim_t *o);
+DDP_API void ddp_optim_set_lr(ddp_optim_t *o, double lr);
+/* Steps taken so far (Adam's `step`; SGD's momentum buffers exist once it
+ * is > 0).  set_steps restores it from a checkpoint. */
+DDP_API int64_t ddp_optim_steps(const ddp_optim_t *o);
+DDP_API void ddp_optim_set_steps(ddp_optim_t *o, int64_t steps);
+
+/* Number of state buffers: SGD 1 with momentum ("momentum_buffer") else 0;
+ * Adam/AdamW 2 ("exp_avg", "exp_avg_sq") or 3 with amsgrad
+ * ("max_exp_avg_sq"). */
+DDP_API int ddp_optim_num_states(const ddp_optim_t *o);
+/* The i-th state buffer: its name, data (borrowed, owned by the optimizer,
+ * writable for loading) and length (the model's total numel).  Returns
+ * DDP_ERR_NOT_FOUND when i is out of range. */
+DDP_API int ddp_optim_state(ddp_optim_t *o, int i, const char **name, float **data,
+                            size_t *numel);
 
 #ifdef __cplusplus
 }

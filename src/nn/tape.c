@@ -1,0 +1,287 @@
+/* The autograd tape: a per-tape arena reused across iterations, leaf vars
+ * for inputs and parameters, and the backward driver that fires the
+ * grad-ready hooks.  See include/ddp/nn.h (contract) and docs/autograd.md. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "nn/autograd.h"
+#include "tensor/kernels.h"
+#include "tensor/shape.h"
+
+#define ARENA_ALIGN 64
+
+/* Tape generations are unique process-wide so that a parameter's cached leaf
+ * var (tape pointer, generation) can never match a later tape that happens to
+ * reuse a freed tape's address.  Only an id source, not shared state. */
+static _Atomic uint64_t next_gen = 1;
+
+/* ==== arena =============================================================== */
+
+void *ddp__tape_alloc(ddp_tape_t *tape, size_t bytes)
+{
+    size_t need = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (need == 0)
+        need = ARENA_ALIGN;
+    if (tape->used + need <= tape->cap) {
+        void *p = tape->arena + tape->used;
+        tape->used += need;
+        return p;
+    }
+    /* Overflow: take a separate chunk for now; reset folds the total into one
+     * arena, so a steady-state iteration never gets here. */
+    if (tape->nspill == tape->spill_cap) {
+        size_t ncap = tape->spill_cap ? 2 * tape->spill_cap : 16;
+        char **s = realloc(tape->spill, ncap * sizeof *s);
+        if (!s) {
+            DDP_ERROR(DDP_ERR_NOMEM, "tape arena: cannot grow the spill list");
+            return NULL;
+        }
+        tape->spill = s;
+        tape->spill_cap = ncap;
+    }
+    char *p = ddp__alloc_aligned(need);
+    if (!p) {
+        DDP_ERROR(DDP_ERR_NOMEM, "tape arena: cannot allocate %zu bytes", need);
+        return NULL;
+    }
+    tape->spill[tape->nspill++] = p;
+    tape->spill_bytes += need;
+    return p;
+}
+
+int ddp_tape_create(ddp_tape_t **out)
+{
+    DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "tape: out is NULL");
+    ddp_tape_t *t = calloc(1, sizeof *t);
+    DDP_FAIL_IF(!t, DDP_ERR_NOMEM, "tape: out of memory");
+    t->gen = atomic_fetch_add(&next_gen, 1);
+    *out = t;
+    return 0;
+}
+
+static void free_spill(ddp_tape_t *tape)
+{
+    for (size_t i = 0; i < tape->nspill; i++)
+        ddp__free_aligned(tape->spill[i]);
+    tape->nspill = 0;
+    tape->spill_bytes = 0;
+}
+
+void ddp_tape_reset(ddp_tape_t *tape)
+{
+    if (!tape)
+        return;
+    if (tape->nspill) {
+        size_t want = tape->used + tape->spill_bytes;
+        free_spill(tape);
+        char *a = ddp__alloc_aligned(want);
+        if (a) { /* on failure keep the old arena; the next step spills again */
+            ddp__free_aligned(tape->arena);
+            tape->arena = a;
+            tape->cap = want;
+        }
+    }
+    tape->used = 0;
+    tape->nvars = 0;
+    tape->gen = atomic_fetch_add(&next_gen, 1);
+}
+
+void ddp_tape_destroy(ddp_tape_t *tape)
+{
+    if (!tape)
+        return;
+    free_spill(tape);
+    free(tape->spill);
+    ddp__free_aligned(tape->arena);
+    free(tape->vars);
+    free(tape);
+}
+
+size_t ddp_tape_arena_bytes(const ddp_tape_t *tape)
+{
+    return tape ? tape->cap + tape->spill_bytes : 0;
+}
+
+/* ==== vars ================================================================ */
+
+int ddp__tape_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc_data,
+                   ddp_var_t **out)
+{
+    if (tape->nvars == tape->vars_cap) {
+        size_t ncap = tape->vars_cap ? 2 * tape->vars_cap : 64;
+        ddp_var_t **v = realloc(tape->vars, ncap * sizeof *v);
+        DDP_FAIL_IF(!v, DDP_ERR_NOMEM, "tape: cannot grow to %zu vars", ncap);
+        tape->vars = v;
+        tape->vars_cap = ncap;
+    }
+    ddp_var_t *v = ddp__tape_alloc(tape, sizeof *v);
+    if (!v)
+        return DDP_ERR_NOMEM;
+    memset(v, 0, sizeof *v);
+    v->op = op;
+    DDP_TRY(ddp__tensor_set_shape(&v->t, ndim, shape));
+    if (alloc_data) {
+        v->t.data = ddp__tape_alloc(tape, (size_t)v->t.numel * sizeof(float));
+        if (!v->t.data)
+            return DDP_ERR_NOMEM;
+    }
+    v->index = tape->nvars;
+    tape->vars[tape->nvars++] = v;
+    *out = v;
+    return 0;
+}
+
+int ddp_tape_input(ddp_tape_t *tape, const ddp_tensor *t, int requires_grad, ddp_var_t **out)
+{
+    DDP_FAIL_IF(!tape || !t || !out, DDP_ERR_INVALID_ARG, "tape input: NULL argument");
+    DDP_FAIL_IF(!t->data, DDP_ERR_INVALID_ARG, "tape input: tensor has no data");
+    ddp_var_t *v;
+    DDP_TRY(ddp__tape_push(tape, DDP_OP_LEAF, t->ndim, t->shape, 0, &v));
+    v->t.data = t->data;
+    v->requires_grad = requires_grad ? 1 : 0;
+    *out = v;
+    return 0;
+}
+
+int ddp_tape_param(ddp_tape_t *tape, ddp_param *p, ddp_var_t **out)
+{
+    DDP_FAIL_IF(!tape || !p || !out, DDP_ERR_INVALID_ARG, "tape param: NULL argument");
+    if (p->priv.tape == tape && p->priv.tape_gen == tape->gen && p->priv.var) {
+        *out = p->priv.var;
+        return 0;
+    }
+    ddp_var_t *v;
+    DDP_TRY(ddp__tape_push(tape, DDP_OP_LEAF, p->ndim, p->shape, 0, &v));
+    v->t.data = p->data;
+    v->requires_grad = 1;
+    v->param = p;
+    p->priv.tape = tape;
+    p->priv.tape_gen = tape->gen;
+    p->priv.var = v;
+    *out = v;
+    return 0;
+}
+
+const ddp_tensor *ddp_var_tensor(const ddp_var_t *v) { return v ? &v->t : NULL; }
+
+const float *ddp_var_grad(const ddp_var_t *v)
+{
+    if (!v)
+        return NULL;
+    return v->param ? v->param->grad : v->grad;
+}
+
+float ddp_var_item(const ddp_var_t *v) { return v && v->t.data ? v->t.data[0] : 0.0f; }
+
+float *ddp__grad_target(ddp_tape_t *tape, ddp_var_t *v, int *acc)
+{
+    if (v->param) {
+        *acc = 1; /* parameters accumulate across backward calls */
+        return v->param->grad;
+    }
+    if (!v->grad) {
+        v->grad = ddp__tape_alloc(tape, (size_t)v->t.numel * sizeof(float));
+        if (!v->grad)
+            return NULL;
+    }
+    *acc = v->grad_written;
+    v->grad_written = 1;
+    return v->grad;
+}
+
+/* ==== backward ============================================================ */
+
+int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v)
+{
+    /* Compare pointers only: a var from before a reset may point into freed
+     * memory.  Scans from the end, where an op's inputs usually are. */
+    for (size_t i = tape->nvars; v && i-- > 0;)
+        if (tape->vars[i] == v)
+            return 1;
+    return 0;
+}
+
+/* Is p's leaf on this tape and on a path to the loss? */
+static int param_used(const ddp_tape_t *tape, const ddp_param *p)
+{
+    return p->priv.tape == tape && p->priv.tape_gen == tape->gen && p->priv.var &&
+           p->priv.var->reachable;
+}
+
+int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
+{
+    DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
+    DDP_FAIL_IF(!ddp__tape_has(tape, loss), DDP_ERR_INVALID_ARG,
+                "backward: the loss var is not on this tape (was the tape reset?)");
+    char buf[64];
+    DDP_FAIL_IF(loss->t.numel != 1, DDP_ERR_INVALID_ARG,
+                "backward: the loss must have one element, not shape %s",
+                ddp_tensor_shape_str(&loss->t, buf, sizeof buf));
+    DDP_FAIL_IF(!loss->requires_grad, DDP_ERR_INVALID_ARG,
+                "backward: the loss does not depend on any parameter or input that "
+                "requires grad");
+    ddp_grad_ready_fn hook = NULL;
+    void *user = NULL;
+    if (model) {
+        DDP_TRY(ddp_model_seal(model));
+        hook = ddp_model_grad_ready_hook(model, &user);
+    }
+
+    /* Phase 1: which vars lie on a path to the loss, and how many reachable
+     * consumers each has (tape order is topological: inputs come first). */
+    for (size_t i = 0; i < tape->nvars; i++) {
+        ddp_var_t *v = tape->vars[i];
+        v->reachable = 0;
+        v->grad_written = 0;
+        v->pending = 0;
+    }
+    loss->reachable = 1;
+    for (size_t i = loss->index + 1; i-- > 0;) {
+        ddp_var_t *v = tape->vars[i];
+        if (!v->reachable)
+            continue;
+        for (int j = 0; j < v->nin; j++) {
+            ddp_var_t *in = v->in[j];
+            if (in->requires_grad) {
+                in->reachable = 1;
+                in->pending++;
+            }
+        }
+    }
+
+    /* Phase 2: parameters the loss does not use are ready at once. */
+    size_t np = model ? ddp_model_num_params(model) : 0;
+    for (size_t i = 0; hook && i < np; i++) {
+        ddp_param *p = ddp_model_param(model, i);
+        if (!param_used(tape, p))
+            DDP_TRY(hook(p, 0, user));
+    }
+
+    /* Phase 3: seed d(loss)/d(loss) = 1 and walk the tape backwards; a
+     * parameter is final when its last reachable consumer has run. */
+    int acc;
+    float *g = ddp__grad_target(tape, loss, &acc);
+    if (!g)
+        return DDP_ERR_NOMEM;
+    ddp__vec_fill_to(g, 1.0f, 1, acc);
+    if (loss->param && hook && loss->param->priv.model == model)
+        DDP_TRY(hook(loss->param, 1, user));
+    for (size_t i = loss->index + 1; i-- > 0;) {
+        ddp_var_t *v = tape->vars[i];
+        if (!v->reachable || v->op == DDP_OP_LEAF)
+            continue;
+        if (v->grad_written)
+            DDP_TRY(ddp__op_backward(tape, v));
+        for (int j = v->nin - 1; j >= 0; j--) { /* reverse argument order */
+            ddp_var_t *in = v->in[j];
+            if (!in->requires_grad || --in->pending != 0)
+                continue;
+            if (in->param && hook && in->param->priv.model == model)
+                DDP_TRY(hook(in->param, 1, user));
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,51 @@
+/* Element-wise and reduction kernels on contiguous float arrays (private to
+ * libddp: tensor/, nn/ and optim/ use them).
+ *
+ * Written so that the compiler vectorises them: restrict pointers, one simple
+ * loop each, no calls inside.  kernels.c builds them with the loop vectoriser
+ * at full strength and, on x86-64, clones them for AVX2 and AVX-512 (picked at
+ * load time), so the portable build stays correct and the fast path is used
+ * where the CPU has it.  Kernels whose name ends in _to take `acc`: 0 writes
+ * the result, 1 adds it to what is there (gradient accumulation).
+ */
+#ifndef DDP_TENSOR_KERNELS_H
+#define DDP_TENSOR_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* y = x */
+void ddp__vec_copy(float *restrict y, const float *restrict x, size_t n);
+/* y (=|+=) x */
+void ddp__vec_acc_to(float *restrict y, const float *restrict x, size_t n, int acc);
+/* y += alpha * x */
+void ddp__vec_axpy(float *restrict y, float alpha, const float *restrict x, size_t n);
+/* y (=|+=) alpha * x */
+void ddp__vec_scale_to(float *restrict y, float alpha, const float *restrict x, size_t n,
+                       int acc);
+/* y = a + b */
+void ddp__vec_add(float *restrict y, const float *restrict a, const float *restrict b,
+                  size_t n);
+/* y (=|+=) a * b */
+void ddp__vec_mul_to(float *restrict y, const float *restrict a, const float *restrict b,
+                     size_t n, int acc);
+/* y = max(x, 0) */
+void ddp__vec_relu(float *restrict y, const float *restrict x, size_t n);
+/* dx (=|+=) dy where y > 0 (y: the ReLU output) */
+void ddp__vec_relu_backward_to(float *restrict dx, const float *restrict dy,
+                               const float *restrict y, size_t n, int acc);
+/* Sum of x, accumulated in double. */
+double ddp__vec_sum(const float *restrict x, size_t n);
+/* y (=|+=) c (the same value everywhere) */
+void ddp__vec_fill_to(float *restrict y, float c, size_t n, int acc);
+
+/* Each of the rows rows of y (rows, cols) = b (cols): bias broadcast. */
+void ddp__rows_set(float *restrict y, const float *restrict b, size_t rows, size_t cols);
+/* y (rows, cols) = a (rows, cols) + b (cols) broadcast over rows. */
+void ddp__rows_add(float *restrict y, const float *restrict a, const float *restrict b,
+                   size_t rows, size_t cols);
+/* db (cols) (=|+=) sum over rows of dy (rows, cols). */
+void ddp__rows_sum_to(float *restrict db, const float *restrict dy, size_t rows, size_t cols,
+                      int acc);
+
+#endif

@@ -1,0 +1,347 @@
+/* A hand-written model with a residual connection, a shared weight and an
+ * unused parameter: gradients against finite differences of a float64
+ * reference, and the grad-ready contract DDP relies on (once per parameter,
+ * only when final, in order, unused ones first), gradient re-pointing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "ddp.h"
+#include "gradcheck.h"
+
+#define B 4
+#define IN 4
+#define H 5
+#define OUT 3
+
+typedef struct net {
+    ddp_model_t *m;
+    ddp_param *w1, *b1, *w2, *b2, *w3, *u;
+    float x[B * IN];
+    int64_t labels[B];
+} net;
+
+static void net_init(net *n)
+{
+    assert_int_equal(ddp_model_create(&n->m), 0);
+    assert_int_equal(ddp_model_add_param(n->m, "w1", 2, (int64_t[]){H, IN}, &n->w1), 0);
+    assert_int_equal(ddp_model_add_param(n->m, "b1", 1, (int64_t[]){H}, &n->b1), 0);
+    assert_int_equal(ddp_model_add_param(n->m, "w2", 2, (int64_t[]){H, H}, &n->w2), 0);
+    assert_int_equal(ddp_model_add_param(n->m, "b2", 1, (int64_t[]){H}, &n->b2), 0);
+    assert_int_equal(ddp_model_add_param(n->m, "w3", 2, (int64_t[]){OUT, H}, &n->w3), 0);
+    assert_int_equal(ddp_model_add_param(n->m, "unused", 2, (int64_t[]){3, IN}, &n->u), 0);
+    assert_int_equal(ddp_model_seal(n->m), 0);
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 3);
+    for (size_t i = 0; i < ddp_model_num_params(n->m); i++) {
+        ddp_param *p = ddp_model_param(n->m, i);
+        gc_fill(p->data, p->numel, &rng);
+    }
+    gc_fill(n->x, B * IN, &rng);
+    for (int i = 0; i < B; i++)
+        n->labels[i] = (i * 2 + 1) % OUT;
+}
+
+/* h = relu(x W1^T + b1); r = h + (h W2^T + b2); s = relu(r W2^T + b2);
+ * out = s W3^T; loss = CE(out); plus a dead branch x U^T off the loss. */
+static int net_forward(net *n, ddp_tape_t *t, ddp_var_t **loss)
+{
+    ddp_tensor xt;
+    ddp_var_t *x, *w1, *b1, *w2, *b2, *w3, *u, *a, *h, *c, *r, *d, *s, *out, *dead;
+    DDP_TRY(ddp_tensor_wrap(&xt, n->x, 2, (int64_t[]){B, IN}));
+    DDP_TRY(ddp_tape_input(t, &xt, 0, &x));
+    DDP_TRY(ddp_tape_param(t, n->w1, &w1));
+    DDP_TRY(ddp_tape_param(t, n->b1, &b1));
+    DDP_TRY(ddp_tape_param(t, n->w2, &w2));
+    DDP_TRY(ddp_tape_param(t, n->b2, &b2));
+    DDP_TRY(ddp_tape_param(t, n->w3, &w3));
+    DDP_TRY(ddp_tape_param(t, n->u, &u));
+    DDP_TRY(ddp_op_linear(t, x, w1, b1, &a));
+    DDP_TRY(ddp_op_relu(t, a, &h));
+    DDP_TRY(ddp_op_linear(t, h, w2, b2, &c));
+    DDP_TRY(ddp_op_add(t, h, c, &r));
+    DDP_TRY(ddp_op_linear(t, x, u, NULL, &dead));
+    DDP_TRY(ddp_op_linear(t, r, w2, b2, &d));
+    DDP_TRY(ddp_op_relu(t, d, &s));
+    DDP_TRY(ddp_op_linear(t, s, w3, NULL, &out));
+    return ddp_op_cross_entropy(t, out, n->labels, loss);
+}
+
+/* x: w1, b1, w2, b2, w3, unused (registration order) */
+static double net_ref(double *const *p, void *ctx)
+{
+    net *n = ctx;
+    double xd[B * IN], h[B * H], c[B * H], r[B * H], s[B * H], out[B * OUT], loss = 0;
+    for (int i = 0; i < B * IN; i++)
+        xd[i] = n->x[i];
+    gc_linear(h, xd, p[0], p[1], B, IN, H);
+    for (int i = 0; i < B * H; i++)
+        h[i] = fmax(h[i], 0);
+    gc_linear(c, h, p[2], p[3], B, H, H);
+    for (int i = 0; i < B * H; i++)
+        r[i] = h[i] + c[i];
+    gc_linear(s, r, p[2], p[3], B, H, H);
+    for (int i = 0; i < B * H; i++)
+        s[i] = fmax(s[i], 0);
+    gc_linear(out, s, p[4], NULL, B, H, OUT);
+    for (int b = 0; b < B; b++) {
+        double mx = out[b * OUT], z = 0;
+        for (int j = 1; j < OUT; j++)
+            mx = fmax(mx, out[b * OUT + j]);
+        for (int j = 0; j < OUT; j++)
+            z += exp(out[b * OUT + j] - mx);
+        loss += mx + log(z) - out[b * OUT + n->labels[b]];
+    }
+    return loss / B;
+}
+
+static void test_residual_shared_gradcheck(void **state)
+{
+    (void)state;
+    net n;
+    net_init(&n);
+    ddp_tape_t *t;
+    ddp_var_t *loss;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    ddp_model_zero_grad(n.m);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    float *vals[6];
+    const float *grads[6];
+    size_t lens[6];
+    double *pd[6];
+    for (int i = 0; i < 6; i++) {
+        ddp_param *p = ddp_model_param(n.m, (size_t)i);
+        vals[i] = p->data;
+        grads[i] = p->grad;
+        lens[i] = p->numel;
+        pd[i] = malloc(p->numel * sizeof(double));
+        for (size_t j = 0; j < p->numel; j++)
+            pd[i][j] = p->data[j];
+    }
+    assert_true(fabs(ddp_var_item(loss) - net_ref(pd, &n)) < 1e-5);
+    double err = gc_check(6, vals, grads, lens, net_ref, &n);
+    if (err > GC_TOL)
+        fail_msg("residual/shared model: gradient relative error %.3g", err);
+    for (size_t j = 0; j < n.u->numel; j++)
+        assert_true(n.u->grad[j] == 0.0f);
+    for (int i = 0; i < 6; i++)
+        free(pd[i]);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(n.m);
+}
+
+/* ==== grad-ready hooks ==================================================== */
+
+#define MAX_EVENTS 32
+
+typedef struct events {
+    int n;
+    int index[MAX_EVENTS], used[MAX_EVENTS];
+    float *snap[MAX_EVENTS];
+    int fail_on;      /* parameter index whose hook fails, or -1 */
+} events;
+
+static int record(ddp_param *p, int used, void *user)
+{
+    events *e = user;
+    if (p->index == e->fail_on)
+        return DDP_ERROR(DDP_ERR_PEER, "allreduce of bucket for %s failed", p->name);
+    assert_true(e->n < MAX_EVENTS);
+    e->index[e->n] = p->index;
+    e->used[e->n] = used;
+    e->snap[e->n] = malloc(p->numel * sizeof(float));
+    memcpy(e->snap[e->n], p->grad, p->numel * sizeof(float));
+    e->n++;
+    return 0;
+}
+
+static void events_clear(events *e)
+{
+    for (int i = 0; i < e->n; i++)
+        free(e->snap[i]);
+    e->n = 0;
+}
+
+static void test_hooks_contract(void **state)
+{
+    (void)state;
+    net n;
+    net_init(&n);
+    events ev = {.fail_on = -1};
+    ddp_model_set_grad_ready_hook(n.m, record, &ev);
+    void *user;
+    assert_ptr_equal(ddp_model_grad_ready_hook(n.m, &user), record);
+    assert_ptr_equal(user, &ev);
+    ddp_tape_t *t;
+    ddp_var_t *loss;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    for (int round = 0; round < 2; round++) { /* second round: accumulate (no_sync) */
+        ddp_tape_reset(t);
+        assert_int_equal(net_forward(&n, t, &loss), 0);
+        assert_int_equal(ddp_backward(t, loss, n.m), 0);
+        /* unused first (used = 0), then w3; b2, w2 only after their last use
+         * (the earlier linear); then b1, w1 */
+        int expect_index[] = {5, 4, 3, 2, 1, 0};
+        int expect_used[] = {0, 1, 1, 1, 1, 1};
+        assert_int_equal(ev.n, 6);
+        for (int i = 0; i < 6; i++) {
+            assert_int_equal(ev.index[i], expect_index[i]);
+            assert_int_equal(ev.used[i], expect_used[i]);
+            ddp_param *p = ddp_model_param(n.m, (size_t)ev.index[i]);
+            /* the gradient seen by the hook is the final one */
+            assert_memory_equal(ev.snap[i], p->grad, p->numel * sizeof(float));
+        }
+        events_clear(&ev);
+    }
+    /* a failing hook stops backward with its code and message */
+    ev.fail_on = 2;
+    ddp_tape_reset(t);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), DDP_ERR_PEER);
+    assert_non_null(strstr(ddp_last_error(), "allreduce of bucket for w2 failed"));
+    assert_int_equal(ev.n, 3); /* unused, w3, b2 */
+    events_clear(&ev);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(n.m);
+}
+
+/* Sequential MLP: PyTorch names, packed flat blocks, reverse-order hooks. */
+static void test_hooks_sequential(void **state)
+{
+    (void)state;
+    ddp_module_t *l[3], *seq;
+    ddp_model_t *m;
+    assert_int_equal(ddp_linear_create(IN, H, 1, 1, &l[0]), 0);
+    assert_int_equal(ddp_relu_create(&l[1]), 0);
+    assert_int_equal(ddp_linear_create(H, OUT, 1, 2, &l[2]), 0);
+    assert_int_equal(ddp_sequential_create(l, 3, &seq), 0);
+    assert_int_equal(ddp_model_from_module(seq, &m), 0);
+    const char *names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+    size_t numel, off = 0;
+    float *pb = ddp_model_param_block(m, &numel), *gb = ddp_model_grad_block(m, NULL);
+    assert_int_equal(ddp_model_num_params(m), 4);
+    for (size_t i = 0; i < 4; i++) {
+        ddp_param *p = ddp_model_param(m, i);
+        assert_string_equal(p->name, names[i]);
+        assert_int_equal(p->offset, off);
+        assert_ptr_equal(p->data, pb + off);
+        assert_ptr_equal(p->grad, gb + off);
+        assert_ptr_equal(ddp_model_find_param(m, names[i]), p);
+        off += p->numel;
+    }
+    assert_int_equal(numel, (size_t)(H * IN + H + OUT * H + OUT));
+    assert_null(ddp_model_find_param(m, "1.weight"));
+    assert_null(ddp_model_param(m, 4));
+
+    events ev = {.fail_on = -1};
+    ddp_model_set_grad_ready_hook(m, record, &ev);
+    ddp_tape_t *t;
+    ddp_tensor xt;
+    ddp_var_t *x, *y, *loss;
+    float xs[B * IN];
+    int64_t labels[B] = {0, 1, 2, 1};
+    for (int i = 0; i < B * IN; i++)
+        xs[i] = (float)sin(i + 1);
+    assert_int_equal(ddp_tape_create(&t), 0);
+    assert_int_equal(ddp_tensor_wrap(&xt, xs, 2, (int64_t[]){B, IN}), 0);
+    assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+    assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
+    assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
+    assert_int_equal(ddp_backward(t, loss, m), 0);
+    assert_int_equal(ev.n, 4);
+    int expect[] = {3, 2, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(ev.index[i], expect[i]);
+        assert_int_equal(ev.used[i], 1);
+    }
+    events_clear(&ev);
+    /* a parameter not on the tape at all is unused: forward only layer 0 */
+    ddp_tape_reset(t);
+    ddp_var_t *h, *s;
+    assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+    assert_int_equal(ddp_module_forward(t, ddp_module_child(seq, 0), x, &h), 0);
+    assert_int_equal(ddp_op_sum(t, h, &s), 0);
+    assert_int_equal(ddp_backward(t, s, m), 0);
+    assert_int_equal(ev.n, 4);
+    assert_true(ev.index[0] == 2 && ev.used[0] == 0 && ev.index[1] == 3 && ev.used[1] == 0);
+    assert_true(ev.index[2] == 1 && ev.used[2] == 1 && ev.index[3] == 0 && ev.used[3] == 1);
+    events_clear(&ev);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(m);
+}
+
+/* DDP re-points gradients into its own buckets: backward accumulates there,
+ * the model's own block is untouched, and pointing back copies back. */
+static void test_set_grad(void **state)
+{
+    (void)state;
+    net n;
+    net_init(&n);
+    ddp_tape_t *t;
+    ddp_var_t *loss;
+    size_t total;
+    float *gb = ddp_model_grad_block(n.m, &total);
+    assert_int_equal(ddp_tape_create(&t), 0);
+    ddp_model_zero_grad(n.m);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    float *ref = malloc(total * sizeof(float));
+    memcpy(ref, gb, total * sizeof(float));
+
+    /* one parameter into a bucket of our own: the current grad is copied */
+    float bucket[H * H];
+    assert_int_equal(ddp_param_set_grad(n.w2, bucket), 0);
+    assert_ptr_equal(n.w2->grad, bucket);
+    assert_memory_equal(bucket, ref + n.w2->offset, sizeof bucket);
+    ddp_model_zero_grad(n.m);
+    ddp_tape_reset(t);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_memory_equal(bucket, ref + n.w2->offset, sizeof bucket);
+    /* the home slice was neither zeroed nor written: zero_grad and backward
+     * went through p->grad */
+    assert_memory_equal(gb + n.w2->offset, ref + n.w2->offset, sizeof bucket);
+    memset(gb + n.w2->offset, 0, sizeof bucket);
+    assert_int_equal(ddp_param_set_grad(n.w2, NULL), 0);
+    assert_ptr_equal(n.w2->grad, gb + n.w2->offset);
+    assert_memory_equal(gb, ref, total * sizeof(float));
+
+    /* the whole block at once */
+    float *block = calloc(total, sizeof(float));
+    assert_int_equal(ddp_model_set_grad_block(n.m, block), 0);
+    assert_memory_equal(block, ref, total * sizeof(float));
+    ddp_tape_reset(t);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), 0); /* accumulates: 2x */
+    for (size_t j = 0; j < total; j++)
+        assert_true(fabs(block[j] - 2 * ref[j]) <= 1e-6 * (1 + fabs(ref[j])));
+    assert_int_equal(ddp_model_set_grad_block(n.m, NULL), 0);
+    assert_memory_equal(gb, block, total * sizeof(float));
+
+    ddp_param orphan;
+    memset(&orphan, 0, sizeof orphan);
+    assert_int_equal(ddp_param_set_grad(&orphan, bucket), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "not in a sealed model"));
+    free(block);
+    free(ref);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(n.m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_residual_shared_gradcheck),
+        cmocka_unit_test(test_hooks_contract),
+        cmocka_unit_test(test_hooks_sequential),
+        cmocka_unit_test(test_set_grad),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,232 @@
+/* Optimizers against torch.optim: SGD (momentum, dampening, nesterov,
+ * weight decay, maximize), Adam and AdamW (betas, eps, weight decay,
+ * amsgrad, maximize) over four steps with fixed gradients.  The expected
+ * parameters were printed by torch.optim 1.13 (float32) with
+ * tests/data/optim_reference.py; the first rows are also easy by hand
+ * (SGD: 0.5 - 0.1 * 1.0 = 0.4; Adam's first step moves every parameter by
+ * lr * sign(g) because m/sqrt(v) = g/|g| after bias correction). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "ddp.h"
+
+#define N 5
+#define STEPS 4
+
+static const float P0[N] = {0.5f, -1.2f, 2.0f, 0.0f, -0.3f};
+static const float G[STEPS][N] = {{1.0f, -2.0f, 0.5f, 3.0f, -0.1f},
+                                  {0.2f, 0.1f, -0.4f, 0.05f, 0.3f},
+                                  {-0.01f, 0.02f, 0.03f, -0.04f, 0.05f},
+                                  {0.5f, 0.5f, -0.5f, -0.5f, 0.0f}};
+
+typedef struct expected {
+    const char *name;
+    float p[STEPS][N];
+} expected;
+
+static const expected EXPECT[] = {
+    {"sgd plain", {{4.000000060e-01f, -1.000000000e+00f, 1.950000048e+00f, -3.000000119e-01f, -2.900000215e-01f}, {3.799999952e-01f, -1.009999990e+00f, 1.990000010e+00f, -3.050000072e-01f, -3.200000226e-01f}, {3.809999824e-01f, -1.011999965e+00f, 1.986999989e+00f, -3.009999990e-01f, -3.250000179e-01f}, {3.309999704e-01f, -1.061999917e+00f, 2.036999941e+00f, -2.509999871e-01f, -3.250000179e-01f}}},
+    {"sgd momentum", {{4.000000060e-01f, -1.000000000e+00f, 1.950000048e+00f, -3.000000119e-01f, -2.900000215e-01f}, {2.899999917e-01f, -8.299999833e-01f, 1.945000052e+00f, -5.749999881e-01f, -3.110000193e-01f}, {1.919999868e-01f, -6.790000200e-01f, 1.937500000e+00f, -8.184999824e-01f, -3.349000216e-01f}, {5.379998684e-02f, -5.931000113e-01f, 1.980749965e+00f, -9.876499772e-01f, -3.564100266e-01f}}},
+    {"sgd dampening wd", {{3.995000124e-01f, -9.988000393e-01f, 1.947999954e+00f, -3.000000119e-01f, -2.897000015e-01f}, {2.947703600e-01f, -8.240208626e-01f, 1.927836299e+00f, -5.732899904e-01f, -3.012272120e-01f}, {2.010073513e-01f, -6.675428152e-01f, 1.906239629e+00f, -8.160496950e-01f, -3.148908317e-01f}, {8.147993684e-02f, -5.612452626e-01f, 1.920468211e+00f, -9.989621639e-01f, -3.269676864e-01f}}},
+    {"sgd nesterov wd", {{3.052500188e-01f, -8.086000681e-01f, 1.886000037e+00f, -5.699999928e-01f, -2.781500220e-01f}, {1.813251525e-01f, -6.530584097e-01f, 1.895483017e+00f, -8.170849681e-01f, -3.231925964e-01f}, {8.934381604e-02f, -5.053055286e-01f, 1.852797627e+00f, -1.022164106e+00f, -3.444122672e-01f}, {-8.937218785e-02f, -4.636663198e-01f, 1.903008819e+00f, -1.109301686e+00f, -3.571924269e-01f}}},
+    {"sgd maximize", {{5.950000286e-01f, -1.388000011e+00f, 2.029999971e+00f, 3.000000119e-01f, -3.070000112e-01f}, {6.565500498e-01f, -1.458119988e+00f, 1.984699965e+00f, 4.520000219e-01f, -2.774299979e-01f}, {6.797595620e-01f, -1.476598740e+00f, 1.945202947e+00f, 5.194800496e-01f, -2.548706830e-01f}, {7.345666885e-01f, -1.421072125e+00f, 1.856002450e+00f, 4.980252385e-01f, -2.410423309e-01f}}},
+    {"adam defaults", {{4.900000095e-01f, -1.190000057e+00f, 1.990000010e+00f, -1.000000071e-02f, -2.900000215e-01f}, {4.819695950e-01f, -1.183679581e+00f, 1.989418745e+00f, -1.682372019e-02f, -2.949419320e-01f}, {4.758250713e-01f, -1.178857923e+00f, 1.988670707e+00f, -2.201276459e-02f, -2.997133136e-01f}, {4.687458277e-01f, -1.176436067e+00f, 1.991764903e+00f, -2.524878457e-02f, -3.036217391e-01f}}},
+    {"adam wd betas eps", {{4.500000477e-01f, -1.150000095e+00f, 1.950000048e+00f, -4.999998584e-02f, -2.500003874e-01f}, {4.095015526e-01f, -1.117427349e+00f, 1.930442333e+00f, -8.288940787e-02f, -2.717244923e-01f}, {3.783561289e-01f, -1.091635227e+00f, 1.905868292e+00f, -1.067175269e-01f, -2.904978693e-01f}, {3.414175510e-01f, -1.078460574e+00f, 1.901723623e+00f, -1.189265326e-01f, -3.018209338e-01f}}},
+    {"adam amsgrad", {{4.500000179e-01f, -1.150000095e+00f, 1.950000048e+00f, -5.000000075e-02f, -2.500000000e-01f}, {4.098479748e-01f, -1.118397951e+00f, 1.947093844e+00f, -8.410628140e-02f, -2.747094929e-01f}, {3.791391850e-01f, -1.094300866e+00f, 1.943353772e+00f, -1.100314707e-01f, -2.985663414e-01f}, {3.437429667e-01f, -1.082191467e+00f, 1.958824515e+00f, -1.262115687e-01f, -3.180986643e-01f}}},
+    {"adam all", {{5.500000119e-01f, -1.250000000e+00f, 2.049999952e+00f, 5.000000075e-02f, -3.499999940e-01f}, {5.870405436e-01f, -1.275598407e+00f, 2.017176151e+00f, 8.398225904e-02f, -3.166076541e-01f}, {6.109329462e-01f, -1.290311933e+00f, 1.980810642e+00f, 1.096327901e-01f, -2.826072574e-01f}, {6.401341558e-01f, -1.290221334e+00f, 1.939200878e+00f, 1.253613532e-01f, -2.508644760e-01f}}},
+    {"adamw defaults", {{4.899500012e-01f, -1.189880013e+00f, 1.989799976e+00f, -1.000000071e-02f, -2.899700105e-01f}, {4.818705916e-01f, -1.183440566e+00f, 1.989019752e+00f, -1.682271995e-02f, -2.948829234e-01f}, {4.756778777e-01f, -1.178500533e+00f, 1.988072753e+00f, -2.201008238e-02f, -2.996248007e-01f}, {4.685510695e-01f, -1.175960779e+00f, 1.990968108e+00f, -2.524390072e-02f, -3.035032451e-01f}}},
+    {"adamw wd amsgrad", {{4.475000203e-01f, -1.144000053e+00f, 1.940000057e+00f, -5.000000075e-02f, -2.485000044e-01f}, {4.051104784e-01f, -1.106677890e+00f, 1.927393913e+00f, -8.385627717e-02f, -2.719669938e-01f}, {3.723761439e-01f, -1.077047467e+00f, 1.914016843e+00f, -1.093621850e-01f, -2.944640219e-01f}, {3.351180553e-01f, -1.059552789e+00f, 1.919917464e+00f, -1.249954700e-01f, -3.125240207e-01f}}},
+    {"adamw maximize", {{5.425000191e-01f, -1.231999993e+00f, 2.019999981e+00f, 4.999999702e-02f, -3.455000222e-01f}, {5.715129375e-01f, -1.240873933e+00f, 1.986442804e+00f, 7.944466919e-02f, -3.103704154e-01f}, {5.875908732e-01f, -1.240298510e+00f, 1.956332803e+00f, 9.806942195e-02f, -2.795945108e-01f}, {6.119840145e-01f, -1.224128842e+00f, 1.902469516e+00f, 1.036754549e-01f, -2.569040358e-01f}}},
+};
+
+static ddp_optim_t *make(const char *name, ddp_model_t *m)
+{
+    ddp_optim_t *o = NULL;
+    ddp_sgd_options s = ddp_sgd_defaults(0.1);
+    ddp_adam_options a = ddp_adam_defaults(), w = ddp_adamw_defaults();
+    if (strcmp(name, "sgd plain") == 0) {
+    } else if (strcmp(name, "sgd momentum") == 0) {
+        s.momentum = 0.9;
+    } else if (strcmp(name, "sgd dampening wd") == 0) {
+        s.momentum = 0.9, s.dampening = 0.3, s.weight_decay = 0.01;
+    } else if (strcmp(name, "sgd nesterov wd") == 0) {
+        s.momentum = 0.9, s.nesterov = 1, s.weight_decay = 0.05;
+    } else if (strcmp(name, "sgd maximize") == 0) {
+        s.momentum = 0.5, s.weight_decay = 0.1, s.maximize = 1;
+    } else if (strcmp(name, "adam defaults") == 0) {
+        a.lr = 0.01;
+    } else if (strcmp(name, "adam wd betas eps") == 0) {
+        a.lr = 0.05, a.beta1 = 0.8, a.beta2 = 0.9, a.eps = 1e-6, a.weight_decay = 0.1;
+    } else if (strcmp(name, "adam amsgrad") == 0) {
+        a.lr = 0.05, a.amsgrad = 1;
+    } else if (strcmp(name, "adam all") == 0) {
+        a.lr = 0.05, a.weight_decay = 0.2, a.amsgrad = 1, a.maximize = 1;
+    } else if (strcmp(name, "adamw defaults") == 0) {
+        w.lr = 0.01;
+    } else if (strcmp(name, "adamw wd amsgrad") == 0) {
+        w.lr = 0.05, w.weight_decay = 0.1, w.amsgrad = 1;
+    } else if (strcmp(name, "adamw maximize") == 0) {
+        w.lr = 0.05, w.beta1 = 0.7, w.beta2 = 0.95, w.weight_decay = 0.3, w.maximize = 1;
+    }
+    if (strncmp(name, "sgd", 3) == 0)
+        assert_int_equal(ddp_sgd_create(m, &s, &o), 0);
+    else if (strncmp(name, "adamw", 5) == 0)
+        assert_int_equal(ddp_adamw_create(m, &w, &o), 0);
+    else
+        assert_int_equal(ddp_adam_create(m, &a, &o), 0);
+    return o;
+}
+
+static ddp_model_t *one_param(ddp_param **p)
+{
+    ddp_model_t *m;
+    assert_int_equal(ddp_model_create(&m), 0);
+    assert_int_equal(ddp_model_add_param(m, "p", 1, (int64_t[]){N}, p), 0);
+    assert_int_equal(ddp_model_seal(m), 0);
+    memcpy((*p)->data, P0, sizeof P0);
+    return m;
+}
+
+static void test_against_torch(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof EXPECT / sizeof EXPECT[0]; c++) {
+        ddp_param *p;
+        ddp_model_t *m = one_param(&p);
+        ddp_optim_t *o = make(EXPECT[c].name, m);
+        for (int s = 0; s < STEPS; s++) {
+            memcpy(p->grad, G[s], sizeof G[s]);
+            assert_int_equal(ddp_optim_step(o), 0);
+            for (int i = 0; i < N; i++) {
+                float want = EXPECT[c].p[s][i];
+                if (fabsf(p->data[i] - want) > 2e-6f * (1.0f + fabsf(want)))
+                    fail_msg("%s step %d element %d: %.9g, torch %.9g", EXPECT[c].name, s + 1,
+                             i, (double)p->data[i], (double)want);
+            }
+        }
+        assert_int_equal(ddp_optim_steps(o), STEPS);
+        ddp_optim_destroy(o);
+        ddp_model_destroy(m);
+    }
+}
+
+/* State buffers are enumerable and hold torch's values: after one step SGD's
+ * momentum buffer is the gradient itself (no dampening on the first step);
+ * Adam's exp_avg is (1 - beta1) g and exp_avg_sq (1 - beta2) g^2. */
+static void test_state_access(void **state)
+{
+    (void)state;
+    ddp_param *p;
+    ddp_model_t *m = one_param(&p);
+    ddp_optim_t *o = make("sgd dampening wd", m);
+    const char *name;
+    float *buf;
+    size_t n;
+    assert_int_equal(ddp_optim_num_states(o), 1);
+    memcpy(p->grad, G[0], sizeof G[0]);
+    assert_int_equal(ddp_optim_step(o), 0);
+    assert_int_equal(ddp_optim_state(o, 0, &name, &buf, &n), 0);
+    assert_string_equal(name, "momentum_buffer");
+    assert_int_equal(n, N);
+    for (int i = 0; i < N; i++)
+        assert_true(fabsf(buf[i] - (G[0][i] + 0.01f * P0[i])) < 1e-7f);
+    assert_int_equal(ddp_optim_state(o, 1, &name, &buf, &n), DDP_ERR_NOT_FOUND);
+    assert_non_null(strstr(ddp_last_error(), "optimizer state 1 does not exist (1 buffers)"));
+    assert_true(ddp_optim_get_lr(o) == 0.1);
+    ddp_optim_set_lr(o, 0.5);
+    assert_true(ddp_optim_get_lr(o) == 0.5);
+    ddp_optim_destroy(o);
+
+    memcpy(p->data, P0, sizeof P0);
+    o = make("adam all", m);
+    assert_int_equal(ddp_optim_num_states(o), 3);
+    const char *names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ddp_optim_state(o, i, &name, &buf, &n), 0);
+        assert_string_equal(name, names[i]);
+    }
+    memcpy(p->grad, G[0], sizeof G[0]);
+    assert_int_equal(ddp_optim_step(o), 0);
+    float *m1, *v1;
+    assert_int_equal(ddp_optim_state(o, 0, NULL, &m1, NULL), 0);
+    assert_int_equal(ddp_optim_state(o, 1, NULL, &v1, NULL), 0);
+    for (int i = 0; i < N; i++) {
+        float g = -G[0][i] + 0.2f * P0[i]; /* maximize, then weight decay */
+        assert_true(fabsf(m1[i] - 0.1f * g) <= 1e-6f * fabsf(0.1f * g));
+        assert_true(fabsf(v1[i] - 0.001f * g * g) <= 1e-6f * 0.001f * g * g);
+    }
+    /* restoring the step count from a checkpoint */
+    ddp_optim_set_steps(o, 10);
+    assert_int_equal(ddp_optim_steps(o), 10);
+    ddp_optim_zero_grad(o);
+    for (int i = 0; i < N; i++)
+        assert_true(p->grad[i] == 0.0f);
+    ddp_optim_destroy(o);
+    ddp_optim_destroy(NULL);
+    ddp_model_destroy(m);
+}
+
+/* The optimizer follows p->grad when DDP re-points it. */
+static void test_follows_repointed_grad(void **state)
+{
+    (void)state;
+    ddp_param *p;
+    ddp_model_t *m = one_param(&p);
+    ddp_optim_t *o = make("sgd plain", m);
+    float bucket[N];
+    assert_int_equal(ddp_param_set_grad(p, bucket), 0);
+    memcpy(bucket, G[0], sizeof bucket);
+    assert_int_equal(ddp_optim_step(o), 0);
+    assert_memory_equal(p->data, EXPECT[0].p[0], sizeof bucket);
+    ddp_optim_destroy(o);
+    ddp_model_destroy(m);
+}
+
+static void test_invalid_options(void **state)
+{
+    (void)state;
+    ddp_param *p;
+    ddp_model_t *m = one_param(&p);
+    ddp_optim_t *o;
+    ddp_sgd_options s = ddp_sgd_defaults(-1);
+    assert_int_equal(ddp_sgd_create(m, &s, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "SGD: invalid learning rate -1"));
+    s = ddp_sgd_defaults(0.1);
+    s.nesterov = 1;
+    assert_int_equal(ddp_sgd_create(m, &s, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "nesterov momentum requires a momentum and zero dampening"));
+    s.momentum = -0.5;
+    assert_int_equal(ddp_sgd_create(m, &s, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "SGD: invalid momentum -0.5"));
+    ddp_adam_options a = ddp_adam_defaults();
+    a.beta2 = 1.0;
+    assert_int_equal(ddp_adam_create(m, &a, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "Adam: invalid beta parameter at index 1: 1"));
+    a = ddp_adamw_defaults();
+    assert_true(a.weight_decay == 0.01 && a.lr == 1e-3 && a.eps == 1e-8);
+    a.eps = -1;
+    assert_int_equal(ddp_adamw_create(m, &a, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "AdamW: invalid epsilon -1"));
+    a.eps = 1e-8;
+    a.weight_decay = -0.1;
+    assert_int_equal(ddp_adamw_create(m, &a, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "AdamW: invalid weight_decay value -0.1"));
+    ddp_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_torch),
+        cmocka_unit_test(test_state_access),
+        cmocka_unit_test(test_follows_repointed_grad),
+        cmocka_unit_test(test_invalid_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
