@@ -37,7 +37,7 @@ void *ddp__big_alloc(size_t size, size_t *alloc_bytes)
         *alloc_bytes = size;
         return malloc(size ? size : 1);
     }
-    size_t len = (size + HUGE_BYTES - 1) & ~(size_t)(HUGE_BYTES - 1);
+    size_t len = (size + 4095) & ~(size_t)4095;
     if (len < size || len + HUGE_BYTES < len)
         return NULL;
     /* Over-map by one huge page and trim, so that the buffer starts on a
@@ -53,7 +53,10 @@ void *ddp__big_alloc(size_t size, size_t *alloc_bytes)
     if (HUGE_BYTES - head)
         munmap((uint8_t *)start + len, HUGE_BYTES - head);
 #ifdef MADV_HUGEPAGE
-    madvise((void *)start, len, MADV_HUGEPAGE); /* advisory: fine if refused */
+    /* Whole huge pages only: the tail stays in 4 KiB pages, so resident
+     * memory is not rounded up by as much as 2 MiB.  Advisory: a refusal
+     * only costs page faults. */
+    madvise((void *)start, len & ~(size_t)(HUGE_BYTES - 1), MADV_HUGEPAGE);
 #endif
     *alloc_bytes = len;
     return (void *)start;
