@@ -51,7 +51,8 @@ for b in $batches; do
     done
 done
 
-# Median of column 3 per (name, batch); max RSS; min load; accuracies.
+# Per (program, batch): median samples/s and each run's, ratio of medians,
+# max peak RSS, min and median load time, test accuracy (deterministic).
 awk '
 function median(arr, n,   i, j, t) {
     for (i = 2; i <= n; i++) for (j = i; j > 1 && arr[j-1] > arr[j]; j--) {
@@ -59,24 +60,31 @@ function median(arr, n,   i, j, t) {
     return n % 2 ? arr[(n+1)/2] : (arr[n/2] + arr[n/2+1]) / 2
 }
 {
-    k = $1 " " $2; n[k]++; thr[k, n[k]] = $3
+    k = $1 " " $2; n[k]++; thr[k, n[k]] = $3; ld[k, n[k]] = $4
     if (!(k in rss) || $5 > rss[k]) rss[k] = $5
-    if (!(k in load) || $4 < load[k]) load[k] = $4
-    acc[k] = acc[k] (acc[k] == "" ? "" : " ") $6
+    runs[k] = runs[k] (runs[k] == "" ? "" : " ") $3
+    acc[k] = $6
     if (!($2 in seen)) { seen[$2] = 1; order[++nb] = $2 }
 }
+function row(k, b, ref,   t, a, m, lmin, lmed) {
+    for (t = 1; t <= n[k]; t++) a[t] = thr[k, t]
+    m = median(a, n[k])
+    for (t = 1; t <= n[k]; t++) a[t] = ld[k, t]
+    lmed = median(a, n[k]); lmin = a[1]
+    printf "%-5s %-7s %10.0f %6.2f %9.1f %6.3f %6.3f %8s  %s\n", b, substr(k, 1, index(k, " ") - 1),
+           m, ref ? m / ref : 1.0, rss[k], lmin, lmed, acc[k], runs[k]
+    return m
+}
 END {
-    printf "%-6s %-7s %12s %8s %12s %14s  %s\n", "batch", "program", "samples/s", "ratio",
-           "peak RSS MB", "load s (min)", "test accuracy % (each run)"
+    printf "%-5s %-7s %10s %6s %9s %6s %6s %8s  %s\n", "batch", "program", "samples/s", "ratio",
+           "RSS MB", "load", "load", "test", "samples/s of each run"
+    printf "%-5s %-7s %10s %6s %9s %6s %6s %8s\n", "", "", "(median)", "", "(peak)", "(min)",
+           "(med)", "acc %"
     for (i = 1; i <= nb; i++) {
         b = order[i]
         for (t = 1; t <= n["torch " b]; t++) a[t] = thr["torch " b, t]
         mt = median(a, n["torch " b])
-        for (t = 1; t <= n["libddp " b]; t++) a[t] = thr["libddp " b, t]
-        ml = median(a, n["libddp " b])
-        printf "%-6s %-7s %12.0f %8.2f %12.1f %14.3f  %s\n", b, "libddp", ml, ml / mt,
-               rss["libddp " b], load["libddp " b], acc["libddp " b]
-        printf "%-6s %-7s %12.0f %8.2f %12.1f %14.3f  %s\n", b, "torch", mt, 1.0,
-               rss["torch " b], load["torch " b], acc["torch " b]
+        row("libddp " b, b, mt)
+        row("torch " b, b, 0)
     }
 }' "$tmp/rows"

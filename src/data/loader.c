@@ -123,7 +123,6 @@ static void deadline_in(struct timespec *ts, double seconds)
     }
 }
 
-
 static int claimable(const ddp_loader *dl)
 {
     return dl->active && !dl->failed && dl->next_claim < dl->n_batches &&
@@ -442,6 +441,7 @@ int ddp_loader_next(ddp_loader *dl, ddp_batch *batch)
             /* Rather than sit idle, build the next unclaimed batch here: so
              * workers never make the loader slower than num_workers = 0. */
             claim_and_build(dl);
+            deadline_in(&deadline, dl->o.timeout_s); /* the wait starts now */
             continue;
         }
         int e = pthread_cond_timedwait(&dl->ready_cv, &dl->mu, &deadline);
