@@ -5,8 +5,13 @@
  *
  * Usage: train_mlp [batch ...]   (default: 64 256)
  * Env:   DDP_BENCH_SECONDS (default 2) time per batch size after warm-up.
- * Prints one line per batch size:
+ * Prints two lines per batch size: the training step, and the "GEMM roof":
+ * the same five matrix products a step needs (forward x W1^T, h W2^T;
+ * backward dW2 = dy^T h, dh = dy W2, dW1 = dh^T x; no dx for the input)
+ * timed alone on the same data, i.e. the step's speed if everything but
+ * OpenBLAS were free:
  *   libddp batch=64 steps=N seconds=S samples_per_s=X ms_per_step=Y loss=L
+ *   roof batch=64 steps=N seconds=S samples_per_s=X ms_per_step=Y gflops=G
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +22,41 @@
 #define HIDDEN 256
 #define CLASSES 10
 #define NBATCHES 16 /* distinct synthetic batches, cycled */
+
+/* The step's GEMMs alone (same shapes, transposes and inputs). */
+static void gemm_roof(int batch, double seconds, const float *images)
+{
+    float *w1 = calloc((size_t)HIDDEN * IN, sizeof(float));
+    float *w2 = calloc((size_t)CLASSES * HIDDEN, sizeof(float));
+    float *h = calloc((size_t)batch * HIDDEN, sizeof(float));
+    float *y = calloc((size_t)batch * CLASSES, sizeof(float));
+    float *dw1 = calloc((size_t)HIDDEN * IN, sizeof(float));
+    float *dw2 = calloc((size_t)CLASSES * HIDDEN, sizeof(float));
+    float *dh = calloc((size_t)batch * HIDDEN, sizeof(float));
+    if (!w1 || !w2 || !h || !y || !dw1 || !dw2 || !dh)
+        goto out;
+    double t0 = 0;
+    long steps = 0, warm = 20;
+    for (long it = 0;; it++) {
+        if (it == warm)
+            t0 = ddp_time_now();
+        const float *x = images + (size_t)(it % NBATCHES) * batch * IN;
+        ddp_sgemm(0, 1, batch, HIDDEN, IN, 1, x, IN, w1, IN, 1, h, HIDDEN);
+        ddp_sgemm(0, 1, batch, CLASSES, HIDDEN, 1, h, HIDDEN, w2, HIDDEN, 1, y, CLASSES);
+        ddp_sgemm(1, 0, CLASSES, HIDDEN, batch, 1, y, CLASSES, h, HIDDEN, 1, dw2, HIDDEN);
+        ddp_sgemm(0, 0, batch, HIDDEN, CLASSES, 1, y, CLASSES, w2, HIDDEN, 0, dh, HIDDEN);
+        ddp_sgemm(1, 0, HIDDEN, IN, batch, 1, dh, HIDDEN, x, IN, 1, dw1, IN);
+        if (it >= warm && (++steps & 15) == 0 && ddp_time_now() - t0 >= seconds)
+            break;
+    }
+    double dt = ddp_time_now() - t0;
+    double flops = 2.0 * batch * (2.0 * IN * HIDDEN + 3.0 * HIDDEN * CLASSES);
+    printf("roof batch=%d steps=%ld seconds=%.3f samples_per_s=%.0f ms_per_step=%.4f "
+           "gflops=%.1f\n", batch, steps, dt, steps * (double)batch / dt, dt * 1e3 / steps,
+           flops * steps / dt / 1e9);
+out:
+    free(w1), free(w2), free(h), free(y), free(dw1), free(dw2), free(dh);
+}
 
 static int run(int batch, double seconds)
 {
@@ -82,6 +122,8 @@ static int run(int batch, double seconds)
     double dt = ddp_time_now() - t0;
     printf("libddp batch=%d steps=%ld seconds=%.3f samples_per_s=%.0f ms_per_step=%.4f "
            "loss=%.4f\n", batch, steps, dt, steps * (double)batch / dt, dt * 1e3 / steps, loss);
+    fflush(stdout);
+    gemm_roof(batch, seconds, images);
 out:
     if (rc < 0)
         fprintf(stderr, "train_mlp: %s\n", ddp_last_error());

@@ -433,6 +433,43 @@ static void test_arena_reused(void **state)
     ddp_model_destroy(m);
 }
 
+/* With grad disabled (evaluation) the same forward gives the same loss,
+ * saves nothing for backward and cannot be backpropagated. */
+static void test_no_grad(void **state)
+{
+    (void)state;
+    ddp_model_t *m = small_mlp(6, 5, 3);
+    float xs[48];
+    int64_t labels[8] = {0, 1, 2, 0, 1, 2, 0, 1};
+    for (int i = 0; i < 48; i++)
+        xs[i] = (float)sin(i * 1.3);
+    float loss_grad = 0;
+    size_t bytes[2];
+    for (int enabled = 1; enabled >= 0; enabled--) {
+        ddp_tape_t *tape; /* fresh: its arena bytes are what this pass took */
+        ddp_tensor t;
+        ddp_var_t *x, *y, *loss;
+        assert_int_equal(ddp_tape_create(&tape), 0);
+        ddp_tape_set_grad_enabled(tape, enabled);
+        assert_int_equal(ddp_tensor_wrap(&t, xs, 2, (int64_t[]){8, 6}), 0);
+        assert_int_equal(ddp_tape_input(tape, &t, 0, &x), 0);
+        assert_int_equal(ddp_model_forward(m, tape, x, &y), 0);
+        assert_int_equal(ddp_op_cross_entropy(tape, y, labels, &loss), 0);
+        bytes[enabled] = ddp_tape_arena_bytes(tape);
+        if (enabled) {
+            loss_grad = ddp_var_item(loss);
+        } else {
+            assert_true(ddp_var_item(loss) == loss_grad);
+            assert_int_equal(ddp_backward(tape, loss, m), DDP_ERR_INVALID_ARG);
+            assert_non_null(strstr(ddp_last_error(), "does not depend on any parameter"));
+        }
+        ddp_tape_destroy(tape);
+    }
+    /* the (8, 3) softmax probabilities are not kept: 96 bytes -> one row */
+    assert_true(bytes[0] < bytes[1]);
+    ddp_model_destroy(m);
+}
+
 /* Two backward passes without zero_grad sum their gradients (no_sync). */
 static void test_grads_accumulate(void **state)
 {
@@ -506,6 +543,17 @@ static void test_op_errors(void **state)
     assert_int_equal(ddp_op_reshape(tape, x, 2, (int64_t[]){5, -1}, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "cannot view a tensor of shape (4, 3)"));
 
+    /* BLAS takes int dimensions: a (2^31, 1) input is refused before any
+     * data is touched */
+    ddp_tensor thuge, tone;
+    ddp_var_t *huge, *one;
+    assert_int_equal(ddp_tensor_wrap(&thuge, buf, 2, (int64_t[]){INT64_C(1) << 31, 1}), 0);
+    assert_int_equal(ddp_tensor_wrap(&tone, buf, 2, (int64_t[]){1, 1}), 0);
+    assert_int_equal(ddp_tape_input(tape, &thuge, 0, &huge), 0);
+    assert_int_equal(ddp_tape_input(tape, &tone, 1, &one), 0);
+    assert_int_equal(ddp_op_linear(tape, huge, one, NULL, &y), DDP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ddp_last_error(), "linear: input (2147483648, 1) and weight (1, 1) exceed BLAS's int dimensions"));
+
     int64_t labels[4] = {0, 2, 12, 1};
     assert_int_equal(ddp_op_cross_entropy(tape, x, labels, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(),
@@ -542,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_stable),
         cmocka_unit_test(test_arena_reused),
         cmocka_unit_test(test_grads_accumulate),
+        cmocka_unit_test(test_no_grad),
         cmocka_unit_test(test_op_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

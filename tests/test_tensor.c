@@ -8,8 +8,11 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ddp.h"
 #include "tensor/kernels.h"
@@ -113,6 +116,39 @@ static void test_threads(void **state)
     assert_int_equal(ddp_get_num_threads(), 1);
 }
 
+/* The thread count a fresh process picks from its environment: this binary
+ * re-executed with --threads-child exits with ddp_get_num_threads(). */
+static int threads_in_child(const char *ddp, const char *openblas)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (ddp)
+            setenv("DDP_NUM_THREADS", ddp, 1);
+        else
+            unsetenv("DDP_NUM_THREADS");
+        if (openblas)
+            setenv("OPENBLAS_NUM_THREADS", openblas, 1);
+        else
+            unsetenv("OPENBLAS_NUM_THREADS");
+        execl("/proc/self/exe", "test_tensor", "--threads-child", (char *)NULL);
+        _exit(100);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_threads_from_env(void **state)
+{
+    (void)state;
+    assert_int_equal(threads_in_child(NULL, NULL), 1);         /* one per process */
+    assert_int_equal(threads_in_child(NULL, "2"), 2);          /* OpenBLAS's own variable */
+    assert_int_equal(threads_in_child("2", "1"), 2);           /* ours wins */
+    assert_int_equal(threads_in_child("zero", NULL), 1);       /* garbage is ignored */
+}
+
 static void test_kernels(void **state)
 {
     (void)state;
@@ -159,12 +195,15 @@ static void test_kernels(void **state)
     assert_memory_equal(out, rows, sizeof rows);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--threads-child") == 0)
+        return ddp_get_num_threads();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_wrap_view),
         cmocka_unit_test(test_sgemm_all_transposes),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_from_env),
         cmocka_unit_test(test_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -111,6 +111,10 @@ DDP_API void ddp_tape_destroy(ddp_tape_t *tape);
 /* Forgets every var (their pointers become invalid) and keeps the arena for
  * the next iteration.  Call it at the start of each step. */
 DDP_API void ddp_tape_reset(ddp_tape_t *tape);
+/* torch.no_grad() for this tape (kept across resets until changed): with
+ * enabled 0, op outputs do not require grad and ops save nothing for
+ * backward (evaluation).  Default 1. */
+DDP_API void ddp_tape_set_grad_enabled(ddp_tape_t *tape, int enabled);
 /* Bytes the arena holds (its high-water mark once steady). */
 DDP_API size_t ddp_tape_arena_bytes(const ddp_tape_t *tape);
 
@@ -287,7 +291,7 @@ DDP_API int ddp_model_reset_parameters(ddp_model_t *m, uint64_t seed);
 DDP_API int ddp_model_save_safetensors(ddp_model_t *m, const char *path);
 /* Loads parameter values from a safetensors file.  The file must hold exactly
  * the model's names with dtype F32 and the same shapes; otherwise nothing is
- * changed and the error names what differs ("2.weight: shape (10, 256) in
+ * changed and DDP_ERR_MISMATCH names every difference ("2.weight: shape (10, 256) in
  * file, (10, 128) in model", "missing 0.bias", "unexpected 3.weight").  A
  * malformed file (bad length, bad JSON, offsets out of range or overlapping)
  * fails with DDP_ERR_FORMAT saying what is wrong. */

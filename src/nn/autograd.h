@@ -53,6 +53,7 @@ struct ddp_tape {
     ddp_var_t **vars;   /* tape order (a topological order) */
     size_t nvars, vars_cap;
     uint64_t gen;       /* bumped by reset: invalidates parameter leaf caches */
+    int grad_enabled;   /* 0: ops record no gradient state (ddp_tape_set_grad_enabled) */
 };
 
 /* 64-byte aligned scratch from the tape's arena, valid until reset; NULL

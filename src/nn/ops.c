@@ -2,6 +2,7 @@
  * holds every op's backward (one switch, llm.c's _forward/_backward pairs).
  * Gradients are written on first contribution and added (+=) after that
  * (ddp__grad_target's acc flag), so no gradient buffer is ever cleared. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -34,6 +35,8 @@ static int push_op(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int
         v->in[v->nin++] = ins[j];
         v->requires_grad |= ins[j]->requires_grad;
     }
+    if (!tape->grad_enabled) /* torch.no_grad(): nothing to backpropagate */
+        v->requires_grad = 0;
     *out = v;
     return 0;
 }
@@ -89,12 +92,15 @@ int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b, dd
     DDP_FAIL_IF(b && (b->t.ndim != 1 || b->t.shape[0] != out), DDP_ERR_INVALID_ARG,
                 "linear: bias of shape %s does not match weight of shape %s", SHAPE(b, 0),
                 SHAPE(w, 1));
+    int64_t rows = x->t.numel / in;
+    DDP_FAIL_IF(rows > INT_MAX || in > INT_MAX || out > INT_MAX, DDP_ERR_UNSUPPORTED,
+                "linear: input %s and weight %s exceed BLAS's int dimensions", SHAPE(x, 0),
+                SHAPE(w, 1));
     int64_t shape[DDP_TENSOR_MAX_DIM];
     memcpy(shape, x->t.shape, sizeof shape);
     shape[x->t.ndim - 1] = out;
     ddp_var_t *v;
     DDP_TRY(push_op(tape, DDP_OP_LINEAR, x->t.ndim, shape, 1, x, w, b, &v));
-    int64_t rows = x->t.numel / in;
     /* (rows, out) = x (rows, in) W^T (in, out) + b: the bias is the GEMM's C. */
     if (b)
         ddp__rows_set(v->t.data, b->t.data, (size_t)rows, (size_t)out);
@@ -114,6 +120,9 @@ int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
                 DDP_ERR_INVALID_ARG, "matmul: shapes %s and %s cannot be multiplied", SHAPE(a, 0),
                 SHAPE(b, 1));
     int64_t m = a->t.shape[0], k = a->t.shape[1], n = b->t.shape[1];
+    DDP_FAIL_IF(m > INT_MAX || k > INT_MAX || n > INT_MAX, DDP_ERR_UNSUPPORTED,
+                "matmul: shapes %s and %s exceed BLAS's int dimensions", SHAPE(a, 0),
+                SHAPE(b, 1));
     ddp_var_t *v;
     DDP_TRY(push_op(tape, DDP_OP_MATMUL, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
     ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
@@ -309,14 +318,16 @@ int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *lab
     ddp_var_t *v;
     DDP_TRY(push_op(tape, DDP_OP_CROSS_ENTROPY, 0, NULL, 1, logits, NULL, NULL, &v));
     DDP_TRY(copy_labels(tape, v, labels, rows));
-    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B. */
-    v->aux = ddp__tape_alloc(tape, (size_t)logits->t.numel * sizeof(float));
+    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B
+     * (without grad, one row of scratch is enough). */
+    int save = v->requires_grad;
+    v->aux = ddp__tape_alloc(tape, (size_t)(save ? logits->t.numel : c) * sizeof(float));
     if (!v->aux)
         return DDP_ERR_NOMEM;
     double loss = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = logits->t.data + r * c;
-        float *p = v->aux + r * c;
+        float *p = v->aux + (save ? r * c : 0);
         float mx = x[0];
         for (int64_t j = 1; j < c; j++)
             mx = x[j] > mx ? x[j] : mx;

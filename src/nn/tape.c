@@ -58,6 +58,7 @@ int ddp_tape_create(ddp_tape_t **out)
     ddp_tape_t *t = calloc(1, sizeof *t);
     DDP_FAIL_IF(!t, DDP_ERR_NOMEM, "tape: out of memory");
     t->gen = atomic_fetch_add(&next_gen, 1);
+    t->grad_enabled = 1;
     *out = t;
     return 0;
 }
@@ -98,6 +99,12 @@ void ddp_tape_destroy(ddp_tape_t *tape)
     ddp__free_aligned(tape->arena);
     free(tape->vars);
     free(tape);
+}
+
+void ddp_tape_set_grad_enabled(ddp_tape_t *tape, int enabled)
+{
+    if (tape)
+        tape->grad_enabled = enabled ? 1 : 0;
 }
 
 size_t ddp_tape_arena_bytes(const ddp_tape_t *tape)

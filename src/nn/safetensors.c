@@ -1,0 +1,502 @@
+/* safetensors files: the generic reader/writer (safetensors.h) and the
+ * model's save/load (include/ddp/nn.h). */
+#include "nn/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/json.h"
+#include "ddp/nn.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define HOST_BIG_ENDIAN 1
+#else
+#define HOST_BIG_ENDIAN 0
+#endif
+
+static void swap4(void *p, size_t n)
+{
+    unsigned char *b = p;
+    for (size_t i = 0; i + 3 < n; i += 4) {
+        unsigned char t0 = b[i], t1 = b[i + 1];
+        b[i] = b[i + 3], b[i + 1] = b[i + 2], b[i + 2] = t1, b[i + 3] = t0;
+    }
+}
+
+/* ==== a growable string =================================================== */
+
+typedef struct sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+__attribute__((format(printf, 2, 3))) static void sb_fmt(sbuf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string literal. */
+static void sb_json_str(sbuf *b, const char *s)
+{
+    sb_str(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            sb_put(b, e, 2);
+        } else if (c < 0x20) {
+            sb_fmt(b, "\\u%04x", c);
+        } else {
+            sb_put(b, (const char *)&c, 1);
+        }
+    }
+    sb_str(b, "\"");
+}
+
+/* ==== writing ============================================================= */
+
+static int write_all(int fd, const void *buf, size_t n, const char *path)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) /* interrupted before writing: retry */
+                continue;
+            return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "write %s", path);
+        }
+        p += w; /* a partial write: continue with the rest */
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int write_floats(int fd, const float *x, size_t n, const char *path)
+{
+    if (!HOST_BIG_ENDIAN)
+        return write_all(fd, x, n * sizeof(float), path);
+    float tmp[4096];
+    for (size_t i = 0; i < n; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        memcpy(tmp, x + i, k * sizeof(float));
+        swap4(tmp, k * sizeof(float));
+        DDP_TRY(write_all(fd, tmp, k * sizeof(float), path));
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "open directory %s", dir);
+    int rc = fsync(fd) < 0 && errno != EINVAL
+                 ? DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "fsync directory %s", dir)
+                 : 0;
+    close(fd);
+    return rc;
+}
+
+int ddp__st_write(const char *path, const ddp__st_out *t, size_t n)
+{
+    int rc = 0, fd = -1;
+    sbuf h = {0};
+    char *tmp = NULL;
+    DDP_FAIL_IF(!path || (n && !t), DDP_ERR_INVALID_ARG, "safetensors: NULL path or tensors");
+    /* Header: tensors in order, back to back from offset 0. */
+    uint64_t off = 0;
+    sb_str(&h, "{");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++)
+            numel *= (uint64_t)t[i].shape[d];
+        sb_json_str(&h, t[i].name);
+        sb_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (int d = 0; d < t[i].ndim; d++)
+            sb_fmt(&h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
+        sb_fmt(&h, "],\"data_offsets\":[%llu,%llu]},", (unsigned long long)off,
+               (unsigned long long)(off + 4 * numel));
+        off += 4 * numel;
+    }
+    sb_str(&h, "\"__metadata__\":{\"format\":\"pt\"}}");
+    while (h.len % 8) /* the data buffer starts 8-byte aligned */
+        sb_str(&h, " ");
+    DDP_FAIL_OUT(h.oom, DDP_ERR_NOMEM, "safetensors %s: out of memory for the header", path);
+
+    size_t plen = strlen(path);
+    tmp = malloc(plen + 5);
+    DDP_FAIL_OUT(!tmp, DDP_ERR_NOMEM, "safetensors %s: out of memory", path);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    DDP_FAIL_OUT(fd < 0, DDP_ERR_IO, "safetensors: cannot create %s: %s", tmp, strerror(errno));
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    DDP_TRY_OUT(write_all(fd, len8, 8, tmp));
+    DDP_TRY_OUT(write_all(fd, h.s, h.len, tmp));
+    for (size_t i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++)
+            numel *= (size_t)t[i].shape[d];
+        DDP_TRY_OUT(write_floats(fd, t[i].data, numel, tmp));
+    }
+    DDP_FAIL_OUT(fsync(fd) < 0, DDP_ERR_IO, "safetensors: fsync %s: %s", tmp, strerror(errno));
+    int cfd = fd;
+    fd = -1;
+    DDP_FAIL_OUT(close(cfd) < 0, DDP_ERR_IO, "safetensors: close %s: %s", tmp, strerror(errno));
+    DDP_FAIL_OUT(rename(tmp, path) < 0, DDP_ERR_IO, "safetensors: rename %s to %s: %s", tmp,
+                 path, strerror(errno));
+    rc = fsync_dir(path);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0 && tmp)
+        unlink(tmp);
+    free(tmp);
+    free(h.s);
+    return rc;
+}
+
+/* ==== reading ============================================================= */
+
+static int read_all(int fd, void *buf, size_t n, const char *path)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "safetensors: read %s", path);
+        if (r == 0)
+            return DDP_ERROR(DDP_ERR_FORMAT, "safetensors %s: file ends early", path);
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static size_t dtype_size(const char *d)
+{
+    static const struct {
+        const char *name;
+        size_t size;
+    } types[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
+                 {"I16", 2}, {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2}, {"U8", 1},
+                 {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(d, types[i].name) == 0)
+            return types[i].size;
+    return 0;
+}
+
+/* One header member -> entry, checking its fields. */
+static int parse_entry(const char *path, const ddp__json *m, size_t data_len, ddp__st_entry *e)
+{
+    const char *name = m->key;
+    DDP_FAIL_IF(m->type != DDP_JSON_OBJECT, DDP_ERR_FORMAT,
+                "safetensors %s: %s: expected an object, found %s", path, name,
+                ddp__json_type_name(m->type));
+    for (const ddp__json *f = m->child; f; f = f->next)
+        DDP_FAIL_IF(strcmp(f->key, "dtype") && strcmp(f->key, "shape") &&
+                        strcmp(f->key, "data_offsets"),
+                    DDP_ERR_FORMAT, "safetensors %s: %s: unknown field \"%s\"", path, name,
+                    f->key);
+    const ddp__json *dt = ddp__json_get(m, "dtype"), *sh = ddp__json_get(m, "shape");
+    const ddp__json *of = ddp__json_get(m, "data_offsets");
+    DDP_FAIL_IF(!dt || dt->type != DDP_JSON_STRING, DDP_ERR_FORMAT,
+                "safetensors %s: %s: missing or non-string \"dtype\"", path, name);
+    e->elem_size = dtype_size(dt->str);
+    DDP_FAIL_IF(!e->elem_size || strlen(dt->str) >= sizeof e->dtype, DDP_ERR_FORMAT,
+                "safetensors %s: %s: unknown dtype \"%s\"", path, name, dt->str);
+    snprintf(e->dtype, sizeof e->dtype, "%s", dt->str);
+    DDP_FAIL_IF(!sh || sh->type != DDP_JSON_ARRAY, DDP_ERR_FORMAT,
+                "safetensors %s: %s: missing or non-array \"shape\"", path, name);
+    DDP_FAIL_IF(sh->len > DDP_ST_MAX_DIM, DDP_ERR_FORMAT,
+                "safetensors %s: %s: shape has %zu dimensions (at most %d)", path, name,
+                sh->len, DDP_ST_MAX_DIM);
+    uint64_t numel = 1;
+    int d = 0;
+    for (const ddp__json *x = sh->child; x; x = x->next, d++) {
+        DDP_FAIL_IF(x->type != DDP_JSON_NUMBER || !x->is_uint || x->u64 > (1ull << 48),
+                    DDP_ERR_FORMAT,
+                    "safetensors %s: %s: shape entry %d is not a non-negative integer", path,
+                    name, d);
+        e->shape[d] = (int64_t)x->u64;
+        numel *= x->u64;
+        DDP_FAIL_IF(numel > (1ull << 56), DDP_ERR_FORMAT,
+                    "safetensors %s: %s: shape too large", path, name);
+    }
+    e->ndim = d;
+    DDP_FAIL_IF(!of || of->type != DDP_JSON_ARRAY || of->len != 2 ||
+                    of->child->type != DDP_JSON_NUMBER || !of->child->is_uint ||
+                    of->child->next->type != DDP_JSON_NUMBER || !of->child->next->is_uint,
+                DDP_ERR_FORMAT,
+                "safetensors %s: %s: \"data_offsets\" must be two non-negative integers", path,
+                name);
+    e->begin = of->child->u64;
+    e->end = of->child->next->u64;
+    DDP_FAIL_IF(e->begin > e->end || e->end > data_len, DDP_ERR_FORMAT,
+                "safetensors %s: %s: data_offsets [%llu, %llu] out of range (data buffer of "
+                "%zu bytes)", path, name, (unsigned long long)e->begin,
+                (unsigned long long)e->end, data_len);
+    DDP_FAIL_IF(e->end - e->begin != numel * e->elem_size, DDP_ERR_FORMAT,
+                "safetensors %s: %s: data_offsets [%llu, %llu] hold %llu bytes, but %s of %llu "
+                "elements needs %llu", path, name, (unsigned long long)e->begin,
+                (unsigned long long)e->end, (unsigned long long)(e->end - e->begin), e->dtype,
+                (unsigned long long)numel, (unsigned long long)(numel * e->elem_size));
+    e->name = strdup(name);
+    DDP_FAIL_IF(!e->name, DDP_ERR_NOMEM, "safetensors: out of memory");
+    return 0;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const ddp__st_entry *x = *(const ddp__st_entry *const *)a;
+    const ddp__st_entry *y = *(const ddp__st_entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+/* Entries must tile [0, data_len): sorted by offset, each starts where the
+ * previous ends. */
+static int check_tiling(const char *path, ddp__st_file *f)
+{
+    int rc = 0;
+    ddp__st_entry **order = malloc((f->n ? f->n : 1) * sizeof *order);
+    DDP_FAIL_IF(!order, DDP_ERR_NOMEM, "safetensors: out of memory");
+    for (size_t i = 0; i < f->n; i++)
+        order[i] = &f->entries[i];
+    qsort(order, f->n, sizeof *order, cmp_begin);
+    uint64_t at = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        ddp__st_entry *e = order[i];
+        DDP_FAIL_OUT(e->begin < at, DDP_ERR_FORMAT,
+                     "safetensors %s: %s: data_offsets [%llu, %llu] overlap %s", path, e->name,
+                     (unsigned long long)e->begin, (unsigned long long)e->end, order[i - 1]->name);
+        DDP_FAIL_OUT(e->begin > at, DDP_ERR_FORMAT,
+                     "safetensors %s: %s: data_offsets start at %llu, leaving bytes %llu..%llu "
+                     "of the data buffer unused", path, e->name, (unsigned long long)e->begin,
+                     (unsigned long long)at, (unsigned long long)e->begin);
+        at = e->end;
+    }
+    DDP_FAIL_OUT(at != f->data_len, DDP_ERR_FORMAT,
+                 "safetensors %s: tensors cover %llu bytes of a %zu-byte data buffer", path,
+                 (unsigned long long)at, f->data_len);
+out:
+    free(order);
+    return rc;
+}
+
+int ddp__st_read(const char *path, ddp__st_file *out)
+{
+    int rc = 0, fd = -1;
+    char *header = NULL;
+    ddp__json *root = NULL;
+    ddp__st_file f = {0};
+    DDP_FAIL_IF(!path || !out, DDP_ERR_INVALID_ARG, "safetensors: NULL path or output");
+    memset(out, 0, sizeof *out);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    DDP_FAIL_OUT(fd < 0, errno == ENOENT ? DDP_ERR_NOT_FOUND : DDP_ERR_IO,
+                 "safetensors: cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    DDP_FAIL_OUT(fstat(fd, &st) < 0, DDP_ERR_IO, "safetensors: stat %s: %s", path,
+                 strerror(errno));
+    uint64_t size = (uint64_t)st.st_size;
+    DDP_FAIL_OUT(size < 8, DDP_ERR_FORMAT,
+                 "safetensors %s: file of %llu bytes is too short for the 8-byte header length",
+                 path, (unsigned long long)size);
+    unsigned char len8[8];
+    DDP_TRY_OUT(read_all(fd, len8, 8, path));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    DDP_FAIL_OUT(hlen > size - 8, DDP_ERR_FORMAT,
+                 "safetensors %s: header length %llu exceeds the %llu bytes after it", path,
+                 (unsigned long long)hlen, (unsigned long long)(size - 8));
+    DDP_FAIL_OUT(hlen > DDP_ST_MAX_HEADER || hlen < 2, DDP_ERR_FORMAT,
+                 "safetensors %s: header length %llu is not within [2, %u]", path,
+                 (unsigned long long)hlen, DDP_ST_MAX_HEADER);
+    header = malloc(hlen);
+    DDP_FAIL_OUT(!header, DDP_ERR_NOMEM, "safetensors %s: out of memory for the header", path);
+    DDP_TRY_OUT(read_all(fd, header, hlen, path));
+    DDP_FAIL_OUT(header[0] != '{', DDP_ERR_FORMAT,
+                 "safetensors %s: header does not start with '{'", path);
+    if ((rc = ddp__json_parse(header, hlen, &root)) < 0) {
+        ddp__error_context(rc, "safetensors %s: bad header", path);
+        goto out;
+    }
+    f.data_len = (size_t)(size - 8 - hlen);
+    for (const ddp__json *m = root->child; m; m = m->next)
+        f.n += strcmp(m->key, "__metadata__") != 0;
+    f.entries = calloc(f.n ? f.n : 1, sizeof *f.entries);
+    DDP_FAIL_OUT(!f.entries, DDP_ERR_NOMEM, "safetensors: out of memory");
+    size_t i = 0;
+    for (const ddp__json *m = root->child; m; m = m->next) {
+        if (strcmp(m->key, "__metadata__") == 0) {
+            DDP_FAIL_OUT(m->type != DDP_JSON_OBJECT, DDP_ERR_FORMAT,
+                         "safetensors %s: __metadata__ must be an object", path);
+            for (const ddp__json *kv = m->child; kv; kv = kv->next)
+                DDP_FAIL_OUT(kv->type != DDP_JSON_STRING, DDP_ERR_FORMAT,
+                             "safetensors %s: __metadata__ value \"%s\" is not a string", path,
+                             kv->key);
+            continue;
+        }
+        DDP_TRY_OUT(parse_entry(path, m, f.data_len, &f.entries[i++]));
+    }
+    DDP_TRY_OUT(check_tiling(path, &f));
+    f.data = malloc(f.data_len ? f.data_len : 1);
+    DDP_FAIL_OUT(!f.data, DDP_ERR_NOMEM, "safetensors %s: cannot allocate %zu bytes", path,
+                 f.data_len);
+    DDP_TRY_OUT(read_all(fd, f.data, f.data_len, path));
+    if (HOST_BIG_ENDIAN)
+        for (size_t k = 0; k < f.n; k++)
+            if (strcmp(f.entries[k].dtype, "F32") == 0)
+                swap4(f.data + f.entries[k].begin, f.entries[k].end - f.entries[k].begin);
+    *out = f;
+    memset(&f, 0, sizeof f);
+out:
+    if (fd >= 0)
+        close(fd);
+    free(header);
+    ddp__json_free(root);
+    ddp__st_close(&f);
+    return rc;
+}
+
+void ddp__st_close(ddp__st_file *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n; i++)
+        free(f->entries[i].name);
+    free(f->entries);
+    free(f->data);
+    memset(f, 0, sizeof *f);
+}
+
+const ddp__st_entry *ddp__st_find(const ddp__st_file *f, const char *name)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->entries[i].name, name) == 0)
+            return &f->entries[i];
+    return NULL;
+}
+
+/* ==== models ============================================================== */
+
+int ddp_model_save_safetensors(ddp_model_t *m, const char *path)
+{
+    DDP_FAIL_IF(!m || !path, DDP_ERR_INVALID_ARG, "save: NULL model or path");
+    DDP_TRY(ddp_model_seal(m));
+    size_t n = ddp_model_num_params(m);
+    ddp__st_out *t = calloc(n ? n : 1, sizeof *t);
+    DDP_FAIL_IF(!t, DDP_ERR_NOMEM, "save: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        ddp_param *p = ddp_model_param(m, i);
+        t[i] = (ddp__st_out){p->name, p->ndim, p->shape, p->data};
+    }
+    int rc = ddp__st_write(path, t, n);
+    free(t);
+    return rc;
+}
+
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, len, "(");
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, ")");
+}
+
+int ddp_model_load_safetensors(ddp_model_t *m, const char *path)
+{
+    DDP_FAIL_IF(!m || !path, DDP_ERR_INVALID_ARG, "load: NULL model or path");
+    DDP_TRY(ddp_model_seal(m));
+    ddp__st_file f;
+    DDP_TRY(ddp__st_read(path, &f));
+    size_t n = ddp_model_num_params(m);
+    sbuf diff = {0};
+    int ndiff = 0;
+    for (size_t i = 0; i < n; i++) {
+        ddp_param *p = ddp_model_param(m, i);
+        const ddp__st_entry *e = ddp__st_find(&f, p->name);
+        char a[96], b[96];
+        int same = e && e->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++)
+            same = e->shape[d] == p->shape[d];
+        if (!e) {
+            sb_fmt(&diff, "%smissing %s", ndiff++ ? "; " : "", p->name);
+        } else if (strcmp(e->dtype, "F32") != 0) {
+            sb_fmt(&diff, "%s%s: dtype %s in file, F32 in model", ndiff++ ? "; " : "", p->name,
+                   e->dtype);
+        } else if (!same) {
+            shape_str(a, sizeof a, e->ndim, e->shape);
+            shape_str(b, sizeof b, p->ndim, p->shape);
+            sb_fmt(&diff, "%s%s: shape %s in file, %s in model", ndiff++ ? "; " : "", p->name,
+                   a, b);
+        }
+    }
+    for (size_t i = 0; i < f.n; i++)
+        if (!ddp_model_find_param(m, f.entries[i].name))
+            sb_fmt(&diff, "%sunexpected %s", ndiff++ ? "; " : "", f.entries[i].name);
+    int rc = 0;
+    if (ndiff) {
+        rc = DDP_ERROR(DDP_ERR_MISMATCH, "load %s: %d difference%s with the model: %s", path,
+                       ndiff, ndiff > 1 ? "s" : "", diff.s ? diff.s : "(out of memory)");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            ddp_param *p = ddp_model_param(m, i);
+            memcpy(p->data, f.data + ddp__st_find(&f, p->name)->begin, p->numel * sizeof(float));
+        }
+    }
+    free(diff.s);
+    ddp__st_close(&f);
+    return rc;
+}

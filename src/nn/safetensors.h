@@ -1,0 +1,53 @@
+/* Private safetensors reader/writer (https://github.com/huggingface/safetensors):
+ * an 8-byte little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ * "__metadata__": {"k": "v"}} padded with spaces, then the data buffer;
+ * offsets are relative to the buffer.  Generic over named float32 tensors so
+ * checkpoints (model and optimizer state) can reuse it. */
+#ifndef DDP_NN_SAFETENSORS_H
+#define DDP_NN_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DDP_ST_MAX_DIM 8
+#define DDP_ST_MAX_HEADER 100000000u /* the reference implementation's limit */
+
+typedef struct ddp__st_out {
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+    const float *data; /* numel = product of shape */
+} ddp__st_out;
+
+/* Writes the tensors in order (F32) to "<path>.tmp", fsyncs, renames it over
+ * path and fsyncs the directory. */
+int ddp__st_write(const char *path, const ddp__st_out *t, size_t n);
+
+typedef struct ddp__st_entry {
+    char *name;
+    char dtype[8];
+    size_t elem_size;
+    int ndim;
+    int64_t shape[DDP_ST_MAX_DIM];
+    uint64_t begin, end; /* byte offsets in the data buffer */
+} ddp__st_entry;
+
+typedef struct ddp__st_file {
+    ddp__st_entry *entries; /* in header order */
+    size_t n;
+    unsigned char *data;    /* the data buffer (data_len bytes) */
+    size_t data_len;
+} ddp__st_file;
+
+/* Reads and validates a whole file: header length and JSON, every entry's
+ * dtype, shape and offsets (in range, sized for dtype x shape, tiling the
+ * buffer with no overlap or hole).  F32 data is converted to host order.
+ * Errors are DDP_ERR_FORMAT / DDP_ERR_IO naming path and the problem.
+ * Free with ddp__st_close. */
+int ddp__st_read(const char *path, ddp__st_file *out);
+void ddp__st_close(ddp__st_file *f);
+/* The entry named name, or NULL. */
+const ddp__st_entry *ddp__st_find(const ddp__st_file *f, const char *name);
+
+#endif
