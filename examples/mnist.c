@@ -10,8 +10,8 @@
  *   then "Throughput: N samples/s" (training loop only) and
  *   "Test accuracy: NN.NN %" on the test split.
  *
- * Exit status: 0 on success, 2 for bad flags or a missing/malformed data
- * set (one line on stderr), 1 for any other failure.  See --help. */
+ * Exit status: 0 on success, 2 for bad flags, a missing/malformed data set
+ * or --load file (one line on stderr), 1 for any other failure.  See --help. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -20,12 +20,6 @@
 #include <string.h>
 
 #include "ddp.h"
-
-/* TEMPORARY until the core branch implements safetensors I/O (declared in
- * ddp/nn.h, not yet defined): weak references link without it, and
- * --load/--save say so at run time.  Remove once core has them. */
-#pragma weak ddp_model_load_safetensors
-#pragma weak ddp_model_save_safetensors
 
 #define IN 784
 #define HIDDEN 256
@@ -65,7 +59,7 @@ static void usage(FILE *f)
             "  --save FILE       write the trained parameters (safetensors)\n"
             "  --help            this text\n"
             "\n"
-            "Exit status: 0 ok, 2 bad flags or data set, 1 other failure.\n");
+            "Exit status: 0 ok, 2 bad flags, data set or --load file, 1 other failure.\n");
 }
 
 /* One-line complaint about the command line; exit status 2. */
@@ -245,6 +239,7 @@ static int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset *test, dou
     if (rc < 0)
         return rc;
     ddp_model_train(model, 0);
+    ddp_tape_set_grad_enabled(tape, 0); /* torch.no_grad() */
     size_t correct = 0, n = 0;
     ddp_batch b;
     rc = ddp_loader_epoch_begin(dl, 0);
@@ -263,6 +258,7 @@ static int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset *test, dou
         n += b.size;
     }
     ddp_loader_destroy(dl);
+    ddp_tape_set_grad_enabled(tape, 1);
     ddp_model_train(model, 1);
     *acc = n ? 100.0 * (double)correct / (double)n : 0.0;
     return rc < 0 ? rc : 0;
@@ -294,14 +290,10 @@ int main(int argc, char **argv)
 
     if ((rc = build_model(a.seed, &model)) < 0 || (rc = ddp_tape_create(&tape)) < 0)
         goto out;
-    if ((a.load || a.save) && !ddp_model_save_safetensors) {
-        fprintf(stderr, "ddp-mnist: --load/--save: safetensors support is not in this "
-                "build\n");
-        status = 2;
+    if (a.load && (rc = ddp_model_load_safetensors(model, a.load)) < 0) {
+        status = 2; /* a bad --load file is bad input, like a bad data set */
         goto out;
     }
-    if (a.load && (rc = ddp_model_load_safetensors(model, a.load)) < 0)
-        goto out;
     ddp_sgd_options so = ddp_sgd_defaults(a.lr);
     so.momentum = a.momentum;
     if ((rc = ddp_sgd_create(model, &so, &opt)) < 0)
