@@ -55,10 +55,34 @@ static void tp_destroy(void *impl)
     free(b);
 }
 
+static int tp_set_option(void *impl, const char *key, const char *value)
+{
+    tp_backend *b = impl;
+    if (strcmp(key, "allreduce_algo") == 0) {
+        static const char *const names[] = {"auto", "ring", "rd", "direct"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(value, names[i]) == 0) {
+                b->ctx.allreduce_algo = i; /* DDP__AR_* order */
+                return 0;
+            }
+        return DDP_ERROR(DDP_ERR_INVALID_ARG, "allreduce_algo '%s': expected auto, ring, rd or direct",
+                         value);
+    }
+    if (strcmp(key, "chunk_bytes") == 0) {
+        long long v = atoll(value);
+        DDP_FAIL_IF(v <= 0, DDP_ERR_INVALID_ARG, "chunk_bytes '%s' must be positive", value);
+        b->ctx.chunk = (size_t)v;
+        return 0;
+    }
+    return DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown option '%s'", key);
+}
+
+static ddp__tp *tp_transport(void *impl) { return ((tp_backend *)impl)->tp; }
+
 /* ---- the registry ---- */
 
 static const ddp__backend backends[] = {
-    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy},
+    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport},
 };
 static const char *const backend_names[] = {"tcp", NULL};
 

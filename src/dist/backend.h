@@ -21,6 +21,10 @@ typedef struct ddp__backend {
     /* After a failure: drop everything in flight (peers see the failure). */
     void (*abort)(void *impl, int code, const char *why);
     void (*destroy)(void *impl);
+    /* Tuning while idle (tests, tools); may be NULL. */
+    int (*set_option)(void *impl, const char *key, const char *value);
+    /* The transport, for transport-backed backends (tests); may be NULL. */
+    struct ddp__tp *(*transport)(void *impl);
 } ddp__backend;
 
 /* The backend called name, or NULL with the error set (listing the known). */

@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "coll/coll.h"
 #include "dist/backend.h"
+#include "dist/internal.h"
 
 #define MSG_LEN 1024
 #define DEFAULT_TIMEOUT_S 300.0
@@ -359,6 +360,23 @@ void ddp_pg_destroy(ddp_pg_t *pg)
 }
 
 void ddp_destroy_process_group(ddp_pg_t *pg) { ddp_pg_destroy(pg); }
+
+int ddp__pg_set_option(ddp_pg_t *pg, const char *key, const char *value)
+{
+    DDP_FAIL_IF(!pg || !key || !value, DDP_ERR_INVALID_ARG, "set_option: NULL argument");
+    DDP_FAIL_IF(!pg->be->set_option, DDP_ERR_UNSUPPORTED, "backend %s has no options",
+                pg->be->name);
+    pthread_mutex_lock(&pg->mu);
+    int idle = !pg->busy && !pg->head;
+    pthread_mutex_unlock(&pg->mu);
+    DDP_FAIL_IF(!idle, DDP_ERR_STATE, "set_option: operations are pending");
+    return pg->be->set_option(pg->impl, key, value);
+}
+
+struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg)
+{
+    return pg && pg->be->transport ? pg->be->transport(pg->impl) : NULL;
+}
 
 int ddp_pg_rank(const ddp_pg_t *pg) { return pg ? pg->rank : -1; }
 int ddp_pg_size(const ddp_pg_t *pg) { return pg ? pg->size : -1; }

@@ -183,8 +183,11 @@ static void peer_down(tcp *t, peer *p, int state, const char *fmt, ...)
         free(p->rx_ux);
         p->rx_ux = NULL;
     }
-    free_unexp(p->ux_head);
-    p->ux_head = p->ux_tail = NULL;
+    /* What a departed peer sent before its goodbye is still to be had. */
+    if (state == P_DEAD) {
+        free_unexp(p->ux_head);
+        p->ux_head = p->ux_tail = NULL;
+    }
 }
 
 static int peer_error(const peer *p)
@@ -493,11 +496,12 @@ static int tcp_isend(ddp__tp *tp, ddp__req *r)
 static int tcp_irecv(ddp__tp *tp, ddp__req *r)
 {
     tcp *t = (tcp *)tp;
-    peer *p = check_peer(t, r->peer);
-    if (!p)
-        return ddp__error_context(t->base.rank == r->peer ? DDP_ERR_INVALID_ARG : DDP_ERR_PEER,
-                                  "recv");
-    /* An older buffered frame with this tag comes first. */
+    if (r->peer < 0 || r->peer >= t->base.size || r->peer == t->base.rank)
+        return DDP_ERROR(DDP_ERR_INVALID_ARG, "recv: peer rank %d invalid for rank %d of %d",
+                         r->peer, t->base.rank, t->base.size);
+    peer *p = &t->peers[r->peer];
+    /* An older buffered frame with this tag comes first (also from a peer
+     * that has left since). */
     unexp *prev = NULL;
     for (unexp *u = p->ux_head; u; prev = u, u = u->next) {
         if (u->tag != r->tag)
@@ -521,6 +525,8 @@ static int tcp_irecv(ddp__tp *tp, ddp__req *r)
         free(u);
         return 0;
     }
+    if (p->state != P_LIVE)
+        return ddp__error_context(peer_error(p), "recv");
     r->next = NULL;
     if (p->rx == RX_HELD) {
         if (p->rx_tag == r->tag) {
