@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,8 @@
 #define HDR_LEN 24
 #define FRAME_MAGIC 0x46504444u /* "DDPF" */
 #define FRAME_VERSION 1
-enum { OP_DATA = 1, OP_BYE = 2 };
+enum { OP_DATA = 1, OP_BYE = 2, OP_ABORT = 3 };
+#define MAX_ABORT 1024 /* bytes of reason in an ABORT frame */
 #define STAGE_LEN 4096
 #define EAGER_MAX (64u << 10)          /* unexpected frames up to this are copied at once */
 #define MAX_FRAME ((uint64_t)1 << 40)  /* sanity bound on a frame's length */
@@ -47,7 +49,7 @@ enum { OP_DATA = 1, OP_BYE = 2 };
 #define DEFAULT_SPIN_US 20.0
 
 enum { RX_HDR, RX_BODY, RX_HELD };
-enum { P_LIVE, P_LEFT, P_DEAD };
+enum { P_LIVE, P_LEFT, P_DEAD, P_ABORTED };
 
 typedef struct unexp {
     uint64_t tag;
@@ -86,6 +88,7 @@ typedef struct tcp {
     peer *peers;
     int epfd;
     int ndead;
+    int first_dead; /* the peer that failed first: the cause, usually */
     double spin_s;
 } tcp;
 
@@ -163,6 +166,8 @@ static void peer_down(tcp *t, peer *p, int state, const char *fmt, ...)
     p->err = DDP_ERR_PEER;
     if (state == P_DEAD) {
         t->ndead++;
+        if (t->first_dead < 0)
+            t->first_dead = p->rank;
         DDP_WARN("tcp rank %d: %s", t->base.rank, p->why);
     } else {
         DDP_DEBUG("tcp rank %d: %s", t->base.rank, p->why);
@@ -184,7 +189,7 @@ static void peer_down(tcp *t, peer *p, int state, const char *fmt, ...)
         p->rx_ux = NULL;
     }
     /* What a departed peer sent before its goodbye is still to be had. */
-    if (state == P_DEAD) {
+    if (state != P_LEFT) {
         free_unexp(p->ux_head);
         p->ux_head = p->ux_tail = NULL;
     }
@@ -215,11 +220,96 @@ static ddp__req *take_posted(peer *p, uint64_t tag)
 
 static int len_mismatch(tcp *t, peer *p, uint64_t tag, uint64_t got, size_t want)
 {
-    peer_down(t, p, P_DEAD,
-              "sent %" PRIu64 " bytes for tag 0x%" PRIx64 " where %zu were expected "
-              "(do the ranks call the same collectives with the same sizes?)",
-              got, tag, want);
-    return -1;
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "sent %" PRIu64 " bytes for tag 0x%" PRIx64 " where %zu were expected "
+             "(do the ranks call the same collectives with the same sizes?)",
+             got, tag, want);
+    peer_down(t, p, P_DEAD, "%s", msg);
+    return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: %s", p->what, msg);
+}
+
+/* Writes all of buf before deadline, without touching the last error (the
+ * abort path keeps the caller's message). 0 or -1. */
+static int raw_write(int fd, const void *buf, size_t len, double deadline)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, (const char *)buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        double left = deadline - ddp_time_now();
+        if (left <= 0)
+            return -1;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        (void)poll(&pf, 1, (int)(left * 1000) + 1);
+    }
+    return 0;
+}
+
+/* Tells a live peer why this rank gives up (an ABORT frame), so that its
+ * error names the cause rather than just "connection closed".  A frame
+ * half-sent is completed with zeros first, to keep the stream in step. */
+static void send_abort(peer *p, const char *why)
+{
+    static const uint8_t zeros[4096];
+    double deadline = ddp_time_now() + 0.5;
+    ddp__req *r = p->sq_head;
+    if (r && (p->tx_hdr_off > 0 || r->done > 0)) {
+        size_t left = r->len - r->done;
+        if (left > (8u << 20) ||
+            raw_write(p->fd, p->tx_hdr + p->tx_hdr_off, HDR_LEN - p->tx_hdr_off, deadline) < 0)
+            return;
+        while (left > 0) {
+            size_t k = left < sizeof zeros ? left : sizeof zeros;
+            if (raw_write(p->fd, zeros, k, deadline) < 0)
+                return;
+            left -= k;
+        }
+    }
+    uint8_t frame[HDR_LEN + MAX_ABORT];
+    size_t len = strlen(why);
+    if (len > MAX_ABORT)
+        len = MAX_ABORT;
+    build_header(frame, OP_ABORT, 0, len);
+    memcpy(frame + HDR_LEN, why, len);
+    (void)raw_write(p->fd, frame, HDR_LEN + len, deadline);
+}
+
+/* After any error: every live peer is told why and disconnected, and every
+ * request is dropped while its memory is still valid (the algorithm frees
+ * it when the error reaches it).  The transport is unusable afterwards.
+ * Returns rc; the caller's error message is kept. */
+static void abort_all(tcp *t, const char *why)
+{
+    for (int r = 0; r < t->base.size; r++) {
+        peer *p = &t->peers[r];
+        if (r == t->base.rank || p->state != P_LIVE)
+            continue;
+        send_abort(p, why);
+        peer_down(t, p, P_ABORTED, "this rank gave up after an error");
+    }
+    for (int r = 0; r < t->base.size; r++) { /* requests of peers already down */
+        peer *p = &t->peers[r];
+        fail_list(p->sq_head, p->err);
+        fail_list(p->pq_head, p->err);
+        p->sq_head = p->sq_tail = p->pq_head = p->pq_tail = NULL;
+        p->rx_req = NULL;
+    }
+}
+
+static int fail_all(tcp *t, int rc)
+{
+    char why[MAX_ABORT];
+    snprintf(why, sizeof why, "rank %d: %s", t->base.rank, ddp_last_error());
+    abort_all(t, why);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
@@ -280,7 +370,8 @@ static int parse_header(tcp *t, peer *p)
     unsigned reserved = (unsigned)(w >> 48);
     p->st_lo += HDR_LEN;
     if (magic != FRAME_MAGIC || version != FRAME_VERSION || reserved != 0 ||
-        (op != OP_DATA && op != OP_BYE) || len > MAX_FRAME || (op == OP_BYE && len != 0)) {
+        (op != OP_DATA && op != OP_BYE && op != OP_ABORT) || len > MAX_FRAME ||
+        (op == OP_BYE && len != 0) || (op == OP_ABORT && len > MAX_ABORT)) {
         peer_down(t, p, P_DEAD,
                   "malformed frame (magic 0x%08x, version %u, opcode %u, length %" PRIu64
                   "); connection dropped",
@@ -289,6 +380,12 @@ static int parse_header(tcp *t, peer *p)
     }
     if (op == OP_BYE) {
         peer_down(t, p, P_LEFT, "left the group (destroyed its process group)");
+        return -1;
+    }
+    if (op == OP_ABORT) { /* rx_progress staged the whole reason */
+        const char *why = (const char *)p->stage + p->st_lo;
+        p->st_lo += (size_t)len;
+        peer_down(t, p, P_DEAD, "gave up: %.*s", (int)len, why);
         return -1;
     }
     return start_body(t, p, tag, len);
@@ -362,6 +459,16 @@ static void rx_progress(tcp *t, peer *p)
         size_t avail = p->st_hi - p->st_lo;
         if (p->rx == RX_HDR) {
             if (avail >= HDR_LEN) {
+                const uint8_t *h = p->stage + p->st_lo;
+                uint64_t w = get64(h), len = get64(h + 16);
+                if (((w >> 40) & 0xff) == OP_ABORT && len <= MAX_ABORT && avail < HDR_LEN + len) {
+                    ssize_t n = fill_stage(p); /* the reason must be whole */
+                    if (n > 0)
+                        p->st_hi += (size_t)n;
+                    else if (!rx_stalled(t, p, n))
+                        return;
+                    continue;
+                }
                 if (parse_header(t, p) < 0)
                     return;
                 continue;
@@ -458,28 +565,34 @@ static void tx_progress(tcp *t, peer *p)
 /* The transport vtable                                                 */
 /* ------------------------------------------------------------------ */
 
-static peer *check_peer(tcp *t, int rank)
+/* The first peer that failed (the cause), else any one that is down. */
+static const peer *failed_peer(const tcp *t)
 {
-    if (rank < 0 || rank >= t->base.size || rank == t->base.rank) {
-        DDP_ERROR(DDP_ERR_INVALID_ARG, "peer rank %d invalid for rank %d of %d", rank,
-                  t->base.rank, t->base.size);
-        return NULL;
-    }
-    peer *p = &t->peers[rank];
-    if (p->state != P_LIVE) {
-        peer_error(p);
-        return NULL;
-    }
-    return p;
+    if (t->first_dead >= 0)
+        return &t->peers[t->first_dead];
+    for (int r = 0; r < t->base.size; r++)
+        if (r != t->base.rank && t->peers[r].state != P_LIVE)
+            return &t->peers[r];
+    return NULL;
+}
+
+static int check_peer(tcp *t, int rank, const char *what)
+{
+    if (rank < 0 || rank >= t->base.size || rank == t->base.rank)
+        return DDP_ERROR(DDP_ERR_INVALID_ARG, "%s: peer rank %d invalid for rank %d of %d", what,
+                         rank, t->base.rank, t->base.size);
+    if (t->peers[rank].state != P_LIVE)
+        return ddp__error_context(peer_error(&t->peers[rank]), "%s", what);
+    return 0;
 }
 
 static int tcp_isend(ddp__tp *tp, ddp__req *r)
 {
     tcp *t = (tcp *)tp;
-    peer *p = check_peer(t, r->peer);
-    if (!p)
-        return ddp__error_context(t->base.rank == r->peer ? DDP_ERR_INVALID_ARG : DDP_ERR_PEER,
-                                  "send");
+    int rc = check_peer(t, r->peer, "send");
+    if (rc < 0)
+        return fail_all(t, rc);
+    peer *p = &t->peers[r->peer];
     r->next = NULL;
     if (p->sq_tail) {
         p->sq_tail->next = r;
@@ -490,6 +603,8 @@ static int tcp_isend(ddp__tp *tp, ddp__req *r)
     build_header(p->tx_hdr, OP_DATA, r->tag, r->len);
     p->tx_hdr_off = 0;
     tx_progress(t, p); /* eager: most small sends finish here */
+    if (r->status < 0)
+        return fail_all(t, peer_error(p));
     return 0;
 }
 
@@ -497,8 +612,7 @@ static int tcp_irecv(ddp__tp *tp, ddp__req *r)
 {
     tcp *t = (tcp *)tp;
     if (r->peer < 0 || r->peer >= t->base.size || r->peer == t->base.rank)
-        return DDP_ERROR(DDP_ERR_INVALID_ARG, "recv: peer rank %d invalid for rank %d of %d",
-                         r->peer, t->base.rank, t->base.size);
+        return fail_all(t, check_peer(t, r->peer, "recv"));
     peer *p = &t->peers[r->peer];
     /* An older buffered frame with this tag comes first (also from a peer
      * that has left since). */
@@ -508,8 +622,7 @@ static int tcp_irecv(ddp__tp *tp, ddp__req *r)
             continue;
         if (u->len != r->len) {
             r->status = DDP_ERR_PROTOCOL;
-            len_mismatch(t, p, u->tag, u->len, r->len);
-            return peer_error(p);
+            return fail_all(t, len_mismatch(t, p, u->tag, u->len, r->len));
         }
         if (prev)
             prev->next = u->next;
@@ -525,15 +638,15 @@ static int tcp_irecv(ddp__tp *tp, ddp__req *r)
         free(u);
         return 0;
     }
-    if (p->state != P_LIVE)
-        return ddp__error_context(peer_error(p), "recv");
+    int rc = check_peer(t, r->peer, "recv");
+    if (rc < 0)
+        return fail_all(t, rc);
     r->next = NULL;
     if (p->rx == RX_HELD) {
         if (p->rx_tag == r->tag) {
             if (p->rx_len != r->len) {
                 r->status = DDP_ERR_PROTOCOL;
-                len_mismatch(t, p, r->tag, p->rx_len, r->len);
-                return peer_error(p);
+                return fail_all(t, len_mismatch(t, p, r->tag, p->rx_len, r->len));
             }
             p->rx_req = r;
             p->rx = RX_BODY;
@@ -542,7 +655,7 @@ static int tcp_irecv(ddp__tp *tp, ddp__req *r)
         }
         /* This receive's frame is behind the held one: copy the held one. */
         if (buffer_frame(t, p) < 0)
-            return peer_error(p);
+            return fail_all(t, peer_error(p));
     }
     if (p->pq_tail)
         p->pq_tail->next = r;
@@ -573,20 +686,22 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
     for (;;) {
         int pending = 0;
         for (int i = 0; i < n; i++) {
-            if (reqs[i]->status < 0)
-                return peer_error(&t->peers[reqs[i]->peer]);
+            if (reqs[i]->status < 0) {
+                /* Name the cause for a collective, else this request's peer. */
+                const peer *p = (flags & DDP__WAIT_ANY_PEER) && failed_peer(t)
+                                    ? failed_peer(t)
+                                    : &t->peers[reqs[i]->peer];
+                return fail_all(t, peer_error(p));
+            }
             pending += reqs[i]->status == 0;
         }
         if (!pending)
             return 0;
-        if ((flags & DDP__WAIT_ANY_PEER) && t->ndead) {
-            for (int r = 0; r < t->base.size; r++)
-                if (t->peers[r].state == P_DEAD)
-                    return peer_error(&t->peers[r]);
-        }
+        if ((flags & DDP__WAIT_ANY_PEER) && t->ndead)
+            return fail_all(t, peer_error(failed_peer(t)));
         double now = ddp_time_now();
         if (now >= deadline)
-            return timeout_error(t, reqs, n, now - start);
+            return fail_all(t, timeout_error(t, reqs, n, now - start));
         /* Spin briefly (a reply often comes within microseconds), then sleep:
          * the compute threads need the cores. */
         int ms = 0;
@@ -598,7 +713,7 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
         if (nev < 0) {
             if (errno == EINTR)
                 continue;
-            return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_wait");
+            return fail_all(t, DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_wait"));
         }
         for (int i = 0; i < nev; i++) {
             peer *p = evs[i].data.ptr;
@@ -620,11 +735,8 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
 
 static void tcp_abort(ddp__tp *tp, int code, const char *why)
 {
-    tcp *t = (tcp *)tp;
     (void)code;
-    for (int r = 0; r < t->base.size; r++)
-        if (r != t->base.rank)
-            peer_down(t, &t->peers[r], P_DEAD, "aborted: %s", why);
+    abort_all((tcp *)tp, why);
 }
 
 static void tcp_destroy(ddp__tp *tp)
@@ -800,6 +912,7 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     t->base.rank = rank;
     t->base.size = size;
     t->epfd = -1;
+    t->first_dead = -1;
     const char *spin = getenv("DDP_TCP_SPIN_US");
     t->spin_s = (spin && *spin ? atof(spin) : DEFAULT_SPIN_US) * 1e-6;
     t->peers = calloc((size_t)size, sizeof *t->peers);
