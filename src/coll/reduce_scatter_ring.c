@@ -9,8 +9,11 @@
  *
  * Each block is cut into units of at most ctx->chunk bytes; unit k of step
  * s+1 leaves as soon as unit k of step s is reduced, so every link carries
- * data all the time.  Units are received into a few scratch slots (kept in
- * cache while they are reduced) instead of a block-sized buffer.
+ * data all the time.  Every unit of a step has its receive posted before
+ * its data can arrive (into a block-sized scratch region, allocated once
+ * per group and reused): the engine never stops reading a socket, so TCP
+ * windows never close on data that is merely early.  With acc == NULL the
+ * partials live in scratch until sent, in two regions used alternately.
  *
  * Cost: (n-1) * (alpha + B/n * beta + B/n * gamma) for B bytes; each rank
  * sends and receives (n-1)/n * B. */
@@ -19,8 +22,6 @@
 
 #include "base/error.h"
 #include "coll/coll.h"
-
-#define SLOTS 4
 
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
                              const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
@@ -35,31 +36,33 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
     const size_t S = c->chunk / es ? c->chunk / es : 1; /* elements per unit */
     const size_t K = (maxlen + S - 1) / S;              /* units per step */
     const size_t steps = (size_t)n - 1, U = steps * K;
+    const size_t regions = acc ? 1 : 2, region = maxlen * es;
     if (U == 0)
         return 0;
     int rc = 0;
-    uint8_t *slots = NULL;
+    uint8_t *scratch = NULL;
     ddp__req *sreq = NULL, *rreq = NULL;
     DDP_FAIL_OUT(U > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks",
                  c->chunk);
-    DDP_TRY_OUT(ddp__coll_scratch(c, SLOTS * S * es, (void **)&slots));
+    DDP_TRY_OUT(ddp__coll_scratch(c, regions * region, (void **)&scratch));
     sreq = calloc(U, sizeof *sreq);
     rreq = calloc(U, sizeof *rreq);
     DDP_FAIL_OUT(!sreq || !rreq, DDP_ERR_NOMEM, "out of memory");
 
-/* Block received (rb) and sent (sb) at step s, and unit k's extent. */
+/* Block received (rb) and sent (sb) at step s, unit k's extent, its slot. */
 #define RB(s) ((size_t)(((long)r - (long)(s) - 2 + 2L * n) % n))
 #define SB(s) ((size_t)(((long)r - (long)(s) - 1 + 2L * n) % n))
 #define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
+#define SLOT(u) (scratch + ((u) / K % regions) * region + ((u) % K) * S * es)
 
     const uint8_t *inb = in;
     uint8_t *accb = acc, *outb = out;
-    /* Phase 1: post the first receives, send every unit of step 0. */
-    for (size_t u = 0; u < U && u < SLOTS; u++) {
-        size_t b = RB(u / K), k = u % K, len = ULEN(b, k);
+    /* Phase 1: post every receive of step 0, send every unit of step 0. */
+    for (size_t k = 0; k < K; k++) {
+        size_t b = RB(0), len = ULEN(b, k);
         if (len)
-            DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[u], prev, ddp__tag(c, phase, u),
-                                      slots + (u % SLOTS) * S * es, len * es));
+            DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[k], prev, ddp__tag(c, phase, k), SLOT(k),
+                                      len * es));
     }
     for (size_t k = 0; k < K; k++) {
         size_t b = SB(0), len = ULEN(b, k);
@@ -67,29 +70,28 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
             DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[k], next, ddp__tag(c, phase, k),
                                       inb + (bl->off[b] + k * S) * es, len * es));
     }
-    /* Phase 2: reduce each unit as it arrives and pass it on. */
+    /* Phase 2: reduce each unit as it arrives, pass it on, and post the
+     * receive of the same unit of the next step into the freed place. */
     for (size_t u = 0; u < U; u++) {
         size_t s = u / K, k = u % K, b = RB(s), len = ULEN(b, k);
-        uint8_t *slot = slots + (u % SLOTS) * S * es;
-        int last = s == steps - 1, pinned = 0;
+        int last = s == steps - 1;
         if (len) {
             DDP_TRY_OUT(ddp__coll_wait1(c, &rreq[u]));
             size_t at = (bl->off[b] + k * S) * es;
-            uint8_t *dst = last ? outb + k * S * es : accb ? accb + at : slot;
-            fn(dst, slot, inb + at, len);
-            if (!last) {
+            uint8_t *dst = last ? outb + k * S * es : accb ? accb + at : SLOT(u);
+            fn(dst, SLOT(u), inb + at, len);
+            if (!last)
                 DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[u + K], next, ddp__tag(c, phase, u + K),
                                           dst, len * es));
-                pinned = dst == slot;
-            }
         }
-        size_t v = u + SLOTS; /* next receive into this slot */
+        size_t v = u + K;
         if (v < U) {
-            if (pinned)
-                DDP_TRY_OUT(ddp__coll_wait1(c, &sreq[u + K]));
-            size_t bv = RB(v / K), lv = ULEN(bv, v % K);
+            size_t lv = ULEN(RB(v / K), k);
+            /* Two regions: v's place held the partial sent as unit u. */
+            if (!accb && s > 0 && sreq[u].kind)
+                DDP_TRY_OUT(ddp__coll_wait1(c, &sreq[u]));
             if (lv)
-                DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[v], prev, ddp__tag(c, phase, v), slot,
+                DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[v], prev, ddp__tag(c, phase, v), SLOT(v),
                                           lv * es));
         }
     }
@@ -97,6 +99,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
 #undef RB
 #undef SB
 #undef ULEN
+#undef SLOT
 out:
     free(sreq);
     free(rreq);

@@ -55,8 +55,13 @@ int ddp__net_tune(int fd, int nonblocking)
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "setsockopt(TCP_NODELAY)");
     /* Best effort: a smaller kernel cap is not an error. */
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    const char *e = getenv("DDP_TCP_SOCKBUF");
+    if (e)
+        buf = atoi(e);
+    if (buf > 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "fcntl(F_GETFL)");
