@@ -146,7 +146,31 @@ typedef struct {
     int accumulate;         /* micro-batches per step (no_sync for all but the last) */
     ddp_comm_hook_kind hook;
     const char *tag;
+    int user_hook;          /* register sum_then_divide_hook */
 } train_case;
+
+/* A user hook: all-reduce the sum, divide by the world size in finish;
+ * counts its calls. */
+typedef struct {
+    int launches, finishes;
+} hook_counts;
+
+static int sum_launch(void *state, ddp_pg_t *pg, int bucket, float *data, size_t n,
+                      ddp_work_t **work)
+{
+    (void)bucket;
+    ((hook_counts *)state)->launches++;
+    return ddp_all_reduce_async(pg, data, n, DDP_FLOAT32, DDP_SUM, work);
+}
+
+static int divide_finish(void *state, ddp_pg_t *pg, int bucket, float *data, size_t n)
+{
+    (void)bucket;
+    ((hook_counts *)state)->finishes++;
+    for (size_t i = 0; i < n; i++)
+        data[i] /= (float)ddp_pg_size(pg);
+    return 0;
+}
 
 /* STEPS steps of SGD(momentum 0.9); the global batch of step s is samples
  * [s * world * B * acc, ...), rank r taking its B-slice of each micro-batch. */
@@ -172,6 +196,10 @@ static int train_rank(int rank, void *arg)
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
     if (c->cap_mb < 0.01)
         CHILD_CHECK(ddp_ddp_num_buckets(dm) > 1);
+    hook_counts counts = {0, 0};
+    ddp_comm_hook hook = {sum_launch, divide_finish, &counts};
+    if (c->user_hook)
+        CHILD_CHECK(ddp_ddp_register_comm_hook(dm, &hook) == 0);
     int64_t micro = (int64_t)c->world * B;
     for (int s = 0; s < STEPS; s++) {
         ddp_optim_zero_grad(opt);
@@ -185,6 +213,9 @@ static int train_rank(int rank, void *arg)
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
     CHILD_CHECK(ddp_ddp_buckets_rebuilt(dm));
+    if (c->user_hook) /* one launch and one finish per bucket and step */
+        CHILD_CHECK(counts.launches == STEPS * ddp_ddp_num_buckets(dm) &&
+                    counts.finishes == counts.launches);
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
     CHILD_CHECK(write_floats("params", rank, params, n) == 0);
@@ -257,7 +288,7 @@ static void test_equivalence(void **state)
         for (size_t k = 0; k < sizeof caps / sizeof *caps; k++) {
             char tag[32];
             snprintf(tag, sizeof tag, "eq-%d-%zu", world, k);
-            train_case c = {world, caps[k], 1, DDP_HOOK_ALLREDUCE, tag};
+            train_case c = {world, caps[k], 1, DDP_HOOK_ALLREDUCE, tag, 0};
             free(check_case(&c, 1e-5));
         }
     }
@@ -266,9 +297,9 @@ static void test_equivalence(void **state)
 static void test_deterministic(void **state)
 {
     (void)state;
-    train_case a = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-a"};
+    train_case a = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-a", 0};
     float *pa = check_case(&a, 1e-5);
-    train_case b = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-b"};
+    train_case b = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-b", 0};
     float *pb = check_case(&b, 1e-5);
     size_t n;
     float *ref = train_reference(3, 1, &n);
@@ -281,7 +312,7 @@ static void test_deterministic(void **state)
 static void test_no_sync_accumulation(void **state)
 {
     (void)state;
-    train_case c = {2, 1.0 / 1024, 3, DDP_HOOK_ALLREDUCE, "nosync"};
+    train_case c = {2, 1.0 / 1024, 3, DDP_HOOK_ALLREDUCE, "nosync", 0};
     free(check_case(&c, 1e-5));
 }
 
@@ -292,10 +323,17 @@ static void test_compression_hooks(void **state)
      * bf16 (8 bits): measured 7e-5 and 2e-3 of the weights' scale; the
      * documented tolerances are 5e-4 and 5e-3
      * after 20 steps. */
-    train_case h = {2, 1.0 / 1024, 1, DDP_HOOK_FP16, "fp16"};
+    train_case h = {2, 1.0 / 1024, 1, DDP_HOOK_FP16, "fp16", 0};
     free(check_case(&h, 5e-4));
-    train_case bf = {2, 1.0 / 1024, 1, DDP_HOOK_BF16, "bf16"};
+    train_case bf = {2, 1.0 / 1024, 1, DDP_HOOK_BF16, "bf16", 0};
     free(check_case(&bf, 5e-3));
+}
+
+static void test_user_comm_hook(void **state)
+{
+    (void)state;
+    train_case c = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "user-hook", 1};
+    free(check_case(&c, 1e-5));
 }
 
 /* ==== unused parameters, mismatches ======================================= */
@@ -480,6 +518,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deterministic, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_no_sync_accumulation, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_compression_hooks, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_user_comm_hook, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_unused_parameters, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_mismatched_models, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_join_uneven_inputs, setup_dir, remove_dir),
