@@ -33,6 +33,7 @@
 #include "ddp/base.h"
 #include "ddp/dist.h"
 #include "ddp/nn.h"
+#include "ddp/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,6 +129,32 @@ DDP_API int ddp_ddp_join(ddp_ddp_t *dm);
 DDP_API int ddp_ddp_num_buckets(const ddp_ddp_t *dm);
 DDP_API int ddp_ddp_bucket_info(const ddp_ddp_t *dm, int b, int *nparams, size_t *numel);
 DDP_API int ddp_ddp_buckets_rebuilt(const ddp_ddp_t *dm);
+
+/* ==== checkpoints ========================================================
+ * A training checkpoint is one safetensors file: the model's parameters
+ * under their state_dict names, each optimizer state buffer as the 1-D tensor
+ * "optimizer.<name>" (e.g. optimizer.momentum_buffer), and the training
+ * position in __metadata__ ("libddp.epoch", "libddp.step", ...).  Written to
+ * a temporary file, fsynced and renamed: a crash leaves the previous
+ * checkpoint whole. */
+typedef struct ddp_train_state {
+    int64_t epoch;       /* the epoch in progress (0-based) */
+    int64_t step;        /* batches of that epoch already trained */
+    int64_t global_step; /* optimizer steps since the start */
+    uint64_t seed;       /* the run's seed (data order, initialisation) */
+    int world_size;      /* ranks that trained it */
+} ddp_train_state;
+
+/* Saves model (and opt when not NULL) with st.  Borrows everything. */
+DDP_API int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                                const ddp_train_state *st);
+/* Loads a checkpoint written by ddp_checkpoint_save into model, opt (may be
+ * NULL) and *st (may be NULL).  Every parameter and optimizer buffer is
+ * checked (name, dtype, shape) before anything is changed; a difference
+ * fails with DDP_ERR_MISMATCH naming it, a missing file with
+ * DDP_ERR_NOT_FOUND, a damaged one with DDP_ERR_FORMAT. */
+DDP_API int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                                ddp_train_state *st);
 
 #ifdef __cplusplus
 }
