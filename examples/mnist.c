@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ddp.h"
 
@@ -290,6 +291,13 @@ static void maybe_crash(const job *j)
     }
 }
 
+static double wall_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int train_step(job *j, const ddp_batch *b, float *loss_value)
 {
     ddp_var_t *logits, *loss;
@@ -338,6 +346,8 @@ static int train(job *j, ddp_loader *dl)
                 break;
             samples += b.size;
             j->st.global_step++;
+            if (samples == b.size && j->rank == 0 && getenv("DDP_MNIST_TIMESTAMPS"))
+                printf("First step at: %.6f\n", wall_clock()); /* for bench/ddp_mnist.sh */
             maybe_crash(j);
             if (j->rank == 0 && (b.index + 1) % 100 == 0)
                 printf("Epoch [%ld/%ld], Step [%zu/%zu], Loss: %.4f\n", epoch + 1, a->epochs,
