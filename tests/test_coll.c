@@ -315,6 +315,8 @@ static void test_reference_orders(void **state)
 
 int main(void)
 {
+    /* TCP unless told otherwise (test_shm_coll runs this matrix over shm). */
+    setenv("DDP_TRANSPORT", "tcp", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_orders), cmocka_unit_test(test_world_1),
         cmocka_unit_test(test_world_2),          cmocka_unit_test(test_world_3),

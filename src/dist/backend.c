@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 
 /* ---- transport + generic algorithms ---- */
@@ -19,7 +20,13 @@ static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size
 {
     tp_backend *b = calloc(1, sizeof *b);
     DDP_FAIL_IF(!b, DDP_ERR_NOMEM, "out of memory");
-    int rc = ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
+    /* Same host everywhere: shared memory (transport/shm.h); DDP_TRANSPORT
+     * overrides. */
+    int use_shm = 0;
+    int rc = ddp__transport_select(store, prefix, rank, size, timeout_s, &use_shm);
+    if (rc == 0)
+        rc = use_shm ? ddp__shm_create(store, prefix, rank, size, timeout_s, &b->tp)
+                     : ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
     if (rc == 0)
         rc = ddp__coll_ctx_init(&b->ctx, b->tp);
     if (rc < 0) {

@@ -980,7 +980,7 @@ out:
 int ddp__tcp_debug_fd(ddp__tp *tp, int rank)
 {
     tcp *t = (tcp *)tp;
-    if (rank < 0 || rank >= t->base.size)
+    if (!tp || tp->vt != &tcp_vtable || rank < 0 || rank >= t->base.size)
         return -1;
     return t->peers[rank].fd;
 }
