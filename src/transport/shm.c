@@ -58,7 +58,7 @@
 enum { MSG_DATA = 1, MSG_RTS = 2 };
 #define LINE 64
 #define WHY_LEN 1024
-#define DEFAULT_RING (256u << 10)
+#define DEFAULT_RING (1u << 20)
 #define DEFAULT_CMA_MIN (32u << 10)   /* RTS (one copy) from this many bytes */
 #define EAGER_MAX (64u << 10)         /* unexpected messages up to this are copied at once */
 #define DEFAULT_SPIN_US 20.0
@@ -898,15 +898,16 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
         double idle = now - idle_since;
         if (idle < s->spin_s)
             continue;
-        /* Still stuck while holding a message nobody asked for: its
-         * receiver may be stuck behind our own wait (two ranks sending to
-         * each other first), so take it off the sender's hands. */
-        if (unhold_all(s))
-            continue;
         if (idle < s->yield_s) {
             sched_yield();
             continue;
         }
+        /* Still stuck while holding a message nobody asked for: its sender
+         * may be stuck behind our own wait (two ranks sending to each other
+         * first), so take it off the sender's hands.  Not sooner: the copy
+         * (and a fresh allocation's page faults) is what holding avoids. */
+        if (unhold_all(s))
+            continue;
         double left = deadline - now;
         nap(s, left < SLEEP_MAX_S ? left : SLEEP_MAX_S);
     }
