@@ -200,6 +200,21 @@ static void test_hooks_contract(void **state)
         }
         events_clear(&ev);
     }
+    /* the loss of an older tape, after another forward on a second tape:
+     * still each parameter once, used as on the older tape */
+    ddp_tape_t *t2;
+    ddp_var_t *loss2;
+    assert_int_equal(ddp_tape_create(&t2), 0);
+    ddp_tape_reset(t);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(net_forward(&n, t2, &loss2), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_int_equal(ev.n, 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(ev.used[i], ev.index[i] != 5);
+    events_clear(&ev);
+    ddp_tape_destroy(t2);
+
     /* a failing hook stops backward with its code and message */
     ev.fail_on = 2;
     ddp_tape_reset(t);

@@ -99,6 +99,7 @@ typedef struct ddp_param {
         const void *tape;          /* leaf var cache: tape, generation, var */
         uint64_t tape_gen;
         ddp_var_t *var;
+        uint64_t used_pass;        /* the last backward pass that reached it */
     } priv;
 } ddp_param;
 

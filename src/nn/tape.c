@@ -211,13 +211,6 @@ int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v)
     return 0;
 }
 
-/* Is p's leaf on this tape and on a path to the loss? */
-static int param_used(const ddp_tape_t *tape, const ddp_param *p)
-{
-    return p->priv.tape == tape && p->priv.tape_gen == tape->gen && p->priv.var &&
-           p->priv.var->reachable;
-}
-
 int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
@@ -246,10 +239,13 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         v->pending = 0;
     }
     loss->reachable = 1;
+    uint64_t pass = atomic_fetch_add(&next_gen, 1); /* marks this pass's parameters */
     for (size_t i = loss->index + 1; i-- > 0;) {
         ddp_var_t *v = tape->vars[i];
         if (!v->reachable)
             continue;
+        if (v->param)
+            v->param->priv.used_pass = pass;
         for (int j = 0; j < v->nin; j++) {
             ddp_var_t *in = v->in[j];
             if (in->requires_grad) {
@@ -263,7 +259,7 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
     size_t np = model ? ddp_model_num_params(model) : 0;
     for (size_t i = 0; hook && i < np; i++) {
         ddp_param *p = ddp_model_param(model, i);
-        if (!param_used(tape, p))
+        if (p->priv.used_pass != pass)
             DDP_TRY(hook(p, 0, user));
     }
 
