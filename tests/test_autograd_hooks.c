@@ -213,6 +213,32 @@ static void test_hooks_contract(void **state)
     for (int i = 0; i < 6; i++)
         assert_int_equal(ev.used[i], ev.index[i] != 5);
     events_clear(&ev);
+    /* two leaf vars of one parameter on one tape (a second tape took the
+     * leaf cache in between): the hook still waits for both uses */
+    ddp_var_t *x, *wa, *wb, *ya, *yb, *s, *sa, *sb;
+    ddp_tensor xt;
+    ddp_tape_reset(t);
+    assert_int_equal(ddp_tensor_wrap(&xt, n.x, 2, (int64_t[]){B, IN}), 0);
+    assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+    assert_int_equal(ddp_tape_param(t, n.w1, &wa), 0);
+    ddp_tape_reset(t2);
+    assert_int_equal(ddp_tape_param(t2, n.w1, &wb), 0);
+    assert_int_equal(ddp_tape_param(t, n.w1, &wb), 0);
+    assert_true(wa != wb);
+    assert_int_equal(ddp_op_linear(t, x, wb, NULL, &yb), 0);
+    assert_int_equal(ddp_op_linear(t, x, wa, NULL, &ya), 0);
+    assert_int_equal(ddp_op_sum(t, ya, &sa), 0);
+    assert_int_equal(ddp_op_sum(t, yb, &sb), 0);
+    assert_int_equal(ddp_op_add(t, sa, sb, &s), 0);
+    ddp_model_zero_grad(n.m);
+    assert_int_equal(ddp_backward(t, s, n.m), 0);
+    assert_int_equal(ev.n, 6);
+    assert_int_equal(ev.index[5], 0);
+    assert_int_equal(ev.used[5], 1);
+    assert_memory_equal(ev.snap[5], n.w1->grad, n.w1->numel * sizeof(float));
+    for (size_t j = 0; j < n.w1->numel; j++) /* d/dW sum(x W^T) twice */
+        assert_true(n.w1->grad[j] != 0.0f);
+    events_clear(&ev);
     ddp_tape_destroy(t2);
 
     /* a failing hook stops backward with its code and message */

@@ -100,6 +100,7 @@ typedef struct ddp_param {
         uint64_t tape_gen;
         ddp_var_t *var;
         uint64_t used_pass;        /* the last backward pass that reached it */
+        int64_t pending;           /* its uses that pass has still to process */
     } priv;
 } ddp_param;
 

@@ -211,6 +211,16 @@ int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v)
     return 0;
 }
 
+/* One more reachable use of p in backward pass `pass` (the first resets). */
+static void count_use(ddp_param *p, uint64_t pass, int uses)
+{
+    if (p->priv.used_pass != pass) {
+        p->priv.used_pass = pass;
+        p->priv.pending = 0;
+    }
+    p->priv.pending += uses;
+}
+
 int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
@@ -238,19 +248,23 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         v->grad_written = 0;
         v->pending = 0;
     }
+    /* Parameters count their reachable uses themselves (over all their leaf
+     * vars, should a tape hold two), stamped with this pass's id. */
+    uint64_t pass = atomic_fetch_add(&next_gen, 1);
     loss->reachable = 1;
-    uint64_t pass = atomic_fetch_add(&next_gen, 1); /* marks this pass's parameters */
+    if (loss->param)
+        count_use(loss->param, pass, 0);
     for (size_t i = loss->index + 1; i-- > 0;) {
         ddp_var_t *v = tape->vars[i];
         if (!v->reachable)
             continue;
-        if (v->param)
-            v->param->priv.used_pass = pass;
         for (int j = 0; j < v->nin; j++) {
             ddp_var_t *in = v->in[j];
             if (in->requires_grad) {
                 in->reachable = 1;
                 in->pending++;
+                if (in->param)
+                    count_use(in->param, pass, 1);
             }
         }
     }
@@ -280,10 +294,12 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             DDP_TRY(ddp__op_backward(tape, v));
         for (int j = v->nin - 1; j >= 0; j--) { /* reverse argument order */
             ddp_var_t *in = v->in[j];
-            if (!in->requires_grad || --in->pending != 0)
+            if (!in->requires_grad)
                 continue;
-            if (in->param && hook && in->param->priv.model == model)
-                DDP_TRY(hook(in->param, 1, user));
+            in->pending--;
+            ddp_param *p = in->param;
+            if (p && --p->priv.pending == 0 && hook && p->priv.model == model)
+                DDP_TRY(hook(p, 1, user));
         }
     }
     return 0;
