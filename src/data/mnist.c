@@ -1,0 +1,162 @@
+/* MNIST-format dataset (torchvision.datasets.MNIST / FashionMNIST with
+ * transform=ToTensor() and an optional Normalize): the split's two IDX files,
+ * checked against each other, pixels kept as uint8 and turned into floats
+ * per sample, x = (p / 255 - mean) / std, in float32 as torch computes it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/error.h"
+#include "data/idx_internal.h"
+
+typedef struct mnist {
+    ddp_idx images; /* (count, rows, cols) uint8 */
+    ddp_idx labels; /* (count) uint8 */
+    int normalize;
+    float mean, std;
+} mnist;
+
+ddp_mnist_opts ddp_mnist_defaults(void)
+{
+    ddp_mnist_opts o = {.train = 1, .normalize = 0, .mean = 0.0f, .std = 1.0f,
+                        .num_classes = 10};
+    return o;
+}
+
+static size_t mnist_length(void *self) { return ((mnist *)self)->images.count; }
+
+/* p / 255 in float32 as torch's ToTensor (a division, not a multiplication
+ * by 1/255: the results differ in the last bit).  Blocks of 16 so that the
+ * compiler vectorises the conversion at -O2. */
+static void convert(const mnist *m, const uint8_t *restrict p, float *restrict x, size_t n)
+{
+    size_t i = 0;
+    if (!m->normalize) {
+        for (; i + 16 <= n; i += 16)
+            for (size_t j = 0; j < 16; j++)
+                x[i + j] = (float)p[i + j] / 255.0f;
+        for (; i < n; i++)
+            x[i] = (float)p[i] / 255.0f;
+        return;
+    }
+    const float mean = m->mean, std = m->std;
+    for (; i + 16 <= n; i += 16)
+        for (size_t j = 0; j < 16; j++)
+            x[i + j] = ((float)p[i + j] / 255.0f - mean) / std;
+    for (; i < n; i++)
+        x[i] = ((float)p[i] / 255.0f - mean) / std;
+}
+
+static int mnist_get(void *self, size_t index, float *x, int64_t *label)
+{
+    const mnist *m = self;
+    size_t numel = m->images.item_bytes;
+    convert(m, m->images.data + index * numel, x, numel);
+    *label = m->labels.data[index];
+    return 0;
+}
+
+static int mnist_get_batch(void *self, const size_t *indices, size_t n, float *x,
+                           int64_t *labels)
+{
+    const mnist *m = self;
+    size_t numel = m->images.item_bytes;
+    for (size_t i = 0; i < n; i++) {
+        convert(m, m->images.data + indices[i] * numel, x + i * numel, numel);
+        labels[i] = m->labels.data[indices[i]];
+    }
+    return 0;
+}
+
+static void mnist_destroy(void *self)
+{
+    mnist *m = self;
+    if (!m)
+        return;
+    ddp_idx_free(&m->images);
+    ddp_idx_free(&m->labels);
+    free(m);
+}
+
+static const ddp_dataset_ops mnist_ops = {
+    .length = mnist_length,
+    .get = mnist_get,
+    .get_batch = mnist_get_batch,
+    .destroy = mnist_destroy,
+};
+
+/* dir/name, or dir/name.gz when only that exists. */
+static int find_file(const char *dir, const char *name, char *path, size_t len)
+{
+    struct stat st;
+    int n = snprintf(path, len, "%s/%s", dir, name);
+    DDP_FAIL_IF(n < 0 || (size_t)n + 4 >= len, DDP_ERR_INVALID_ARG,
+                "data folder path too long: %s", dir);
+    if (stat(path, &st) == 0)
+        return 0;
+    strcat(path, ".gz");
+    if (stat(path, &st) == 0)
+        return 0;
+    return DDP_ERROR(DDP_ERR_NOT_FOUND, "%s/%s[.gz]: not found", dir, name);
+}
+
+int ddp_mnist_create(const char *dir, const ddp_mnist_opts *opts, ddp_dataset **out)
+{
+    int rc = 0;
+    mnist *m = NULL;
+    char ipath[4096], lpath[4096];
+    DDP_FAIL_OUT(!dir || !out, DDP_ERR_INVALID_ARG, "ddp_mnist_create: NULL argument");
+    *out = NULL;
+    ddp_mnist_opts o = opts ? *opts : ddp_mnist_defaults();
+    DDP_FAIL_OUT(o.num_classes < 1 || o.num_classes > 256, DDP_ERR_INVALID_ARG,
+                 "ddp_mnist_create: num_classes %d not in 1..256", o.num_classes);
+    DDP_FAIL_OUT(o.normalize && !(o.std > 0.0f), DDP_ERR_INVALID_ARG,
+                 "ddp_mnist_create: normalize needs std > 0 (got %g)", (double)o.std);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        DDP_TRY_OUT(DDP_ERROR_ERRNO(errno == ENOENT ? DDP_ERR_NOT_FOUND : DDP_ERR_IO, errno,
+                                    "data folder %s", dir));
+    DDP_FAIL_OUT(!S_ISDIR(st.st_mode), DDP_ERR_INVALID_ARG, "data folder %s: not a folder",
+                 dir);
+    const char *split = o.train ? "train" : "t10k";
+    char name[64];
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte", split);
+    DDP_TRY_OUT(find_file(dir, name, ipath, sizeof ipath));
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte", split);
+    DDP_TRY_OUT(find_file(dir, name, lpath, sizeof lpath));
+
+    m = calloc(1, sizeof *m);
+    DDP_FAIL_OUT(!m, DDP_ERR_NOMEM, "ddp_mnist_create: out of memory");
+    m->normalize = o.normalize;
+    m->mean = o.mean;
+    m->std = o.std;
+    DDP_TRY_OUT(ddp_idx_read(lpath, DDP_IDX_MAGIC_LABELS, &m->labels));
+    const uint8_t *y = m->labels.data;
+    for (size_t i = 0; i < m->labels.count; i++)
+        DDP_FAIL_OUT(y[i] >= o.num_classes, DDP_ERR_FORMAT,
+                     "%s: label %u at item %zu out of range (expected < %d)", lpath, y[i], i,
+                     o.num_classes);
+    DDP_TRY_OUT(ddp_idx_read(ipath, DDP_IDX_MAGIC_IMAGES, &m->images));
+    DDP_FAIL_OUT(m->images.count != m->labels.count, DDP_ERR_FORMAT,
+                 "%s holds %zu images but %s holds %zu labels", ipath, m->images.count, lpath,
+                 m->labels.count);
+    rc = ddp_dataset_create(&mnist_ops, m, m->images.item_bytes, out);
+    m = NULL; /* owned by the dataset, or freed by ddp_dataset_create */
+out:
+    mnist_destroy(m);
+    return rc;
+}
+
+int ddp_mnist_raw(const ddp_dataset *ds, const ddp_idx **images, const ddp_idx **labels)
+{
+    DDP_FAIL_IF(!ds || ds->ops != &mnist_ops, DDP_ERR_INVALID_ARG,
+                "ddp_mnist_raw: not an MNIST dataset");
+    const mnist *m = ds->self;
+    if (images)
+        *images = &m->images;
+    if (labels)
+        *labels = &m->labels;
+    return 0;
+}
