@@ -154,6 +154,15 @@ static void test_dropout_modes(void **state)
     /* binomial(N, 0.25): sd = sqrt(N * 0.25 * 0.75) ~ 61 */
     assert_true(abs(zeros - N / 4) < 5 * 62);
     assert_true(differ > N / 10);
+    /* the same seed gives the same masks, forward after forward */
+    ddp_module_t *d2;
+    ddp_var_t *z1, *z2;
+    assert_int_equal(ddp_dropout_create(0.25f, 11, &d2), 0);
+    assert_int_equal(ddp_module_forward(t, d2, x, &z1), 0);
+    assert_int_equal(ddp_module_forward(t, d2, x, &z2), 0);
+    assert_memory_equal(ddp_var_tensor(z1)->data, a, N * sizeof(float));
+    assert_memory_equal(ddp_var_tensor(z2)->data, b, N * sizeof(float));
+    ddp_module_destroy(d2);
     ddp_module_train(d, 0);
     assert_int_equal(ddp_module_forward(t, d, x, &y1), 0);
     assert_ptr_equal(y1, x);
@@ -346,6 +355,15 @@ static void test_model_errors(void **state)
     assert_non_null(strstr(ddp_last_error(),
                            "model module \"fc\": ") && strstr(ddp_last_error(),
                            "linear: input of shape (2, 3) does not match weight of shape (2, 4)"));
+    /* a Sequential names the failing layer */
+    ddp_module_t *sl[2], *sq;
+    assert_int_equal(ddp_relu_create(&sl[0]), 0);
+    assert_int_equal(ddp_linear_create(5, 2, 1, 0, &sl[1]), 0);
+    assert_int_equal(ddp_sequential_create(sl, 2, &sq), 0);
+    assert_int_equal(ddp_module_forward(t, sq, x, &y), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "sequential layer 1: "));
+    assert_non_null(strstr(ddp_last_error(), "linear: input of shape (2, 3) does not match"));
+    ddp_module_destroy(sq);
     /* sealed: nothing more can be added */
     assert_int_equal(ddp_relu_create(&r), 0);
     assert_int_equal(ddp_model_add_module(m, "act", r), DDP_ERR_STATE);
