@@ -269,6 +269,104 @@ static void test_invalid_options(void **state)
     ddp_model_destroy(m);
 }
 
+/* Learning-rate schedules against torch.optim.lr_scheduler (values printed
+ * by tests/data/lr_reference.py): base lr 0.1, the lr before the first step
+ * and after each of 12 steps. */
+typedef struct lr_expected {
+    const char *name;
+    double lr[13];
+} lr_expected;
+
+static const lr_expected LR_EXPECT[] = {
+    {"step",
+     {0.10000000000000001, 0.10000000000000001, 0.10000000000000001, 0.050000000000000003,
+      0.050000000000000003, 0.050000000000000003, 0.025000000000000001, 0.025000000000000001,
+      0.025000000000000001, 0.012500000000000001, 0.012500000000000001, 0.012500000000000001,
+      0.0062500000000000003}},
+    {"multistep",
+     {0.10000000000000001, 0.10000000000000001, 0.010000000000000002, 0.010000000000000002,
+      0.010000000000000002, 0.0010000000000000002, 0.0010000000000000002, 0.0010000000000000002,
+      0.0010000000000000002, 0.00010000000000000003, 0.00010000000000000003, 0.00010000000000000003,
+      0.00010000000000000003}},
+    {"exponential",
+     {0.10000000000000001, 0.090000000000000011, 0.081000000000000016, 0.07290000000000002,
+      0.065610000000000016, 0.059049000000000018, 0.05314410000000002, 0.047829690000000022,
+      0.043046721000000024, 0.03874204890000002, 0.034867844010000017, 0.031381059609000013,
+      0.028242953648100012}},
+    {"cosine",
+     {0.10000000000000001, 0.090546341221559898, 0.06579634122155989, 0.035203658778440096,
+      0.010453658778440105, 0.001, 0.010453658778440102, 0.035203658778440117,
+      0.065796341221559931, 0.090546341221559953, 0.10000000000000005, 0.090546341221559981,
+      0.065796341221559945}},
+    {"linear",
+     {0.025000000000000001, 0.043750000000000004, 0.062500000000000014, 0.081250000000000017,
+      0.10000000000000002, 0.10000000000000002, 0.10000000000000002, 0.10000000000000002,
+      0.10000000000000002, 0.10000000000000002, 0.10000000000000002, 0.10000000000000002,
+      0.10000000000000002}},
+};
+
+static void test_lr_schedules(void **state)
+{
+    (void)state;
+    static const int milestones[] = {2, 5, 9};
+    ddp_lr_options opts[5];
+    memset(opts, 0, sizeof opts);
+    opts[0] = (ddp_lr_options){.kind = DDP_LR_STEP, .step_size = 3, .gamma = 0.5};
+    opts[1] = (ddp_lr_options){.kind = DDP_LR_MULTISTEP, .gamma = 0.1, .milestones = milestones,
+                               .nmilestones = 3};
+    opts[2] = (ddp_lr_options){.kind = DDP_LR_EXPONENTIAL, .gamma = 0.9};
+    opts[3] = (ddp_lr_options){.kind = DDP_LR_COSINE, .t_max = 5, .eta_min = 0.001};
+    opts[4] = (ddp_lr_options){.kind = DDP_LR_LINEAR, .start_factor = 0.25, .end_factor = 1.0,
+                               .total_iters = 4};
+    for (int c = 0; c < 5; c++) {
+        ddp_param *p;
+        ddp_model_t *m = one_param(&p);
+        ddp_optim_t *o = make("sgd plain", m);
+        ddp_lr_scheduler_t *s;
+        assert_int_equal(ddp_lr_scheduler_create(o, &opts[c], &s), 0);
+        for (int e = 0; e <= 12; e++) {
+            if (e > 0)
+                assert_true(ddp_lr_scheduler_step(s) == ddp_optim_get_lr(o));
+            double want = LR_EXPECT[c].lr[e], got = ddp_optim_get_lr(o);
+            if (fabs(got - want) > 1e-12 * want)
+                fail_msg("%s epoch %d: lr %.17g, torch %.17g", LR_EXPECT[c].name, e, got, want);
+            assert_true(ddp_lr_scheduler_get_last_lr(s) == got);
+            assert_int_equal(ddp_lr_scheduler_last_epoch(s), e);
+        }
+        /* restored from a checkpoint at epoch 7 */
+        ddp_lr_scheduler_set_last_epoch(s, 7);
+        assert_true(fabs(ddp_optim_get_lr(o) - LR_EXPECT[c].lr[7]) <= 1e-12 * LR_EXPECT[c].lr[7]);
+        ddp_lr_scheduler_destroy(s);
+        ddp_optim_destroy(o);
+        ddp_model_destroy(m);
+    }
+    /* invalid options */
+    ddp_param *p;
+    ddp_model_t *m = one_param(&p);
+    ddp_optim_t *o = make("sgd plain", m);
+    ddp_lr_scheduler_t *s;
+    ddp_lr_options bad = {.kind = DDP_LR_STEP};
+    assert_int_equal(ddp_lr_scheduler_create(o, &bad, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "StepLR: step_size 0 must be > 0"));
+    static const int unsorted[] = {5, 2};
+    bad = (ddp_lr_options){.kind = DDP_LR_MULTISTEP, .milestones = unsorted, .nmilestones = 2};
+    assert_int_equal(ddp_lr_scheduler_create(o, &bad, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "MultiStepLR: milestones must increase (2 after 5)"));
+    bad = (ddp_lr_options){.kind = DDP_LR_LINEAR, .start_factor = 0, .total_iters = 3};
+    assert_int_equal(ddp_lr_scheduler_create(o, &bad, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "LinearLR: start_factor 0 must be in (0, 1]"));
+    bad = (ddp_lr_options){.kind = DDP_LR_COSINE};
+    assert_int_equal(ddp_lr_scheduler_create(o, &bad, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "CosineAnnealingLR: T_max 0 must be > 0"));
+    bad = (ddp_lr_options){.kind = 42};
+    assert_int_equal(ddp_lr_scheduler_create(o, &bad, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "lr scheduler: unknown kind 42"));
+    assert_true(ddp_optim_get_lr(o) == 0.1); /* untouched by the failures */
+    ddp_lr_scheduler_destroy(NULL);
+    ddp_optim_destroy(o);
+    ddp_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_state_access),
         cmocka_unit_test(test_follows_repointed_grad),
         cmocka_unit_test(test_invalid_options),
+        cmocka_unit_test(test_lr_schedules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
