@@ -325,6 +325,39 @@ static void test_matches_torch(void **state)
     ddp_model_destroy(m);
 }
 
+/* clip_grad_norm: gradients (3, 4) and (12) have 2-norm 13 and inf-norm 12
+ * (torch.nn.utils.clip_grad_norm_'s total_norm); over max_norm they are
+ * scaled by max_norm / (norm + 1e-6), under it left alone. */
+static void test_clip_grad_norm(void **state)
+{
+    (void)state;
+    ddp_model_t *m;
+    ddp_param *a, *b;
+    assert_int_equal(ddp_model_create(&m), 0);
+    assert_int_equal(ddp_model_add_param(m, "a", 1, (int64_t[]){2}, &a), 0);
+    assert_int_equal(ddp_model_add_param(m, "b", 1, (int64_t[]){1}, &b), 0);
+    assert_int_equal(ddp_model_seal(m), 0);
+    double norm;
+    a->grad[0] = 3, a->grad[1] = -4, b->grad[0] = 12;
+    assert_int_equal(ddp_model_clip_grad_norm(m, 100.0, 2.0, &norm), 0);
+    assert_true(fabs(norm - 13.0) < 1e-9);
+    assert_true(a->grad[0] == 3 && a->grad[1] == -4 && b->grad[0] == 12); /* untouched */
+    assert_int_equal(ddp_model_clip_grad_norm(m, 6.5, 2.0, &norm), 0);
+    double c = 6.5 / (13.0 + 1e-6);
+    assert_true(fabs(a->grad[0] - 3 * c) < 1e-6 && fabs(a->grad[1] + 4 * c) < 1e-6);
+    assert_true(fabs(b->grad[0] - 12 * c) < 1e-6);
+    a->grad[0] = 3, a->grad[1] = -4, b->grad[0] = 12;
+    assert_int_equal(ddp_model_clip_grad_norm(m, 6.0, INFINITY, &norm), 0);
+    assert_true(norm == 12.0);
+    assert_true(fabs(b->grad[0] - 12 * 6.0 / (12.0 + 1e-6)) < 1e-6);
+    a->grad[0] = 3, a->grad[1] = -4, b->grad[0] = 12;
+    assert_int_equal(ddp_model_clip_grad_norm(m, 100.0, 1.0, &norm), 0);
+    assert_true(fabs(norm - 19.0) < 1e-9);
+    assert_int_equal(ddp_model_clip_grad_norm(m, 1.0, 0.0, &norm), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "norm_type 0 must be > 0 (or INFINITY)"));
+    ddp_model_destroy(m);
+}
+
 static void test_model_errors(void **state)
 {
     (void)state;
@@ -406,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_reset_parameters),
         cmocka_unit_test(test_training_learns),
         cmocka_unit_test(test_matches_torch),
+        cmocka_unit_test(test_clip_grad_norm),
         cmocka_unit_test(test_model_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

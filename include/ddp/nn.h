@@ -274,6 +274,12 @@ DDP_API int ddp_param_set_grad(ddp_param *p, float *ptr);
 DDP_API int ddp_model_set_grad_block(ddp_model_t *m, float *block);
 /* Sets every parameter's gradient (wherever p->grad points) to zero. */
 DDP_API void ddp_model_zero_grad(ddp_model_t *m);
+/* torch.nn.utils.clip_grad_norm_: the norm of all gradients together (p-norm
+ * with norm_type p > 0, or INFINITY for the largest magnitude) goes to
+ * *total_norm (may be NULL); when it exceeds max_norm every gradient is
+ * scaled by max_norm / (norm + 1e-6).  Reads and writes through p->grad. */
+DDP_API int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double norm_type,
+                                     double *total_norm);
 /* Registers the grad-ready hook (replacing any earlier one; fn NULL removes
  * it).  DistributedDataParallel installs its own. */
 DDP_API void ddp_model_set_grad_ready_hook(ddp_model_t *m, ddp_grad_ready_fn fn, void *user);
