@@ -157,6 +157,9 @@ DDP_API int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t *
 DDP_API int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y);
 /* y = max(a, 0). */
 DDP_API int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
+/* y = 1 / (1 + exp(-a)) and y = tanh(a), element-wise. */
+DDP_API int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
+DDP_API int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 /* Inverted dropout: in training, each element is zeroed with probability p
  * and the rest scaled by 1/(1-p), the mask drawn from a generator seeded with
  * seed; with training == 0 or p == 0, y is x itself (no new var).  0 <= p <= 1. */
@@ -174,6 +177,10 @@ DDP_API int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 DDP_API int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 /* Mean negative log-likelihood: logp (B, C), labels[B] in [0, C) (copied). */
 DDP_API int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels,
+                            ddp_var_t **y);
+/* nn.MSELoss() (mean reduction): scalar mean((input - target)^2), same
+ * shapes; target may require grad too. */
+DDP_API int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target,
                             ddp_var_t **y);
 /* Cross-entropy with mean reduction = nll_loss(log_softmax(logits)), fused:
  * logits (B, C), labels[B] (copied).  A label outside [0, C) fails with
