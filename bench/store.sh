@@ -2,7 +2,8 @@
 # Rendezvous store latency, libddp against torch.distributed (python3-torch
 # 1.13), side by side: ROUNDS alternating runs of bench/store.c and
 # bench/store_torch.py, each doing N set / get / add on a TCPStore (server
-# thread in the same process, client over loopback) and on a FileStore.
+# thread in the same process, client over loopback), a HashStore (memory)
+# and a FileStore.
 # Then store barriers among 2, 4 and 8 forked processes over a TCPStore
 # (BARRIERS rounds each).  Prints the median of the rounds per store and
 # operation, and the ratio torch / libddp (> 1: libddp is faster).
@@ -55,9 +56,9 @@ $2 == "barrier" {
 }
 END {
     printf "%-8s %-8s %10s %10s %8s\n", "store", "op", "libddp", "torch", "ratio"
-    split("tcp file barrier", stores, " ")
+    split("tcp hash file barrier", stores, " ")
     split("set get add check ranks=2 ranks=4 ranks=8", ops, " ")
-    for (s = 1; s <= 3; s++) for (o = 1; o <= 7; o++) {
+    for (s = 1; s <= 4; s++) for (o = 1; o <= 7; o++) {
         d = "libddp" SUBSEP stores[s] SUBSEP ops[o]
         t = "torch" SUBSEP stores[s] SUBSEP ops[o]
         if (!(d in cnt)) continue
