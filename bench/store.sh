@@ -63,7 +63,7 @@ END {
         t = "torch" SUBSEP stores[s] SUBSEP ops[o]
         if (!(d in cnt)) continue
         dm = median(d)
-        if (t in cnt) { tm = median(t); printf "%-8s %-8s %10.1f %10.1f %8.2f\n", stores[s], ops[o], dm, tm, tm / dm }
-        else printf "%-8s %-8s %10.1f %10s %8s\n", stores[s], ops[o], dm, "-", "-"
+        if (t in cnt) { tm = median(t); printf "%-8s %-8s %10.2f %10.2f %8.2f\n", stores[s], ops[o], dm, tm, tm / dm }
+        else printf "%-8s %-8s %10.2f %10s %8s\n", stores[s], ops[o], dm, "-", "-"
     }
 }' "$out"
