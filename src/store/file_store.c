@@ -360,6 +360,8 @@ static void maybe_compact(file_store *fs)
     if (rc == 0 && rename(tmp, fs->path) < 0)
         rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: rename %s", fs->base.desc, tmp);
     if (rc < 0) {
+        /* Try again only when the log has doubled: no warning per append. */
+        fs->compact_bytes = 2 * fs->offset;
         DDP_WARN("%s: compaction skipped: %s", fs->base.desc, ddp_last_error());
         if (fs->fd >= 0) {
             close(fs->fd);
