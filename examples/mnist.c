@@ -1,5 +1,6 @@
-/* ddp-mnist: the reference program, single process.  PyTorch's beginner
- * feed-forward example in C against libddp:
+/* ddp-mnist: the reference program.  PyTorch's beginner feed-forward example
+ * in C against libddp, on one process or, started by ddprun (or mpirun,
+ * srun), on N processes with DistributedDataParallel:
  *
  *   model = Sequential(Linear(784, 256), ReLU(), Linear(256, 10))
  *   loss  = CrossEntropyLoss(); opt = SGD(model.parameters(), lr, momentum)
@@ -7,17 +8,29 @@
  *                      batch_size=64, shuffle=True, num_workers)
  *   for epoch: for i, (images, labels) in enumerate(data): step;
  *       every 100 steps print "Epoch [e/N], Step [i/total], Loss: x.xxxx"
- *   then "Throughput: N samples/s" (training loop only) and
- *   "Test accuracy: NN.NN %" on the test split.
+ *   then "Throughput: N samples/s" (training loop only, all ranks together)
+ *   and "Test accuracy: NN.NN %" on the test split, from rank 0.
+ *
+ * Distributed: rank and world size come from the launcher's environment
+ * (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*) or --rank and
+ * --world-size; rendezvous through --init-method (env://, tcp://HOST:PORT,
+ * file:///PATH).  Each rank trains on its DistributedSampler share; DDP
+ * averages gradients during backward.  With --checkpoint-dir, rank 0 saves
+ * model, optimizer and position every --checkpoint-every steps; --resume
+ * (automatic after a ddprun restart) continues from there and ends with the
+ * same weights as an uninterrupted run.
  *
  * Exit status: 0 on success, 2 for bad flags, a missing/malformed data set
  * or --load file (one line on stderr), 1 for any other failure.  See --help. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "ddp.h"
 
@@ -37,6 +50,14 @@ typedef struct args {
     const char *load;
     const char *save;
     long workers;
+    const char *backend;
+    const char *init_method; /* NULL: env:// when distributed */
+    long rank, world_size;   /* -1: from the launcher's environment */
+    double timeout;
+    const char *ckpt_dir;
+    long ckpt_every;
+    int resume;
+    long crash_at;           /* fault injection for restart tests: -1 off */
 } args;
 
 static void usage(FILE *f)
@@ -57,6 +78,17 @@ static void usage(FILE *f)
             "  --workers N       DataLoader worker threads (default 1)\n"
             "  --load FILE       start from parameters saved with --save (safetensors)\n"
             "  --save FILE       write the trained parameters (safetensors)\n"
+            "Distributed (started by ddprun, mpirun or srun, or by hand):\n"
+            "  --backend NAME    process group backend (default tcp)\n"
+            "  --init-method URL env:// (default), tcp://HOST:PORT or file:///PATH\n"
+            "  --rank N, --world-size N   instead of the launcher's environment\n"
+            "  --timeout S       rendezvous and collective timeout (default 300)\n"
+            "  --checkpoint-dir DIR       rank 0 writes DIR/checkpoint.safetensors\n"
+            "  --checkpoint-every N       ... every N optimizer steps (default 100)\n"
+            "  --resume          continue from DIR's checkpoint (automatic after a\n"
+            "                    ddprun restart when --checkpoint-dir is given)\n"
+            "  --crash-at-step N rank 1 (rank 0 alone) kills itself at global step N in\n"
+            "                    the first attempt: a fault to test restarts with\n"
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok, 2 bad flags, data set or --load file, 1 other failure.\n");
@@ -100,7 +132,8 @@ static int parse_double(const char *flag, const char *s, double lo, double *out)
 static int parse_args(int argc, char **argv, args *a)
 {
     enum { O_DATA = 256, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_SEED, O_NOSHUF, O_LOAD, O_SAVE,
-           O_WORKERS, O_HELP };
+           O_WORKERS, O_HELP, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_CKDIR,
+           O_CKEVERY, O_RESUME, O_CRASH };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
         {"epochs", required_argument, NULL, O_EPOCHS},
@@ -113,10 +146,21 @@ static int parse_args(int argc, char **argv, args *a)
         {"save", required_argument, NULL, O_SAVE},
         {"workers", required_argument, NULL, O_WORKERS},
         {"help", no_argument, NULL, O_HELP},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"init-method", required_argument, NULL, O_INIT},
+        {"rank", required_argument, NULL, O_RANK},
+        {"world-size", required_argument, NULL, O_WORLD},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"checkpoint-dir", required_argument, NULL, O_CKDIR},
+        {"checkpoint-every", required_argument, NULL, O_CKEVERY},
+        {"resume", no_argument, NULL, O_RESUME},
+        {"crash-at-step", required_argument, NULL, O_CRASH},
         {NULL, 0, NULL, 0},
     };
     *a = (args){.data = "/usr/share/datasets/fashion-mnist", .epochs = 1, .batch = 64,
-                .lr = 0.1, .momentum = 0.0, .seed = 0, .shuffle = 1, .workers = 1};
+                .lr = 0.1, .momentum = 0.0, .seed = 0, .shuffle = 1, .workers = 1,
+                .backend = "tcp", .rank = -1, .world_size = -1, .timeout = 300,
+                .ckpt_every = 100, .crash_at = -1};
     opterr = 0; /* our own one-line messages */
     int c, rc = 0;
     long seed;
@@ -136,6 +180,15 @@ static int parse_args(int argc, char **argv, args *a)
         case O_SAVE: a->save = optarg; break;
         case O_WORKERS: rc = parse_long("--workers", optarg, 0, 64, &a->workers); break;
         case O_HELP: usage(stdout); return -1;
+        case O_BACKEND: a->backend = optarg; break;
+        case O_INIT: a->init_method = optarg; break;
+        case O_RANK: rc = parse_long("--rank", optarg, 0, 1 << 20, &a->rank); break;
+        case O_WORLD: rc = parse_long("--world-size", optarg, 1, 1 << 20, &a->world_size); break;
+        case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, &a->timeout); break;
+        case O_CKDIR: a->ckpt_dir = optarg; break;
+        case O_CKEVERY: rc = parse_long("--checkpoint-every", optarg, 1, 1L << 40, &a->ckpt_every); break;
+        case O_RESUME: a->resume = 1; break;
+        case O_CRASH: rc = parse_long("--crash-at-step", optarg, 1, 1L << 40, &a->crash_at); break;
         case ':':
             return bad_usage("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -146,6 +199,13 @@ static int parse_args(int argc, char **argv, args *a)
     }
     if (optind < argc)
         return bad_usage("unexpected argument '%s'", argv[optind]);
+    if ((a->rank < 0) != (a->world_size < 0))
+        return bad_usage("--rank and --world-size go together");
+    if (a->rank >= 0 && a->rank >= a->world_size)
+        return bad_usage("--rank %ld is out of range for --world-size %ld", a->rank,
+                         a->world_size);
+    if (a->resume && !a->ckpt_dir)
+        return bad_usage("--resume needs --checkpoint-dir");
     return 0;
 }
 
@@ -168,8 +228,9 @@ static int build_model(unsigned long long seed, ddp_model_t **model)
     return ddp_model_reset_parameters(*model, seed);
 }
 
-/* Forward pass of one batch on a fresh tape: *logits (B, 10). */
-static int forward(ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
+/* Forward pass of one batch on a fresh tape: *logits (B, 10); through DDP
+ * when dm is not NULL. */
+static int forward(ddp_ddp_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
                    ddp_var_t **logits)
 {
     ddp_tensor x;
@@ -178,7 +239,7 @@ static int forward(ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
     int rc = ddp_tensor_wrap(&x, b->x, 2, (int64_t[]){(int64_t)b->size, IN});
     if (rc < 0 || (rc = ddp_tape_input(tape, &x, 0, &in)) < 0)
         return rc;
-    return ddp_model_forward(model, tape, in, logits);
+    return dm ? ddp_ddp_forward(dm, tape, in, logits) : ddp_model_forward(model, tape, in, logits);
 }
 
 static int open_split(const char *dir, int train, ddp_dataset **ds)
@@ -199,34 +260,110 @@ static int open_split(const char *dir, int train, ddp_dataset **ds)
     return 0;
 }
 
-static int train(const args *a, ddp_model_t *model, ddp_tape_t *tape, ddp_optim_t *opt,
-                 ddp_loader *dl)
+/* One job: this process's place in it and what it trains. */
+typedef struct job {
+    const args *a;
+    int rank, world, restart;
+    ddp_pg_t *pg;         /* NULL when alone */
+    ddp_ddp_t *dm;        /* NULL when alone */
+    ddp_model_t *model;
+    ddp_tape_t *tape;
+    ddp_optim_t *opt;
+    ddp_train_state st;   /* where training starts (after a resume) */
+    char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
+} job;
+
+static int save_checkpoint(job *j, int64_t epoch, int64_t step)
 {
+    ddp_train_state st = {.epoch = epoch, .step = step, .global_step = j->st.global_step,
+                          .seed = j->a->seed, .world_size = j->world};
+    return j->rank == 0 ? ddp_checkpoint_save(j->ckpt, j->model, j->opt, &st) : 0;
+}
+
+/* The fault that --crash-at-step injects: rank 1 (or a lone rank 0) dies
+ * as kill -9 would kill it, in the first attempt only. */
+static void maybe_crash(const job *j)
+{
+    if (j->a->crash_at == j->st.global_step && j->restart == 0 &&
+        j->rank == (j->world > 1 ? 1 : 0)) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+}
+
+static double wall_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int train_step(job *j, const ddp_batch *b, float *loss_value)
+{
+    ddp_var_t *logits, *loss;
+    int rc;
+    if ((rc = forward(j->dm, j->model, j->tape, b, &logits)) < 0 ||
+        (rc = ddp_op_cross_entropy(j->tape, logits, b->y64, &loss)) < 0)
+        return rc;
+    ddp_optim_zero_grad(j->opt);
+    rc = j->dm ? ddp_ddp_backward(j->dm, j->tape, loss) : ddp_backward(j->tape, loss, j->model);
+    if (rc < 0 || (rc = ddp_optim_step(j->opt)) < 0)
+        return rc;
+    *loss_value = ddp_var_item(loss);
+    return 0;
+}
+
+/* Prints the global samples/s: every rank's samples over the slowest
+ * rank's time. */
+static int report_throughput(job *j, size_t samples, double dt)
+{
+    int64_t n = (int64_t)samples;
+    if (j->pg) {
+        int rc;
+        if ((rc = ddp_all_reduce(j->pg, &n, 1, DDP_INT64, DDP_SUM)) < 0 ||
+            (rc = ddp_all_reduce(j->pg, &dt, 1, DDP_FLOAT64, DDP_MAX)) < 0)
+            return rc;
+    }
+    if (j->rank == 0)
+        printf("Throughput: %.0f samples/s\n", dt > 0 ? (double)n / dt : 0.0);
+    return 0;
+}
+
+static int train(job *j, ddp_loader *dl)
+{
+    const args *a = j->a;
     size_t total = ddp_loader_length(dl), samples = 0;
     double t0 = ddp_time_now();
-    for (long epoch = 0; epoch < a->epochs; epoch++) {
+    for (long epoch = (long)j->st.epoch; epoch < a->epochs; epoch++) {
         int rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch);
+        size_t skip = epoch == j->st.epoch ? (size_t)j->st.step : 0; /* trained before */
         ddp_batch b;
         while (rc >= 0 && (rc = ddp_loader_next(dl, &b)) == 1) {
-            ddp_var_t *logits, *loss;
-            if ((rc = forward(model, tape, &b, &logits)) < 0 ||
-                (rc = ddp_op_cross_entropy(tape, logits, b.y64, &loss)) < 0)
-                break;
-            ddp_optim_zero_grad(opt);
-            if ((rc = ddp_backward(tape, loss, model)) < 0 || (rc = ddp_optim_step(opt)) < 0)
+            if (b.index < skip)
+                continue;
+            float loss;
+            if ((rc = train_step(j, &b, &loss)) < 0)
                 break;
             samples += b.size;
-            if ((b.index + 1) % 100 == 0)
+            j->st.global_step++;
+            if (samples == b.size && j->rank == 0 && getenv("DDP_MNIST_TIMESTAMPS"))
+                printf("First step at: %.6f\n", wall_clock()); /* for bench/ddp_mnist.sh */
+            maybe_crash(j);
+            if (j->rank == 0 && (b.index + 1) % 100 == 0)
                 printf("Epoch [%ld/%ld], Step [%zu/%zu], Loss: %.4f\n", epoch + 1, a->epochs,
-                       b.index + 1, total, ddp_var_item(loss));
+                       b.index + 1, total, loss);
+            if (j->ckpt[0] && j->st.global_step % a->ckpt_every == 0)
+                rc = b.index + 1 == total ? save_checkpoint(j, epoch + 1, 0)
+                                          : save_checkpoint(j, epoch, (int64_t)b.index + 1);
+            if (rc < 0)
+                break;
         }
         if (rc < 0)
             return rc;
         fflush(stdout);
     }
-    double dt = ddp_time_now() - t0;
-    if (a->epochs > 0)
-        printf("Throughput: %.0f samples/s\n", dt > 0 ? (double)samples / dt : 0.0);
+    if (a->epochs > j->st.epoch)
+        return report_throughput(j, samples, ddp_time_now() - t0);
     return 0;
 }
 
@@ -245,7 +382,7 @@ static int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset *test, dou
     rc = ddp_loader_epoch_begin(dl, 0);
     while (rc >= 0 && (rc = ddp_loader_next(dl, &b)) == 1) {
         ddp_var_t *logits;
-        if ((rc = forward(model, tape, &b, &logits)) < 0)
+        if ((rc = forward(NULL, model, tape, &b, &logits)) < 0)
             break;
         const float *z = ddp_var_tensor(logits)->data; /* (B, 10) */
         for (size_t i = 0; i < b.size; i++) {
@@ -264,19 +401,110 @@ static int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset *test, dou
     return rc < 0 ? rc : 0;
 }
 
+/* Rank and world size from the flags or the launcher; a process group when
+ * there is more than one process or an init method was given. */
+static int join_job(job *j)
+{
+    const args *a = j->a;
+    ddp_launch_info li;
+    int rc = ddp_launch_info_from_env(&li);
+    if (rc == DDP_ERR_INVALID_ARG)
+        return rc;
+    j->rank = 0;
+    j->world = 1;
+    if (a->rank >= 0) {
+        j->rank = (int)a->rank;
+        j->world = (int)a->world_size;
+    } else if (rc == 0) {
+        j->rank = li.rank;
+        j->world = li.world_size;
+    }
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    j->restart = restart ? atoi(restart) : 0;
+    if (j->world == 1 && !a->init_method)
+        return 0;
+    return ddp_init_process_group(a->backend, a->init_method ? a->init_method : "env://",
+                                  j->rank, j->world, a->timeout, &j->pg);
+}
+
+/* Rank 0 loads the checkpoint when resuming: 1 loaded, 0 none to load, < 0
+ * failed (message printed). */
+static int load_checkpoint(job *j)
+{
+    if (!j->ckpt[0] || !(j->a->resume || j->restart > 0) || j->rank != 0)
+        return 0;
+    int rc = ddp_checkpoint_load(j->ckpt, j->model, j->opt, &j->st);
+    if (rc == DDP_ERR_NOT_FOUND) {
+        printf("No checkpoint at %s yet: starting from the beginning\n", j->ckpt);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+        return rc;
+    }
+    if (j->st.world_size != j->world) {
+        fprintf(stderr, "ddp-mnist: %s was written by %d ranks; resume it with %d, not %d\n",
+                j->ckpt, j->st.world_size, j->st.world_size, j->world);
+        return DDP_ERR_MISMATCH;
+    }
+    printf("Resuming from %s: epoch %lld, step %lld\n", j->ckpt, (long long)j->st.epoch + 1,
+           (long long)j->st.step);
+    return 1;
+}
+
+/* Rank 0's load result, position and optimizer state go to every rank (the
+ * parameters follow with DDP's broadcast), so only rank 0 needs the file. */
+static int share_checkpoint(job *j, int loaded)
+{
+    if (!j->pg)
+        return loaded < 0 ? loaded : 0;
+    int64_t v[5] = {loaded, j->st.epoch, j->st.step, j->st.global_step, ddp_optim_steps(j->opt)};
+    int rc = ddp_broadcast(j->pg, v, 5, DDP_INT64, 0);
+    if (rc == 0 && v[0] < 0 && j->rank != 0)
+        fprintf(stderr, "ddp-mnist: rank %d: rank 0 could not load %s\n", j->rank, j->ckpt);
+    if (rc < 0 || v[0] <= 0)
+        return rc < 0 ? rc : v[0] < 0 ? DDP_ERR_MISMATCH : 0;
+    j->st.epoch = v[1];
+    j->st.step = v[2];
+    j->st.global_step = v[3];
+    ddp_optim_set_steps(j->opt, v[4]);
+    for (int k = 0; k < ddp_optim_num_states(j->opt); k++) {
+        const char *name;
+        float *data;
+        size_t n;
+        if ((rc = ddp_optim_state(j->opt, k, &name, &data, &n)) < 0 ||
+            (rc = ddp_broadcast(j->pg, data, n, DDP_FLOAT32, 0)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     args a;
     int prc = parse_args(argc, argv, &a);
     if (prc)
         return prc < 0 ? 0 : prc;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen */
 
     int status = 1, rc = 0;
+    job j = {.a = &a};
     ddp_dataset *train_ds = NULL, *test_ds = NULL;
     ddp_loader *dl = NULL;
-    ddp_model_t *model = NULL;
-    ddp_tape_t *tape = NULL;
-    ddp_optim_t *opt = NULL;
+    ddp_sampler *sampler = NULL;
+
+    if ((rc = join_job(&j)) < 0) {
+        status = rc == DDP_ERR_INVALID_ARG ? 2 : 1;
+        goto out;
+    }
+    if (a.ckpt_dir) {
+        snprintf(j.ckpt, sizeof j.ckpt, "%s/checkpoint.safetensors", a.ckpt_dir);
+        if (j.rank == 0 && mkdir(a.ckpt_dir, 0755) < 0 && errno != EEXIST) {
+            fprintf(stderr, "ddp-mnist: --checkpoint-dir %s: %s\n", a.ckpt_dir, strerror(errno));
+            status = 2;
+            goto out;
+        }
+    }
 
     /* Data first: a missing data set is a usage error (exit 2). */
     double t0 = ddp_time_now();
@@ -284,19 +512,27 @@ int main(int argc, char **argv)
         status = 2;
         goto out;
     }
-    if (train_ds)
+    if (train_ds && j.rank == 0)
         printf("Loaded %zu training samples from %s in %.3f s\n",
                ddp_dataset_length(train_ds), a.data, ddp_time_now() - t0);
 
-    if ((rc = build_model(a.seed, &model)) < 0 || (rc = ddp_tape_create(&tape)) < 0)
+    if ((rc = build_model(a.seed, &j.model)) < 0 || (rc = ddp_tape_create(&j.tape)) < 0)
         goto out;
-    if (a.load && (rc = ddp_model_load_safetensors(model, a.load)) < 0) {
+    /* With DDP, rank 0's parameters are broadcast: only it reads --load. */
+    if (a.load && j.rank == 0 && (rc = ddp_model_load_safetensors(j.model, a.load)) < 0) {
         status = 2; /* a bad --load file is bad input, like a bad data set */
         goto out;
     }
     ddp_sgd_options so = ddp_sgd_defaults(a.lr);
     so.momentum = a.momentum;
-    if ((rc = ddp_sgd_create(model, &so, &opt)) < 0)
+    if ((rc = ddp_sgd_create(j.model, &so, &j.opt)) < 0)
+        goto out;
+    if ((rc = share_checkpoint(&j, load_checkpoint(&j))) < 0) {
+        status = 2;
+        rc = 0; /* already reported */
+        goto out;
+    }
+    if (j.pg && (rc = ddp_ddp_create(j.model, j.pg, NULL, &j.dm)) < 0)
         goto out;
 
     if (train_ds) {
@@ -305,8 +541,18 @@ int main(int argc, char **argv)
         lo.shuffle = a.shuffle;
         lo.seed = a.seed;
         lo.num_workers = (int)a.workers;
-        if ((rc = ddp_loader_create(train_ds, &lo, &dl)) < 0 ||
-            (rc = train(&a, model, tape, opt, dl)) < 0)
+        if (j.pg) { /* each rank its share: torch's DistributedSampler */
+            ddp_distributed_sampler_opts dso = ddp_distributed_sampler_defaults();
+            dso.num_replicas = j.world;
+            dso.rank = j.rank;
+            dso.shuffle = a.shuffle;
+            dso.seed = a.seed;
+            if ((rc = ddp_sampler_distributed_create(ddp_dataset_length(train_ds), &dso,
+                                                     &sampler)) < 0)
+                goto out;
+            lo.sampler = sampler;
+        }
+        if ((rc = ddp_loader_create(train_ds, &lo, &dl)) < 0 || (rc = train(&j, dl)) < 0)
             goto out;
         /* The training images (47 MB) go before the test split comes in:
          * peak memory is the larger of the two, not their sum. */
@@ -315,25 +561,37 @@ int main(int argc, char **argv)
         ddp_dataset_destroy(train_ds);
         train_ds = NULL;
     }
-    if (a.save && (rc = ddp_model_save_safetensors(model, a.save)) < 0)
-        goto out;
-    if (open_split(a.data, 0, &test_ds) < 0) {
-        status = 2;
-        goto out;
+    if (j.rank == 0) {
+        if (a.save && (rc = ddp_model_save_safetensors(j.model, a.save)) < 0)
+            goto out;
+        if (open_split(a.data, 0, &test_ds) < 0) {
+            status = 2;
+            goto out;
+        }
+        double acc;
+        if ((rc = evaluate(j.model, j.tape, test_ds, &acc)) < 0)
+            goto out;
+        printf("Test accuracy: %.2f %%\n", acc);
     }
-    double acc;
-    if ((rc = evaluate(model, tape, test_ds, &acc)) < 0)
+    /* The others wait for rank 0's evaluation before leaving the group. */
+    if (j.pg && (rc = ddp_barrier(j.pg)) < 0)
         goto out;
-    printf("Test accuracy: %.2f %%\n", acc);
     status = 0;
 out:
-    if (rc < 0)
-        fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+    if (rc < 0) {
+        if (j.pg)
+            fprintf(stderr, "ddp-mnist: rank %d: %s\n", j.rank, ddp_last_error());
+        else
+            fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+    }
     ddp_loader_destroy(dl);
-    ddp_optim_destroy(opt);
-    ddp_tape_destroy(tape);
-    ddp_model_destroy(model);
+    ddp_sampler_destroy(sampler);
+    ddp_ddp_destroy(j.dm);
+    ddp_optim_destroy(j.opt);
+    ddp_tape_destroy(j.tape);
+    ddp_model_destroy(j.model);
     ddp_dataset_destroy(test_ds);
     ddp_dataset_destroy(train_ds);
+    ddp_pg_destroy(j.pg);
     return status;
 }

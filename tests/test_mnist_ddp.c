@@ -1,0 +1,180 @@
+/* End-to-end tests of the reference program on several processes:
+ * ddp-mnist under ddprun (env://), by hand with file:// and tcp://, and a
+ * run whose rank 1 is killed once and restarted by ddprun --max-restarts,
+ * which must end with the same weights as an uninterrupted run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[64], bin[1024], ddprun[1024];
+
+typedef struct {
+    int status; /* exit status, -1 when killed */
+    char *out;  /* stdout and stderr together */
+} result;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Runs a shell command (at most 600 s), output to dir/log. */
+static result sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static result sh(const char *fmt, ...)
+{
+    char cmd[8192], body[7000], log[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 600 sh -c '%s' >%s 2>&1", body, log);
+    int st = system(cmd);
+    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(log)};
+    return r;
+}
+
+static double accuracy(const char *out)
+{
+    const char *p = strstr(out, "Test accuracy: ");
+    return p ? atof(p + strlen("Test accuracy: ")) : -1;
+}
+
+static int same_files(const char *a, const char *b)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/%s %s/%s", dir, a, dir, b);
+    return system(cmd) == 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(dir, "/tmp/ddp-mnist-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_two_ranks_under_ddprun(void **state)
+{
+    (void)state;
+    result r = sh("%s --standalone --nproc-per-node 2 %s --epochs 1", ddprun, bin);
+    if (r.status != 0)
+        fail_msg("exit %d: %s", r.status, r.out);
+    /* 60000 / 2 ranks / 64 = 469 steps; rank 0 alone prints. */
+    assert_non_null(strstr(r.out, "Epoch [1/1], Step [400/469], Loss: "));
+    assert_null(strstr(r.out, "Step [500/"));
+    const char *p = strstr(r.out, "Epoch [1/1], Step [100/469]");
+    assert_null(strstr(p + 1, "Epoch [1/1], Step [100/469]"));
+    assert_non_null(strstr(r.out, "Throughput: "));
+    /* PyTorch DDP (2 x 64, lr 0.1, 1 epoch) reaches 79.3 % on this data. */
+    double acc = accuracy(r.out);
+    if (acc < 78.0)
+        fail_msg("test accuracy %.2f %% < 78 %%:\n%s", acc, r.out);
+    free(r.out);
+}
+
+static void test_file_and_tcp_init_by_hand(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        char url[256];
+        if (k == 0)
+            snprintf(url, sizeof url, "file://%s/rdzv", dir);
+        else
+            snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+        result r = sh("%s --epochs 0 --init-method %s --rank 1 --world-size 2 & "
+                      "%s --epochs 0 --init-method %s --rank 0 --world-size 2; s=$?; wait $! && "
+                      "exit $s",
+                      bin, url, bin, url);
+        if (r.status != 0)
+            fail_msg("%s: exit %d: %s", url, r.status, r.out);
+        assert_non_null(strstr(r.out, "Test accuracy: "));
+        free(r.out);
+    }
+}
+
+static void test_restart_resumes_to_the_same_weights(void **state)
+{
+    (void)state;
+    const char *common = "--epochs 2 --checkpoint-every 50 --seed 3 --momentum 0.5";
+    result a = sh("%s --standalone --nproc-per-node 2 %s %s --checkpoint-dir %s/ca "
+                  "--save %s/a.safetensors",
+                  ddprun, bin, common, dir, dir);
+    if (a.status != 0)
+        fail_msg("uninterrupted: exit %d: %s", a.status, a.out);
+    result b = sh("%s --standalone --nproc-per-node 2 --max-restarts 1 %s %s --checkpoint-dir "
+                  "%s/cb --crash-at-step 620 --save %s/b.safetensors",
+                  ddprun, bin, common, dir, dir);
+    if (b.status != 0)
+        fail_msg("restarted: exit %d: %s", b.status, b.out);
+    assert_non_null(strstr(b.out, "rank 1 (pid "));
+    assert_non_null(strstr(b.out, "was killed by signal 9 (Killed); restarting the group"));
+    assert_non_null(strstr(b.out, "Resuming from "));
+    assert_non_null(strstr(b.out, "epoch 2, step 131")); /* step 600 = 469 + 131 */
+    assert_true(same_files("a.safetensors", "b.safetensors"));
+    assert_true(same_files("ca/checkpoint.safetensors", "cb/checkpoint.safetensors"));
+    free(a.out);
+    free(b.out);
+}
+
+static void test_bad_distributed_flags(void **state)
+{
+    (void)state;
+    struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"--rank 1", "--rank and --world-size go together"},
+        {"--rank 2 --world-size 2", "--rank 2 is out of range for --world-size 2"},
+        {"--resume", "--resume needs --checkpoint-dir"},
+        {"--init-method bogus://x --rank 0 --world-size 1", "bogus://x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        result r = sh("%s --epochs 0 %s", bin, cases[i].args);
+        if (r.status != 2 || !strstr(r.out, cases[i].msg))
+            fail_msg("'%s': exit %d, output '%s', expected 2 and '%s'", cases[i].args, r.status,
+                     r.out, cases[i].msg);
+        free(r.out);
+    }
+}
+
+int main(void)
+{
+    const char *build = getenv("DDP_TEST_BUILD");
+    build = build && *build ? build : "build";
+    snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
+    snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_two_ranks_under_ddprun, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_and_tcp_init_by_hand, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_resumes_to_the_same_weights, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
