@@ -24,6 +24,7 @@
  * time with no lock held, so that wait is bounded by one batch's work. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,14 @@ static void claim_and_build(ddp_loader *dl)
 static void *worker_main(void *arg)
 {
     ddp_loader *dl = arg;
+    /* Background work: SCHED_BATCH keeps a worker's wake-ups from preempting
+     * the training thread when other processes load every core (the
+     * consumer builds what a worker has not; see ddp_loader_next).  Best
+     * effort: a refusal changes nothing else. */
+#ifdef SCHED_BATCH
+    struct sched_param sp = {.sched_priority = 0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
     pthread_mutex_lock(&dl->mu);
     for (;;) {
         while (!dl->stop && !claimable(dl)) {
