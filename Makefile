@@ -53,6 +53,9 @@ SHARED := $(BUILD)/libddp.so
 all: lib $(EX_BIN) $(TOOL_BIN) $(BENCH_BIN) $(TEST_BIN) $(THELP_BIN)
 lib: $(STATIC) $(SHARED)
 
+# Numeric layers never read errno from libm: without it sqrtf & co. vectorise.
+$(BUILD)/obj/src/tensor/%.o $(BUILD)/obj/src/optim/%.o: CFLAGS_ALL += -fno-math-errno
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) -DDDP_BUILDING_LIBRARY -fvisibility=hidden $(CFLAGS_ALL) -MMD -MP -c $< -o $@

@@ -531,7 +531,8 @@ static void test_op_errors(void **state)
     assert_non_null(strstr(ddp_last_error(),
                            "linear: input of shape (4, 3) does not match weight of shape (5, 2)"));
     assert_int_equal(ddp_op_matmul(tape, x, w, &y), DDP_ERR_INVALID_ARG);
-    assert_non_null(strstr(ddp_last_error(), "matmul: shapes (4, 3) and (5, 2) cannot be multiplied"));
+    assert_non_null(
+        strstr(ddp_last_error(), "matmul: shapes (4, 3) and (5, 2) cannot be multiplied"));
     assert_int_equal(ddp_op_add(tape, x, w, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "add: shapes (4, 3) and (5, 2) differ"));
     assert_int_equal(ddp_op_mul(tape, x, b, &y), DDP_ERR_INVALID_ARG);
@@ -552,7 +553,8 @@ static void test_op_errors(void **state)
     assert_int_equal(ddp_tape_input(tape, &thuge, 0, &huge), 0);
     assert_int_equal(ddp_tape_input(tape, &tone, 1, &one), 0);
     assert_int_equal(ddp_op_linear(tape, huge, one, NULL, &y), DDP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(ddp_last_error(), "linear: input (2147483648, 1) and weight (1, 1) exceed BLAS's int dimensions"));
+    assert_non_null(strstr(ddp_last_error(), "linear: input (2147483648, 1) and weight (1, 1) "
+                                             "exceed BLAS's int dimensions"));
 
     int64_t labels[4] = {0, 2, 12, 1};
     assert_int_equal(ddp_op_cross_entropy(tape, x, labels, &y), DDP_ERR_INVALID_ARG);

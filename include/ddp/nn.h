@@ -257,7 +257,9 @@ DDP_API size_t ddp_model_num_params(ddp_model_t *m);
 DDP_API ddp_param *ddp_model_param(ddp_model_t *m, size_t i);
 DDP_API ddp_param *ddp_model_find_param(ddp_model_t *m, const char *name);
 /* The flat blocks (borrowed; owned by the model) and their length in floats.
- * Parameter i occupies [p->offset, p->offset + p->numel) of each. */
+ * Parameter i occupies [p->offset, p->offset + p->numel) of each.  The grad
+ * block is the model's own: after ddp_model_set_grad_block or
+ * ddp_param_set_grad, gradients live where p->grad points instead. */
 DDP_API float *ddp_model_param_block(ddp_model_t *m, size_t *numel);
 DDP_API float *ddp_model_grad_block(ddp_model_t *m, size_t *numel);
 

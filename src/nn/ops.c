@@ -47,7 +47,7 @@ static int push_op(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int
 
 static int64_t last_dim(const ddp_var_t *v) { return v->t.ndim ? v->t.shape[v->t.ndim - 1] : 1; }
 
-/* Rows and classes of a (B, C) logits / log-probability input. */
+/* Checks a (B, C) logits / log-probability input and its B labels. */
 static int check_logits(const ddp_tape_t *tape, ddp_var_t *x, const int64_t *labels,
                         const char *op)
 {

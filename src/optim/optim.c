@@ -2,6 +2,8 @@
  * (torch/optim/sgd.py `_single_tensor_sgd`, adam.py `_single_tensor_adam`,
  * adamw.py), one fused loop per parameter.  State buffers are flat blocks
  * laid out like the model's parameter block. */
+/* Full vectoriser (see tensor/kernels.c).  The Makefile builds this file
+ * with -fno-math-errno (a pragma cannot), so Adam's sqrtf vectorises. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
@@ -142,7 +144,7 @@ int ddp_adamw_create(ddp_model_t *model, const ddp_adam_options *opt, ddp_optim_
 /* ==== updates ============================================================= */
 
 /* _single_tensor_sgd for one parameter: w, g, buf (n). */
-static void sgd_update(float *restrict w, const float *restrict g, float *restrict buf,
+DDP_KERNEL static void sgd_update(float *restrict w, const float *restrict g, float *restrict buf,
                        size_t n, const ddp_sgd_options *o, int first)
 {
     const float lr = (float)o->lr, wd = (float)o->weight_decay, mom = (float)o->momentum;
@@ -160,10 +162,12 @@ static void sgd_update(float *restrict w, const float *restrict g, float *restri
     }
 }
 
-/* _single_tensor_adam / adamw for one parameter. */
-static void adam_update(float *restrict w, const float *restrict g, float *restrict m,
-                        float *restrict v, float *restrict vmax, size_t n,
-                        const ddp_adam_options *o, int decoupled, int64_t step)
+/* _single_tensor_adam / adamw for one parameter.  `ams` is a constant at
+ * each call site below, so each loop is specialised and branch-free. */
+static inline __attribute__((always_inline)) void
+adam_loop(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
+          float *restrict vmax, size_t n, const ddp_adam_options *o, int decoupled,
+          int64_t step, int ams)
 {
     /* 1 - beta in double first, as torch does with its Python scalars */
     const float b1 = (float)o->beta1, b2 = (float)o->beta2;
@@ -180,13 +184,24 @@ static void adam_update(float *restrict w, const float *restrict g, float *restr
         float vi = v[i] * b2 + c2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        if (vmax) {
+        if (ams) {
             vi = vmax[i] > vi ? vmax[i] : vi;
             vmax[i] = vi;
         }
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         w[i] = wi - step_size * mi / denom;
     }
+}
+
+DDP_KERNEL static void adam_update(float *restrict w, const float *restrict g,
+                                   float *restrict m, float *restrict v, float *restrict vmax,
+                                   size_t n, const ddp_adam_options *o, int decoupled,
+                                   int64_t step)
+{
+    if (vmax)
+        adam_loop(w, g, m, v, vmax, n, o, decoupled, step, 1);
+    else
+        adam_loop(w, g, m, v, NULL, n, o, decoupled, step, 0);
 }
 
 int ddp_optim_step(ddp_optim_t *o)

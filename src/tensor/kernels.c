@@ -15,16 +15,6 @@
 
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
-    defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define DDP_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef DDP_KERNEL
-#define DDP_KERNEL
-#endif
-
 void ddp__vec_copy(float *restrict y, const float *restrict x, size_t n)
 {
     if (n)

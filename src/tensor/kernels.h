@@ -14,6 +14,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks a hot loop function for AVX-512 / AVX2 / baseline clones (x86-64,
+ * GNU ifunc); elsewhere, and under AddressSanitizer, a plain function. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
+    defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DDP_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef DDP_KERNEL
+#define DDP_KERNEL
+#endif
+
 /* y = x */
 void ddp__vec_copy(float *restrict y, const float *restrict x, size_t n);
 /* y (=|+=) x */
