@@ -73,9 +73,10 @@ DDP_API void ddp_idx_free(ddp_idx *idx);
 /* What a dataset implements.  Samples are `sample_numel` float32 features
  * and one integer label.  get (and get_batch) may be called from several
  * loader threads at once, for different samples: keep them free of shared
- * mutable state.  A failing call returns a negative DDP_ERR_* code and may
- * leave a message for ddp_last_error() (through the public error API of
- * the caller's choice; the loader passes it on). */
+ * mutable state.  A failing call returns a negative DDP_ERR_* code; the
+ * library names the sample in the message ("dataset get(21) failed:
+ * input/output error", or the message a libddp call inside get left) and
+ * the loader passes it on with the batch number. */
 typedef struct ddp_dataset_ops {
     /* Number of samples. */
     size_t (*length)(void *self);
