@@ -12,7 +12,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 make -j"$jobs" WERROR=1 all >/dev/null || { echo "build failed (gcc)"; exit 1; }
-make -j"$jobs" WERROR=1 CC=clang BUILD=build-clang lib >/dev/null || { echo "build failed (clang)"; exit 1; }
+make -j"$jobs" WERROR=1 CC=clang BUILD=build-clang all >/dev/null || { echo "build failed (clang)"; exit 1; }
 echo "== tests (gcc -O2)"
 sh tests/run.sh build | tee -a "$out" || status=1
 make -j"$jobs" WERROR=1 SAN=1 all >/dev/null || { echo "build failed (sanitizers)"; exit 1; }

@@ -73,6 +73,22 @@ DDP_API int ddp_log_get_level(void);
 /* Monotonic clock in seconds. */
 DDP_API double ddp_time_now(void);
 
+/* Where this process stands in a job, as its launcher told it through the
+ * environment.  Sources, first match wins: ddprun/torchrun (RANK,
+ * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), Open MPI's mpirun
+ * (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE), MPICH/Hydra (PMI_RANK,
+ * PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS) and Slurm's srun (SLURM_PROCID,
+ * SLURM_NTASKS, SLURM_LOCALID).  Missing local values default to rank and
+ * world size (one node). */
+typedef struct ddp_launch_info {
+    int rank, world_size, local_rank, local_world_size;
+    const char *source; /* "torchrun", "openmpi", "pmi", "slurm"; static string */
+} ddp_launch_info;
+/* 0 when a launcher was found, DDP_ERR_NOT_FOUND when none was,
+ * DDP_ERR_INVALID_ARG when a variable is malformed or out of range (the
+ * message names it and quotes its value). */
+DDP_API int ddp_launch_info_from_env(ddp_launch_info *out);
+
 /* Library version string, "MAJOR.MINOR.PATCH". */
 DDP_API const char *ddp_version(void);
 

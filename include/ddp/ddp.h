@@ -1,12 +1,160 @@
-/* libddp ddp layer: public API (see docs/ARCHITECTURE.md). */
+/* libddp DistributedDataParallel: keeps the replicas of a model identical on
+ * every rank of a process group by averaging gradients during backward, as
+ * torch.nn.parallel.DistributedDataParallel does.
+ *
+ *     ddp_ddp_t *dm;
+ *     ddp_ddp_create(model, pg, NULL, &dm);        // checks + broadcast from rank 0
+ *     for each batch:
+ *         ddp_tape_reset(tape);
+ *         ddp_ddp_forward(dm, tape, x, &logits);    // model forward (+ bookkeeping)
+ *         ddp_op_cross_entropy(tape, logits, labels, &loss);
+ *         ddp_optim_zero_grad(opt);
+ *         ddp_ddp_backward(dm, tape, loss);         // backward; buckets reduced meanwhile
+ *         ddp_optim_step(opt);
+ *     ddp_ddp_destroy(dm);
+ *
+ * Gradient buckets.  Parameters are grouped into buckets in reverse
+ * registration order (a small first bucket, then bucket_cap_mb each); after
+ * the first synchronised iteration the buckets are rebuilt once in the order
+ * gradients actually became ready on rank 0, and every rank adopts that
+ * layout.  The model's gradients live in the bucket memory
+ * (gradient_as_bucket_view): each bucket is one contiguous slice that is
+ * all-reduced in place, launched asynchronously the moment its last gradient
+ * is final, so communication overlaps the rest of backward.  Buckets are
+ * launched in the same order on every rank; ddp_ddp_backward waits for all of
+ * them before it returns, so the optimizer step sees averaged gradients.
+ *
+ * Threading: a ddp_ddp_t, its model and its tape belong to one thread; the
+ * process group's communication thread does the reductions.
+ */
 #ifndef DDP_DDP_H
 #define DDP_DDP_H
 
 #include "ddp/base.h"
+#include "ddp/dist.h"
+#include "ddp/nn.h"
+#include "ddp/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ddp_ddp ddp_ddp_t;
+
+/* Built-in communication hooks (torch.distributed.algorithms.ddp_comm_hooks). */
+typedef enum ddp_comm_hook_kind {
+    DDP_HOOK_ALLREDUCE = 0, /* average in float32 (default) */
+    DDP_HOOK_FP16 = 1,      /* divide by world size, compress to float16, all-reduce, decompress */
+    DDP_HOOK_BF16 = 2,      /* the same with bfloat16 */
+} ddp_comm_hook_kind;
+
+typedef struct ddp_ddp_options {
+    double bucket_cap_mb;       /* 25: cap of every bucket after the first */
+    double first_bucket_cap_mb; /* 1: PyTorch's smaller first bucket */
+    int find_unused_parameters; /* 0: see ddp_ddp_backward */
+    int rebuild_buckets;        /* 1: re-bucket once from the observed ready order */
+    ddp_comm_hook_kind comm_hook;
+} ddp_ddp_options;
+
+/* PyTorch's defaults. */
+DDP_API ddp_ddp_options ddp_ddp_defaults(void);
+
+/* Wraps model (borrowed; it must outlive the wrapper) for the group pg
+ * (borrowed).  Every rank checks that all ranks hold the same parameters
+ * (count, names, shapes): if not, every rank fails with DDP_ERR_MISMATCH and a
+ * message that names the first difference ("rank 1 differs from rank 0:
+ * parameter 2 is 2.weight (10, 128) on rank 1 but 2.weight (10, 256) on rank
+ * 0").  Then rank 0's parameter values are broadcast to all.  Installs the
+ * model's grad-ready hook and re-points its gradients into the bucket memory
+ * (current gradients are kept).  opts NULL: defaults.  Caller destroys. */
+DDP_API int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts,
+                           ddp_ddp_t **out);
+/* Waits for any reduction still in flight (at most the group's timeout),
+ * gives the model its own gradient block back (values kept) and removes the
+ * hook.  NULL: no-op. */
+DDP_API void ddp_ddp_destroy(ddp_ddp_t *dm);
+
+/* The model's forward, with DDP's per-iteration bookkeeping first (the join
+ * protocol's "still training" all-reduce when join is enabled). */
+DDP_API int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
+
+/* Backward from loss with gradient synchronisation: each bucket is
+ * all-reduced (averaged over the group) as soon as its gradients are final,
+ * and the call returns once every bucket is reduced.  Inside no_sync it is a
+ * plain local backward (gradients accumulate; the next synchronised backward
+ * reduces the sum).
+ * Parameters that receive no gradient: with find_unused_parameters they
+ * count as ready at once and their current gradient (normally zero) is
+ * reduced.  Without it the reduction still completes on every rank (no peer
+ * is left waiting), and then this call fails with DDP_ERR_STATE naming the
+ * parameters ("parameters 2.weight, 2.bias received no gradient in this
+ * iteration; ...").  A failed collective fails the call with the group's
+ * error (a dead peer, a timeout). */
+DDP_API int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss);
+
+/* PyTorch's `with model.no_sync():` — 1 to skip synchronisation (gradients
+ * accumulate locally), 0 to resume. */
+DDP_API void ddp_ddp_set_no_sync(ddp_ddp_t *dm, int no_sync);
+
+/* A user communication hook, called once per bucket per synchronised
+ * iteration, in bucket order.  launch starts the reduction of data (n
+ * floats, the bucket's gradients, to be replaced by their average) and
+ * returns its work handle (or NULL if it completed synchronously); finish,
+ * when not NULL, runs after that work completed (decompression, scaling).
+ * bucket is the bucket's index (for per-bucket scratch). */
+typedef struct ddp_comm_hook {
+    int (*launch)(void *state, ddp_pg_t *pg, int bucket, float *data, size_t n,
+                  ddp_work_t **work);
+    int (*finish)(void *state, ddp_pg_t *pg, int bucket, float *data, size_t n);
+    void *state; /* borrowed */
+} ddp_comm_hook;
+/* Replaces the communication hook (NULL: back to opts.comm_hook). */
+DDP_API int ddp_ddp_register_comm_hook(ddp_ddp_t *dm, const ddp_comm_hook *hook);
+
+/* Join for uneven inputs (torch.distributed.algorithms.Join).  With join
+ * enabled on every rank, each ddp_ddp_forward first all-reduces a "still
+ * training" flag.  A rank that runs out of data calls ddp_ddp_join: it
+ * shadows the others' iterations (answering their flag and bucket
+ * reductions with zeros) until every rank has joined; then the model of the
+ * last rank to join is broadcast to all, so every replica ends identical.
+ * Gradients are averaged over the whole group (PyTorch's
+ * divide_by_initial_world_size).  With throw_on_early_termination, the
+ * first rank to run out makes every rank's next ddp_ddp_forward fail with
+ * DDP_ERR_STATE instead.  Not combinable with no_sync. */
+DDP_API int ddp_ddp_join_enable(ddp_ddp_t *dm, int enable, int throw_on_early_termination);
+DDP_API int ddp_ddp_join(ddp_ddp_t *dm);
+
+/* Introspection: number of buckets, and bucket b's parameter count and
+ * size in floats; whether the buckets were rebuilt. */
+DDP_API int ddp_ddp_num_buckets(const ddp_ddp_t *dm);
+DDP_API int ddp_ddp_bucket_info(const ddp_ddp_t *dm, int b, int *nparams, size_t *numel);
+DDP_API int ddp_ddp_buckets_rebuilt(const ddp_ddp_t *dm);
+
+/* ==== checkpoints ========================================================
+ * A training checkpoint is one safetensors file: the model's parameters
+ * under their state_dict names, each optimizer state buffer as the 1-D tensor
+ * "optimizer.<name>" (e.g. optimizer.momentum_buffer), and the training
+ * position in __metadata__ ("libddp.epoch", "libddp.step", ...).  Written to
+ * a temporary file, fsynced and renamed: a crash leaves the previous
+ * checkpoint whole. */
+typedef struct ddp_train_state {
+    int64_t epoch;       /* the epoch in progress (0-based) */
+    int64_t step;        /* batches of that epoch already trained */
+    int64_t global_step; /* optimizer steps since the start */
+    uint64_t seed;       /* the run's seed (data order, initialisation) */
+    int world_size;      /* ranks that trained it */
+} ddp_train_state;
+
+/* Saves model (and opt when not NULL) with st.  Borrows everything. */
+DDP_API int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                                const ddp_train_state *st);
+/* Loads a checkpoint written by ddp_checkpoint_save into model, opt (may be
+ * NULL) and *st (may be NULL).  Every parameter and optimizer buffer is
+ * checked (name, dtype, shape) before anything is changed; a difference
+ * fails with DDP_ERR_MISMATCH naming it, a missing file with
+ * DDP_ERR_NOT_FOUND, a damaged one with DDP_ERR_FORMAT. */
+DDP_API int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                                ddp_train_state *st);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,189 @@
-/* libddp dist layer: public API (see docs/ARCHITECTURE.md). */
+/* libddp process groups and collectives (torch.distributed with gloo, in C).
+ *
+ *     ddp_pg_t *pg;
+ *     ddp_init_process_group("tcp", "file:///tmp/job", rank, world_size, 30.0, &pg);
+ *     ddp_all_reduce(pg, grads, n, DDP_FLOAT32, DDP_SUM);
+ *     ddp_work_t *w;
+ *     ddp_all_reduce_async(pg, bucket, m, DDP_FLOAT32, DDP_AVG, &w);
+ *     ... compute ...
+ *     ddp_work_wait(w, -1);  ddp_work_free(w);
+ *     ddp_pg_destroy(pg);
+ *
+ * Every rank of a group must issue the same collectives in the same order
+ * with the same sizes.  Asynchronous operations run on the group's
+ * communication thread in issue order; a blocking call issued while none is
+ * pending runs on the caller's thread.  Results are bitwise identical on
+ * every rank and from run to run (docs/algorithms.md gives each algorithm's
+ * reduction order).  Any failure (a peer dying, a timeout, a protocol
+ * error) leaves the group broken: later operations fail at once with the
+ * original reason; destroy it.
+ */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H
 
 #include "ddp/base.h"
+#include "ddp/store.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ddp_pg ddp_pg_t;
+typedef struct ddp_work ddp_work_t;
+
+/* Element types.  float16/bfloat16 are reduced in float32 and rounded to
+ * nearest even after every step. */
+typedef enum ddp_dtype {
+    DDP_FLOAT32 = 0,
+    DDP_FLOAT64 = 1,
+    DDP_INT32 = 2,
+    DDP_INT64 = 3,
+    DDP_UINT8 = 4,
+    DDP_FLOAT16 = 5,
+    DDP_BFLOAT16 = 6,
+} ddp_dtype;
+#define DDP_NUM_DTYPES 7
+
+/* Reduction operators.  AVG divides the sum by the group size (integer
+ * division for integer types); BAND/BOR/BXOR apply to integer types only.
+ * Integer SUM/PRODUCT wrap around (two's complement). */
+typedef enum ddp_reduce_op {
+    DDP_SUM = 0,
+    DDP_AVG = 1,
+    DDP_PRODUCT = 2,
+    DDP_MIN = 3,
+    DDP_MAX = 4,
+    DDP_BAND = 5,
+    DDP_BOR = 6,
+    DDP_BXOR = 7,
+} ddp_reduce_op;
+#define DDP_NUM_REDUCE_OPS 8
+
+/* Size in bytes of one element (0 for an unknown type). */
+DDP_API size_t ddp_dtype_size(ddp_dtype dtype);
+DDP_API const char *ddp_dtype_name(ddp_dtype dtype);
+DDP_API const char *ddp_reduce_op_name(ddp_reduce_op op);
+/* Parse "float32", "f32", "sum", ...; DDP_ERR_INVALID_ARG if unknown. */
+DDP_API int ddp_dtype_parse(const char *name, ddp_dtype *out);
+DDP_API int ddp_reduce_op_parse(const char *name, ddp_reduce_op *out);
+
+/* ------------------------------------------------------------------ */
+/* Process groups                                                       */
+/* ------------------------------------------------------------------ */
+
+/* Joins a group of world_size processes as rank.  backend: "tcp" (NULL
+ * means "tcp").  init_method: "file:///path", "tcp://host:port" (rank 0
+ * serves the store) or "env://" (MASTER_ADDR, MASTER_PORT, and RANK /
+ * WORLD_SIZE when rank / world_size are negative).  timeout_s bounds the
+ * rendezvous and every later operation (<= 0: 300 s).  If some ranks do not
+ * arrive in time the error names them ("ranks 2, 3 did not join within
+ * 5.0 s").  Caller destroys *out. */
+DDP_API int ddp_init_process_group(const char *backend, const char *init_method, int rank,
+                                   int world_size, double timeout_s, ddp_pg_t **out);
+/* Same over a store the caller created; borrows store, which must outlive
+ * the group (and its subgroups). */
+DDP_API int ddp_init_process_group_store(const char *backend, ddp_store_t *store, int rank,
+                                         int world_size, double timeout_s, ddp_pg_t **out);
+/* Waits for the group's pending operations (at most its timeout), stops its
+ * thread, says goodbye to the peers and frees everything.  NULL: no-op.
+ * Subgroups must be destroyed first. */
+DDP_API void ddp_pg_destroy(ddp_pg_t *pg);
+/* torch's name for ddp_pg_destroy. */
+DDP_API void ddp_destroy_process_group(ddp_pg_t *pg);
+
+DDP_API int ddp_pg_rank(const ddp_pg_t *pg);
+DDP_API int ddp_pg_size(const ddp_pg_t *pg);
+DDP_API const char *ddp_pg_backend(const ddp_pg_t *pg);
+DDP_API double ddp_pg_timeout(const ddp_pg_t *pg);
+
+/* Creates a subgroup of the ranks listed (ascending or not, no repeats),
+ * numbered 0..n-1 in the order given.  Every rank of pg must call it, in
+ * the same order relative to other new_group calls; ranks not listed get
+ * *out = NULL and return 0.  The subgroup has its own connections and
+ * thread.  Caller destroys *out (before pg). */
+DDP_API int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out);
+
+/* Backends registered ("tcp", ...): NULL-terminated list of names. */
+DDP_API const char *const *ddp_backend_names(void);
+
+/* ------------------------------------------------------------------ */
+/* Asynchronous work                                                    */
+/* ------------------------------------------------------------------ */
+
+/* Waits until the work completes, at most timeout_s (< 0: the group's
+ * timeout).  Returns the operation's status (its error message goes to
+ * ddp_last_error), or DDP_ERR_TIMEOUT if it is still running: it goes on,
+ * and the buffers it uses must stay valid until it completes. */
+DDP_API int ddp_work_wait(ddp_work_t *work, double timeout_s);
+/* *done = 1 once the work completed (successfully or not). */
+DDP_API int ddp_work_test(ddp_work_t *work, int *done);
+/* Releases the handle; an operation still running completes on its own
+ * (its buffers must stay valid until then).  NULL: no-op. */
+DDP_API void ddp_work_free(ddp_work_t *work);
+
+/* ------------------------------------------------------------------ */
+/* Collectives                                                          */
+/* Every call has a blocking form and an _async form that returns a work  */
+/* handle (caller frees).  Buffers are borrowed until completion.         */
+/* count is in elements.                                                  */
+/* ------------------------------------------------------------------ */
+
+/* In place: buf (count) becomes op over every rank's buf. */
+DDP_API int ddp_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+                           ddp_reduce_op op);
+DDP_API int ddp_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+                                 ddp_reduce_op op, ddp_work_t **work);
+/* buf (count) of root is copied to every rank's buf. */
+DDP_API int ddp_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root);
+DDP_API int ddp_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+                                int root, ddp_work_t **work);
+/* In place on root: root's buf becomes op over every rank's buf; other
+ * ranks' buf is left unchanged. */
+DDP_API int ddp_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+                       ddp_reduce_op op, int root);
+DDP_API int ddp_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+                             ddp_reduce_op op, int root, ddp_work_t **work);
+/* recv (size * count) receives every rank's send (count), in rank order. */
+DDP_API int ddp_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                           ddp_dtype dtype);
+DDP_API int ddp_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                                 ddp_dtype dtype, ddp_work_t **work);
+/* Root's recv (size * count) receives every rank's send (count); recv is
+ * ignored (may be NULL) elsewhere. */
+DDP_API int ddp_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                       ddp_dtype dtype, int root);
+DDP_API int ddp_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                             ddp_dtype dtype, int root, ddp_work_t **work);
+/* Rank r's recv (count) receives block r of root's send (size * count);
+ * send is ignored (may be NULL) elsewhere. */
+DDP_API int ddp_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                        ddp_dtype dtype, int root);
+DDP_API int ddp_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                              ddp_dtype dtype, int root, ddp_work_t **work);
+/* Rank r's recv (count) becomes op over block r of every rank's send
+ * (size * count). */
+DDP_API int ddp_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                               ddp_dtype dtype, ddp_reduce_op op);
+DDP_API int ddp_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                                     ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work);
+/* Block j (count) of rank r's send goes to block r of rank j's recv
+ * (both size * count). */
+DDP_API int ddp_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                           ddp_dtype dtype);
+DDP_API int ddp_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                                 ddp_dtype dtype, ddp_work_t **work);
+/* Returns once every rank has entered the barrier. */
+DDP_API int ddp_barrier(ddp_pg_t *pg);
+DDP_API int ddp_barrier_async(ddp_pg_t *pg, ddp_work_t **work);
+/* Point to point: a receive with (src, tag) takes the oldest message that
+ * src sent to this rank with that tag; counts must agree.  tag >= 0. */
+DDP_API int ddp_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
+                     int tag);
+DDP_API int ddp_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype,
+                           int dst, int tag, ddp_work_t **work);
+DDP_API int ddp_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag);
+DDP_API int ddp_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src,
+                           int tag, ddp_work_t **work);
 
 #ifdef __cplusplus
 }

@@ -38,6 +38,12 @@ const char *ddp_last_error(void) { return last_error; }
 
 void ddp_clear_error(void) { last_error[0] = '\0'; }
 
+void ddp__error_restore(const char *msg)
+{
+    if (msg != last_error)
+        snprintf(last_error, sizeof last_error, "%s", msg);
+}
+
 /* Only the file's base name: messages stay short and build-path independent. */
 static const char *base_name(const char *path)
 {

@@ -16,6 +16,10 @@ int ddp__set_error_errno(int code, int err, const char *file, int line,
 int ddp__error_context(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Puts back a message saved from ddp_last_error() (after cleanup calls that
+ * may have overwritten it). */
+void ddp__error_restore(const char *msg);
+
 #define DDP_ERROR(code, ...) ddp__set_error((code), __FILE__, __LINE__, __VA_ARGS__)
 #define DDP_ERROR_ERRNO(code, err, ...) \
     ddp__set_error_errno((code), (err), __FILE__, __LINE__, __VA_ARGS__)

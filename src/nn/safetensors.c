@@ -142,7 +142,8 @@ static int fsync_dir(const char *path)
     return rc;
 }
 
-int ddp__st_write(const char *path, const ddp__st_out *t, size_t n)
+int ddp__st_write(const char *path, const ddp__st_out *t, size_t n, const char *const *meta,
+                  size_t nmeta)
 {
     int rc = 0, fd = -1;
     sbuf h = {0};
@@ -163,7 +164,14 @@ int ddp__st_write(const char *path, const ddp__st_out *t, size_t n)
                (unsigned long long)(off + 4 * numel));
         off += 4 * numel;
     }
-    sb_str(&h, "\"__metadata__\":{\"format\":\"pt\"}}");
+    sb_str(&h, "\"__metadata__\":{\"format\":\"pt\"");
+    for (size_t i = 0; i < nmeta; i++) {
+        sb_str(&h, ",");
+        sb_json_str(&h, meta[2 * i]);
+        sb_str(&h, ":");
+        sb_json_str(&h, meta[2 * i + 1]);
+    }
+    sb_str(&h, "}}");
     while (h.len % 8) /* the data buffer starts 8-byte aligned */
         sb_str(&h, " ");
     DDP_FAIL_OUT(h.oom, DDP_ERR_NOMEM, "safetensors %s: out of memory for the header", path);
@@ -333,6 +341,26 @@ out:
     return rc;
 }
 
+/* Copies the string pairs of __metadata__ into f. */
+static int read_meta(const char *path, const ddp__json *m, ddp__st_file *f)
+{
+    size_t n = 0;
+    for (const ddp__json *kv = m->child; kv; kv = kv->next) {
+        DDP_FAIL_IF(kv->type != DDP_JSON_STRING, DDP_ERR_FORMAT,
+                    "safetensors %s: __metadata__ value \"%s\" is not a string", path, kv->key);
+        n++;
+    }
+    f->meta = calloc(2 * n + 2, sizeof *f->meta); /* +2: see ddp__st_close */
+    DDP_FAIL_IF(!f->meta, DDP_ERR_NOMEM, "safetensors %s: out of memory", path);
+    for (const ddp__json *kv = m->child; kv; kv = kv->next, f->nmeta++) {
+        f->meta[2 * f->nmeta] = strdup(kv->key);
+        f->meta[2 * f->nmeta + 1] = strdup(kv->str);
+        DDP_FAIL_IF(!f->meta[2 * f->nmeta] || !f->meta[2 * f->nmeta + 1], DDP_ERR_NOMEM,
+                    "safetensors %s: out of memory", path);
+    }
+    return 0;
+}
+
 int ddp__st_read(const char *path, ddp__st_file *out)
 {
     int rc = 0, fd = -1;
@@ -381,10 +409,7 @@ int ddp__st_read(const char *path, ddp__st_file *out)
         if (strcmp(m->key, "__metadata__") == 0) {
             DDP_FAIL_OUT(m->type != DDP_JSON_OBJECT, DDP_ERR_FORMAT,
                          "safetensors %s: __metadata__ must be an object", path);
-            for (const ddp__json *kv = m->child; kv; kv = kv->next)
-                DDP_FAIL_OUT(kv->type != DDP_JSON_STRING, DDP_ERR_FORMAT,
-                             "safetensors %s: __metadata__ value \"%s\" is not a string", path,
-                             kv->key);
+            DDP_TRY_OUT(read_meta(path, m, &f));
             continue;
         }
         DDP_TRY_OUT(parse_entry(path, m, f.data_len, &f.entries[i++]));
@@ -416,6 +441,9 @@ void ddp__st_close(ddp__st_file *f)
     for (size_t i = 0; i < f->n; i++)
         free(f->entries[i].name);
     free(f->entries);
+    for (size_t i = 0; f->meta && i < 2 * f->nmeta + 2; i++)
+        free(f->meta[i]);
+    free(f->meta);
     free(f->data);
     memset(f, 0, sizeof *f);
 }
@@ -430,6 +458,14 @@ const ddp__st_entry *ddp__st_find(const ddp__st_file *f, const char *name)
 
 /* ==== models ============================================================== */
 
+const char *ddp__st_meta(const ddp__st_file *f, const char *key)
+{
+    for (size_t i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta[2 * i], key) == 0)
+            return f->meta[2 * i + 1];
+    return NULL;
+}
+
 int ddp_model_save_safetensors(ddp_model_t *m, const char *path)
 {
     DDP_FAIL_IF(!m || !path, DDP_ERR_INVALID_ARG, "save: NULL model or path");
@@ -441,7 +477,7 @@ int ddp_model_save_safetensors(ddp_model_t *m, const char *path)
         ddp_param *p = ddp_model_param(m, i);
         t[i] = (ddp__st_out){p->name, p->ndim, p->shape, p->data};
     }
-    int rc = ddp__st_write(path, t, n);
+    int rc = ddp__st_write(path, t, n, NULL, 0);
     free(t);
     return rc;
 }

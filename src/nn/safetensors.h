@@ -21,8 +21,11 @@ typedef struct ddp__st_out {
 } ddp__st_out;
 
 /* Writes the tensors in order (F32) to "<path>.tmp", fsyncs, renames it over
- * path and fsyncs the directory. */
-int ddp__st_write(const char *path, const ddp__st_out *t, size_t n);
+ * path and fsyncs the directory.  __metadata__ holds {"format": "pt"} and
+ * the nmeta key/value string pairs of meta (meta[2i] = key, meta[2i+1] =
+ * value; may be NULL when nmeta is 0). */
+int ddp__st_write(const char *path, const ddp__st_out *t, size_t n, const char *const *meta,
+                  size_t nmeta);
 
 typedef struct ddp__st_entry {
     char *name;
@@ -38,6 +41,8 @@ typedef struct ddp__st_file {
     size_t n;
     unsigned char *data;    /* the data buffer (data_len bytes) */
     size_t data_len;
+    char **meta;            /* __metadata__: key, value, key, value, ... */
+    size_t nmeta;           /* pairs */
 } ddp__st_file;
 
 /* Reads and validates a whole file: header length and JSON, every entry's
@@ -49,5 +54,7 @@ int ddp__st_read(const char *path, ddp__st_file *out);
 void ddp__st_close(ddp__st_file *f);
 /* The entry named name, or NULL. */
 const ddp__st_entry *ddp__st_find(const ddp__st_file *f, const char *name);
+/* The __metadata__ value of key (borrowed from f), or NULL. */
+const char *ddp__st_meta(const ddp__st_file *f, const char *key);
 
 #endif

@@ -15,8 +15,11 @@
 #include <stdint.h>
 
 /* Marks a hot loop function for AVX-512 / AVX2 / baseline clones (x86-64,
- * GNU ifunc); elsewhere, and under AddressSanitizer, a plain function. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
+ * GNU ifunc); elsewhere, and under AddressSanitizer, a plain function.
+ * gcc only: clang 14 cannot link target_clones from a hidden-visibility
+ * static library. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && \
     defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define DDP_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))

@@ -1,0 +1,79 @@
+/* Reference for bench/collectives.sh: MPI_Allreduce timed like
+ * ddp-bench-collectives (same sizes, warm-up, median of back-to-back
+ * iterations, same output columns).  The script builds it with mpicc; the
+ * Makefile's generic rule for bench sources, which has no MPI headers,
+ * builds a stub that says so (the code is guarded by __has_include). */
+#if defined(__has_include)
+#if __has_include(<mpi.h>)
+#define HAVE_MPI 1
+#endif
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HAVE_MPI
+#include <mpi.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    size_t min_bytes = 4, max_bytes = 64u << 20;
+    int iters = 50, warmup = 5;
+    double factor = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--min-bytes") == 0)
+            min_bytes = (size_t)atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--max-bytes") == 0)
+            max_bytes = (size_t)atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--iters") == 0)
+            iters = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--step-factor") == 0)
+            factor = atof(argv[i + 1]);
+    }
+    MPI_Init(&argc, &argv);
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    float *a = malloc(max_bytes + 4), *b = malloc(max_bytes + 4);
+    double *t = malloc(sizeof *t * (size_t)iters);
+    memset(a, 0, max_bytes + 4);
+    memset(b, 0, max_bytes + 4);
+    if (rank == 0)
+        printf("# MPI_Allreduce float32 sum, %d ranks\n# bytes median_us busbw_GBps\n", world);
+    for (double sz = (double)min_bytes; sz <= (double)max_bytes; sz *= factor) {
+        int count = (int)(sz / 4);
+        size_t bytes = (size_t)count * 4;
+        int n_it = bytes >= (16u << 20) && iters > 20 ? 20 : iters;
+        for (int i = 0; i < warmup + n_it; i++) {
+            double t0 = MPI_Wtime();
+            MPI_Allreduce(MPI_IN_PLACE, a, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (i >= warmup)
+                t[i - warmup] = MPI_Wtime() - t0;
+        }
+        qsort(t, (size_t)n_it, sizeof *t, cmp_double);
+        double med = n_it % 2 ? t[n_it / 2] : (t[n_it / 2 - 1] + t[n_it / 2]) / 2;
+        if (rank == 0)
+            printf("%zu %.2f %.3f\n", bytes, med * 1e6,
+                   (double)bytes * 2.0 * (world - 1) / world / med / 1e9);
+        fflush(stdout);
+    }
+    free(a);
+    free(b);
+    free(t);
+    MPI_Finalize();
+    return 0;
+}
+#else
+int main(void)
+{
+    fprintf(stderr, "mpi_allreduce: built without <mpi.h>; bench/collectives.sh builds it with mpicc\n");
+    return 1;
+}
+#endif

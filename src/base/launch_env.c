@@ -1,0 +1,62 @@
+/* Rank and world size from the environment a launcher sets: ddprun/torchrun,
+ * Open MPI, MPICH (PMI) or Slurm.  See ddp_launch_info_from_env in base.h. */
+#include "base/error.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+typedef struct {
+    const char *source, *rank, *size, *local_rank, *local_size;
+} launcher;
+
+static const launcher launchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+/* Reads a non-negative integer variable; *out keeps dflt when unset. */
+static int env_int(const char *name, int dflt, int *out)
+{
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    DDP_FAIL_IF(errno || end == v || *end || x < 0 || x > (1 << 24), DDP_ERR_INVALID_ARG,
+                "environment variable %s='%s' is not a valid rank or size", name, v);
+    *out = (int)x;
+    return 0;
+}
+
+int ddp_launch_info_from_env(ddp_launch_info *out)
+{
+    DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "ddp_launch_info_from_env: out is NULL");
+    for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
+        const launcher *l = &launchers[i];
+        if (!getenv(l->rank) || !getenv(l->size))
+            continue;
+        ddp_launch_info info = {.source = l->source};
+        DDP_TRY(env_int(l->rank, -1, &info.rank));
+        DDP_TRY(env_int(l->size, -1, &info.world_size));
+        DDP_FAIL_IF(info.world_size < 1, DDP_ERR_INVALID_ARG, "%s=%d: world size must be >= 1",
+                    l->size, info.world_size);
+        DDP_FAIL_IF(info.rank >= info.world_size, DDP_ERR_INVALID_ARG,
+                    "%s=%d is out of range for %s=%d", l->rank, info.rank, l->size,
+                    info.world_size);
+        DDP_TRY(env_int(l->local_rank, info.rank, &info.local_rank));
+        DDP_TRY(env_int(l->local_size, info.world_size, &info.local_world_size));
+        DDP_FAIL_IF(info.local_rank >= info.local_world_size, DDP_ERR_INVALID_ARG,
+                    "%s=%d is out of range for %s=%d", l->local_rank, info.local_rank,
+                    l->local_size, info.local_world_size);
+        *out = info;
+        return 0;
+    }
+    return DDP_ERROR(DDP_ERR_NOT_FOUND,
+                     "no launcher environment: none of RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, "
+                     "PMI_*, SLURM_PROCID/SLURM_NTASKS is set");
+}

@@ -1,0 +1,300 @@
+/* Dispatcher of the collectives: argument checks, algorithm choice, scratch
+ * and block helpers shared by the algorithm files.  See coll.h. */
+#include "coll/coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+#define DEFAULT_CHUNK (256u << 10)
+#define DEFAULT_DIRECT_MAX (64u << 10)
+#define DEFAULT_RD_MAX (16u << 10)
+
+static const char *const coll_names[DDP__NUM_COLL] = {
+    "all_reduce", "broadcast",  "reduce",         "all_gather", "gather", "scatter",
+    "reduce_scatter", "all_to_all", "barrier", "send", "recv"};
+
+const char *ddp__coll_name(int kind)
+{
+    return kind >= 0 && kind < DDP__NUM_COLL ? coll_names[kind] : "unknown";
+}
+
+static int env_size(const char *name, size_t dflt, size_t *out)
+{
+    const char *s = getenv(name);
+    *out = dflt;
+    if (!s || !*s)
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    DDP_FAIL_IF(*end || v == 0, DDP_ERR_INVALID_ARG, "%s='%s': expected a positive byte count",
+                name, s);
+    *out = (size_t)v;
+    return 0;
+}
+
+int ddp__coll_ctx_init(ddp__coll_ctx *c, ddp__tp *tp)
+{
+    memset(c, 0, sizeof *c);
+    c->tp = tp;
+    c->rank = tp->rank;
+    c->size = tp->size;
+    const char *algo = getenv("DDP_ALLREDUCE_ALGO");
+    if (!algo || !*algo || strcmp(algo, "auto") == 0)
+        c->allreduce_algo = DDP__AR_AUTO;
+    else if (strcmp(algo, "ring") == 0)
+        c->allreduce_algo = DDP__AR_RING;
+    else if (strcmp(algo, "rd") == 0)
+        c->allreduce_algo = DDP__AR_RD;
+    else if (strcmp(algo, "direct") == 0)
+        c->allreduce_algo = DDP__AR_DIRECT;
+    else
+        return DDP_ERROR(DDP_ERR_INVALID_ARG,
+                         "DDP_ALLREDUCE_ALGO='%s': expected ring, rd, direct or auto", algo);
+    DDP_TRY(env_size("DDP_CHUNK_BYTES", DEFAULT_CHUNK, &c->chunk));
+    DDP_TRY(env_size("DDP_ALLREDUCE_DIRECT_BYTES", DEFAULT_DIRECT_MAX, &c->direct_max));
+    DDP_TRY(env_size("DDP_ALLREDUCE_RD_BYTES", DEFAULT_RD_MAX, &c->rd_max));
+    return 0;
+}
+
+void ddp__coll_ctx_free(ddp__coll_ctx *c)
+{
+    ddp__free_aligned(c->scratch);
+    c->scratch = NULL;
+    c->scratch_len = 0;
+}
+
+int ddp__coll_scratch(ddp__coll_ctx *c, size_t bytes, void **out)
+{
+    if (bytes > c->scratch_len) {
+        /* calloc touches every page now, once, instead of in the hot loop. */
+        uint8_t *p = ddp__calloc_aligned(bytes);
+        DDP_FAIL_IF(!p, DDP_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
+        ddp__free_aligned(c->scratch);
+        c->scratch = p;
+        c->scratch_len = bytes;
+    }
+    *out = c->scratch;
+    return 0;
+}
+
+int ddp__coll_wait_array(ddp__coll_ctx *c, ddp__req *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].kind && reqs[i].status == 0)
+            DDP_TRY(ddp__coll_wait1(c, &reqs[i]));
+    return 0;
+}
+
+static int blocks_alloc(ddp__blocks *b, int size)
+{
+    b->off = malloc(sizeof *b->off * (size_t)size);
+    b->len = malloc(sizeof *b->len * (size_t)size);
+    if (!b->off || !b->len) {
+        ddp__blocks_free(b);
+        return DDP_ERROR(DDP_ERR_NOMEM, "out of memory");
+    }
+    return 0;
+}
+
+int ddp__blocks_split(ddp__blocks *b, size_t count, int size)
+{
+    DDP_TRY(blocks_alloc(b, size));
+    size_t base = count / (size_t)size, rem = count % (size_t)size;
+    for (int i = 0; i < size; i++) {
+        size_t u = (size_t)i;
+        b->len[i] = base + (u < rem);
+        b->off[i] = u * base + (u < rem ? u : rem);
+    }
+    return 0;
+}
+
+int ddp__blocks_equal(ddp__blocks *b, size_t count, int size)
+{
+    DDP_TRY(blocks_alloc(b, size));
+    for (int i = 0; i < size; i++) {
+        b->len[i] = count;
+        b->off[i] = (size_t)i * count;
+    }
+    return 0;
+}
+
+void ddp__blocks_free(ddp__blocks *b)
+{
+    free(b->off);
+    free(b->len);
+    b->off = b->len = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Checks                                                               */
+/* ------------------------------------------------------------------ */
+
+static int uses_op(int kind)
+{
+    return kind == DDP__ALL_REDUCE || kind == DDP__REDUCE || kind == DDP__REDUCE_SCATTER;
+}
+
+int ddp__coll_check(const ddp__coll_args *a, int rank, int size)
+{
+    const char *name = ddp__coll_name(a->kind);
+    DDP_FAIL_IF((unsigned)a->dtype >= DDP_NUM_DTYPES, DDP_ERR_INVALID_ARG, "%s: unknown dtype %d",
+                name, (int)a->dtype);
+    if (uses_op(a->kind) && ddp__check_dtype_op(a->dtype, a->op) < 0)
+        return ddp__error_context(DDP_ERR_INVALID_ARG, "%s", name);
+    size_t es = ddp_dtype_size(a->dtype);
+    DDP_FAIL_IF(a->count > ((size_t)1 << 46) / es / (size_t)size, DDP_ERR_INVALID_ARG,
+                "%s: count %zu too large", name, a->count);
+    int rooted = a->kind == DDP__BROADCAST || a->kind == DDP__REDUCE || a->kind == DDP__GATHER ||
+                 a->kind == DDP__SCATTER;
+    DDP_FAIL_IF(rooted && (a->root < 0 || a->root >= size), DDP_ERR_INVALID_ARG,
+                "%s: root %d out of range for group size %d", name, a->root, size);
+    if (a->kind == DDP__SEND || a->kind == DDP__RECV) {
+        DDP_FAIL_IF(a->peer < 0 || a->peer >= size, DDP_ERR_INVALID_ARG,
+                    "%s: peer rank %d out of range for group size %d", name, a->peer, size);
+        DDP_FAIL_IF(a->peer == rank, DDP_ERR_INVALID_ARG, "%s: rank %d cannot %s itself", name,
+                    rank, a->kind == DDP__SEND ? "send to" : "receive from");
+        DDP_FAIL_IF(a->tag < 0, DDP_ERR_INVALID_ARG, "%s: tag %d must be >= 0", name, a->tag);
+    }
+    if (a->count == 0 || a->kind == DDP__BARRIER)
+        return 0;
+    /* Buffers: which ones this rank uses. */
+    int needs_send = 1, needs_recv = 1;
+    switch (a->kind) {
+    case DDP__GATHER:
+        needs_recv = rank == a->root;
+        break;
+    case DDP__SCATTER:
+        needs_send = rank == a->root;
+        break;
+    case DDP__SEND:
+        needs_recv = 0;
+        break;
+    case DDP__RECV:
+        needs_send = 0;
+        break;
+    }
+    DDP_FAIL_IF(needs_send && !a->send, DDP_ERR_INVALID_ARG, "%s: NULL input buffer", name);
+    DDP_FAIL_IF(needs_recv && !a->recv, DDP_ERR_INVALID_ARG, "%s: NULL output buffer", name);
+    if (a->kind == DDP__ALL_TO_ALL || a->kind == DDP__REDUCE_SCATTER) {
+        size_t bytes = a->count * es * (size_t)size;
+        const char *s = a->send, *r = a->recv;
+        DDP_FAIL_IF(s < r + (a->kind == DDP__ALL_TO_ALL ? bytes : a->count * es) && r < s + bytes,
+                    DDP_ERR_INVALID_ARG, "%s: input and output buffers overlap", name);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch                                                             */
+/* ------------------------------------------------------------------ */
+
+static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op)
+{
+    if (c->size == 1 || count == 0)
+        return 0;
+    size_t bytes = count * ddp_dtype_size(dt);
+    int algo = c->allreduce_algo;
+    if (algo == DDP__AR_AUTO) {
+        if (c->size == 2)
+            algo = bytes <= c->direct_max ? DDP__AR_DIRECT : DDP__AR_RING;
+        else
+            algo = bytes <= c->rd_max ? DDP__AR_RD : DDP__AR_RING;
+    }
+    switch (algo) {
+    case DDP__AR_DIRECT:
+        return ddp__allreduce_direct(c, buf, count, dt, op);
+    case DDP__AR_RD:
+        return ddp__allreduce_rd(c, buf, count, dt, op);
+    default:
+        return ddp__allreduce_ring(c, buf, count, dt, op);
+    }
+}
+
+static int reduce_scatter(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
+{
+    if (c->size == 1) {
+        if (a->recv != a->send)
+            memcpy(a->recv, a->send, a->count * es);
+        return 0;
+    }
+    ddp__blocks bl;
+    DDP_TRY(ddp__blocks_equal(&bl, a->count, c->size));
+    int rc = ddp__ring_reduce_scatter(c, a->send, NULL, a->recv, &bl, a->dtype, a->op, 0);
+    ddp__blocks_free(&bl);
+    if (rc == 0 && a->op == DDP_AVG)
+        ddp__reduce_divide(a->recv, a->count, a->dtype, c->size);
+    return rc;
+}
+
+static int all_gather(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
+{
+    uint8_t *own = (uint8_t *)a->recv + (size_t)c->rank * a->count * es;
+    if (own != a->send)
+        memmove(own, a->send, a->count * es);
+    if (c->size == 1)
+        return 0;
+    ddp__blocks bl;
+    DDP_TRY(ddp__blocks_equal(&bl, a->count, c->size));
+    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0);
+    ddp__blocks_free(&bl);
+    return rc;
+}
+
+static int p2p(ddp__coll_ctx *c, const ddp__coll_args *a, size_t bytes)
+{
+    ddp__req r;
+    uint64_t tag = DDP__TAG_P2P | (uint64_t)(unsigned)a->tag;
+    if (a->kind == DDP__SEND)
+        DDP_TRY(ddp__tp_isend(c->tp, &r, a->peer, tag, a->send, bytes));
+    else
+        DDP_TRY(ddp__tp_irecv(c->tp, &r, a->peer, tag, a->recv, bytes));
+    /* Only this peer matters: others may come and go. */
+    return ddp__tp_wait1(c->tp, &r, c->deadline, 0);
+}
+
+int ddp__coll_run(ddp__coll_ctx *c, const ddp__coll_args *a)
+{
+    size_t es = ddp_dtype_size(a->dtype), bytes = a->count * es;
+    int rc = 0;
+    if (a->kind != DDP__BARRIER && a->count == 0)
+        return 0;
+    switch (a->kind) {
+    case DDP__ALL_REDUCE:
+        rc = all_reduce(c, a->recv, a->count, a->dtype, a->op);
+        break;
+    case DDP__BROADCAST:
+        rc = c->size == 1 ? 0 : ddp__broadcast_tree(c, a->recv, bytes, a->root);
+        break;
+    case DDP__REDUCE:
+        rc = c->size == 1 ? 0 : ddp__reduce_direct(c, a->recv, a->count, a->dtype, a->op, a->root);
+        break;
+    case DDP__ALL_GATHER:
+        rc = all_gather(c, a, es);
+        break;
+    case DDP__GATHER:
+        rc = ddp__gather_direct(c, a->send, a->recv, bytes, a->root);
+        break;
+    case DDP__SCATTER:
+        rc = ddp__scatter_direct(c, a->send, a->recv, bytes, a->root);
+        break;
+    case DDP__REDUCE_SCATTER:
+        rc = reduce_scatter(c, a, es);
+        break;
+    case DDP__ALL_TO_ALL:
+        rc = ddp__alltoall_pairwise(c, a->send, a->recv, bytes);
+        break;
+    case DDP__BARRIER:
+        rc = c->size == 1 ? 0 : ddp__barrier_dissemination(c);
+        break;
+    case DDP__SEND:
+    case DDP__RECV:
+        rc = p2p(c, a, bytes);
+        break;
+    default:
+        rc = DDP_ERROR(DDP_ERR_INVALID_ARG, "unknown operation %d", a->kind);
+    }
+    return rc;
+}

@@ -1,0 +1,135 @@
+/* Collective algorithms over the transport interface (gloo's algorithm
+ * files, MPICH's coll/): one algorithm per file, a dispatcher in coll.c
+ * that picks one by size, group size and DDP_*_ALGO overrides.  Nothing
+ * here knows about sockets (STYLE.md rule 10).
+ *
+ * Every algorithm runs to completion on the calling thread (the group's
+ * executor), waits at most until ctx->deadline, and tags its messages with
+ * the collective's sequence number so that consecutive collectives never
+ * mix.  Costs and reduction orders: docs/algorithms.md. */
+#ifndef DDP_COLL_COLL_H
+#define DDP_COLL_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll/reduce.h"
+#include "ddp/dist.h"
+#include "transport/transport.h"
+
+enum ddp__coll_kind {
+    DDP__ALL_REDUCE,
+    DDP__BROADCAST,
+    DDP__REDUCE,
+    DDP__ALL_GATHER,
+    DDP__GATHER,
+    DDP__SCATTER,
+    DDP__REDUCE_SCATTER,
+    DDP__ALL_TO_ALL,
+    DDP__BARRIER,
+    DDP__SEND,
+    DDP__RECV,
+    DDP__NUM_COLL
+};
+
+/* all_reduce algorithms (DDP_ALLREDUCE_ALGO) */
+enum { DDP__AR_AUTO, DDP__AR_RING, DDP__AR_RD, DDP__AR_DIRECT };
+
+/* One operation, as the user issued it. */
+typedef struct ddp__coll_args {
+    int kind;
+    const void *send; /* input (== recv for in-place operations) */
+    void *recv;       /* output */
+    size_t count;     /* elements (per rank block where the call says so) */
+    ddp_dtype dtype;
+    ddp_reduce_op op;
+    int root;         /* broadcast, reduce, gather, scatter */
+    int peer;         /* send, recv */
+    int tag;          /* send, recv */
+} ddp__coll_args;
+
+/* Per-group state of the algorithms. */
+typedef struct ddp__coll_ctx {
+    ddp__tp *tp;
+    int rank, size;
+    uint64_t seq;       /* sequence number of the running collective */
+    double deadline;    /* of the running operation */
+    uint8_t *scratch;   /* grown on demand, kept: pages are touched once */
+    size_t scratch_len;
+    int allreduce_algo; /* DDP__AR_*: forced, or AUTO */
+    size_t chunk;       /* bytes per pipeline unit (ring, tree) */
+    size_t direct_max;  /* AUTO: direct all-reduce up to this many bytes (2 ranks) */
+    size_t rd_max;      /* AUTO: recursive doubling up to this many bytes */
+} ddp__coll_ctx;
+
+/* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|auto,
+ * DDP_CHUNK_BYTES, DDP_ALLREDUCE_SMALL_BYTES.  Sets the error on bad values. */
+int ddp__coll_ctx_init(ddp__coll_ctx *c, ddp__tp *tp);
+void ddp__coll_ctx_free(ddp__coll_ctx *c);
+/* Checks the arguments of an operation (before it is queued). */
+int ddp__coll_check(const ddp__coll_args *a, int rank, int size);
+/* Runs one operation; ctx->seq and ctx->deadline set by the caller. */
+int ddp__coll_run(ddp__coll_ctx *c, const ddp__coll_args *a);
+const char *ddp__coll_name(int kind);
+
+/* A scratch buffer of at least bytes (64-byte aligned), reused across calls. */
+int ddp__coll_scratch(ddp__coll_ctx *c, size_t bytes, void **out);
+
+/* Message tags: [63:62] kind (0 collective, 1 point-to-point), [61:28] the
+ * collective's sequence number, [27:24] phase, [23:0] index in the phase. */
+#define DDP__TAG_P2P ((uint64_t)1 << 62)
+static inline uint64_t ddp__tag(const ddp__coll_ctx *c, unsigned phase, uint64_t idx)
+{
+    return ((c->seq & 0x3ffffffffULL) << 28) | ((uint64_t)(phase & 15) << 24) |
+           (idx & 0xffffff);
+}
+
+/* Waits for every non-NULL... all n requests, failing on any peer's death. */
+static inline int ddp__coll_wait(ddp__coll_ctx *c, ddp__req *const *reqs, int n)
+{
+    return ddp__tp_wait(c->tp, reqs, n, c->deadline, DDP__WAIT_ANY_PEER);
+}
+static inline int ddp__coll_wait1(ddp__coll_ctx *c, ddp__req *r)
+{
+    return ddp__tp_wait(c->tp, &r, 1, c->deadline, DDP__WAIT_ANY_PEER);
+}
+/* Waits for the requests of an array whose kind is set (posted ones). */
+int ddp__coll_wait_array(ddp__coll_ctx *c, ddp__req *reqs, size_t n);
+
+/* Blocks of a vector: block b is elements [off[b], off[b] + len[b]). */
+typedef struct ddp__blocks {
+    size_t *off, *len;
+} ddp__blocks;
+/* count split into size near-equal blocks (the first count % size get one
+ * more element); or size blocks of count each. */
+int ddp__blocks_split(ddp__blocks *b, size_t count, int size);
+int ddp__blocks_equal(ddp__blocks *b, size_t count, int size);
+void ddp__blocks_free(ddp__blocks *b);
+
+/* ---- algorithms (one file each) ---- */
+int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                        ddp_reduce_op op);
+int ddp__allreduce_rd(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                      ddp_reduce_op op);
+int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                          ddp_reduce_op op);
+/* Ring reduce-scatter: block b of in (blocks bl) is reduced over all ranks
+ * in ring order b+1, b+2, ..., b (mod size); rank r's block lands in out.
+ * acc: same layout as in, receives the partial results (in place for
+ * all-reduce), or NULL to keep partials in scratch. */
+int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
+                             const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
+                             unsigned phase);
+/* Ring all-gather in place: buf holds block r (blocks bl); fills the rest. */
+int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t esize,
+                         unsigned phase);
+int ddp__broadcast_tree(ddp__coll_ctx *c, void *buf, size_t bytes, int root);
+int ddp__reduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                       ddp_reduce_op op, int root);
+int ddp__gather_direct(ddp__coll_ctx *c, const void *send, void *recv, size_t bytes, int root);
+int ddp__scatter_direct(ddp__coll_ctx *c, const void *send, void *recv, size_t bytes,
+                        int root);
+int ddp__alltoall_pairwise(ddp__coll_ctx *c, const void *send, void *recv, size_t bytes);
+int ddp__barrier_dissemination(ddp__coll_ctx *c);
+
+#endif

@@ -1,0 +1,33 @@
+/* Element-wise reduction kernels for every (dtype, op) pair, and the dtype
+ * helpers the collectives share.
+ *
+ * A kernel computes dst[i] = a[i] (op) b[i]; dst may be a or b (in place).
+ * The operand order is part of the contract: the algorithms always pass the
+ * partial result of the lower position in their reduction order as a, so
+ * that results are bitwise reproducible (docs/algorithms.md).  float16 and
+ * bfloat16 are widened to float32, combined, and rounded to nearest even. */
+#ifndef DDP_COLL_REDUCE_H
+#define DDP_COLL_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddp/dist.h"
+
+typedef void (*ddp__reduce_fn)(void *dst, const void *a, const void *b, size_t n);
+
+/* The kernel for dtype and op (AVG uses SUM); NULL when op does not apply
+ * to dtype (bitwise ops on floating types). */
+ddp__reduce_fn ddp__reduce_kernel(ddp_dtype dtype, ddp_reduce_op op);
+/* Checks dtype and op (and that op applies to dtype); sets the error. */
+int ddp__check_dtype_op(ddp_dtype dtype, ddp_reduce_op op);
+/* Divides n elements by divisor in place (AVG's last step). */
+void ddp__reduce_divide(void *buf, size_t n, ddp_dtype dtype, int divisor);
+
+/* IEEE half and bfloat16 conversions, round to nearest even. */
+float ddp__half_to_float(uint16_t h);
+uint16_t ddp__float_to_half(float f);
+float ddp__bf16_to_float(uint16_t h);
+uint16_t ddp__float_to_bf16(float f);
+
+#endif

@@ -1,0 +1,159 @@
+/* Training checkpoints: model + optimizer state + training position in one
+ * safetensors file (nn/safetensors.c does the format and the atomic write). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "ddp/ddp.h"
+#include "nn/safetensors.h"
+
+#define OPT_PREFIX "optimizer."
+#define MAX_STATES 8
+#define NUM_META 6
+
+int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                        const ddp_train_state *st)
+{
+    DDP_FAIL_IF(!path || !model || !st, DDP_ERR_INVALID_ARG, "checkpoint: NULL argument");
+    size_t np = ddp_model_num_params(model);
+    int ns = opt ? ddp_optim_num_states(opt) : 0;
+    DDP_FAIL_IF(ns > MAX_STATES, DDP_ERR_UNSUPPORTED, "checkpoint: %d optimizer states", ns);
+    ddp__st_out *t = calloc(np + (size_t)ns + 1, sizeof *t);
+    DDP_FAIL_IF(!t, DDP_ERR_NOMEM, "checkpoint: out of memory");
+    for (size_t i = 0; i < np; i++) {
+        ddp_param *p = ddp_model_param(model, i);
+        t[i] = (ddp__st_out){p->name, p->ndim, p->shape, p->data};
+    }
+    char names[MAX_STATES][64];
+    int64_t lens[MAX_STATES];
+    int rc = 0;
+    for (int k = 0; k < ns; k++) {
+        const char *name;
+        float *data;
+        size_t n;
+        DDP_TRY_OUT(ddp_optim_state(opt, k, &name, &data, &n));
+        snprintf(names[k], sizeof names[k], OPT_PREFIX "%s", name);
+        lens[k] = (int64_t)n;
+        t[np + (size_t)k] = (ddp__st_out){names[k], 1, &lens[k], data};
+    }
+    char v[NUM_META][32];
+    snprintf(v[0], sizeof v[0], "%" PRId64, st->epoch);
+    snprintf(v[1], sizeof v[1], "%" PRId64, st->step);
+    snprintf(v[2], sizeof v[2], "%" PRId64, st->global_step);
+    snprintf(v[3], sizeof v[3], "%" PRIu64, st->seed);
+    snprintf(v[4], sizeof v[4], "%d", st->world_size);
+    snprintf(v[5], sizeof v[5], "%" PRId64, opt ? ddp_optim_steps(opt) : (int64_t)0);
+    const char *meta[2 * NUM_META] = {"libddp.epoch", v[0], "libddp.step", v[1],
+                                      "libddp.global_step", v[2], "libddp.seed", v[3],
+                                      "libddp.world_size", v[4], "libddp.optimizer_steps", v[5]};
+    rc = ddp__st_write(path, t, np + (size_t)ns, meta, NUM_META);
+out:
+    free(t);
+    return rc;
+}
+
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, len, "(");
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, ")");
+}
+
+/* Checks that entry e exists, is F32 and holds ndim/shape. */
+static int check_entry(const char *path, const ddp__st_file *f, const char *name, int ndim,
+                       const int64_t *shape, const ddp__st_entry **out)
+{
+    const ddp__st_entry *e = ddp__st_find(f, name);
+    DDP_FAIL_IF(!e, DDP_ERR_MISMATCH, "checkpoint %s: missing %s", path, name);
+    DDP_FAIL_IF(strcmp(e->dtype, "F32") != 0, DDP_ERR_MISMATCH,
+                "checkpoint %s: %s has dtype %s, expected F32", path, name, e->dtype);
+    int same = e->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = e->shape[d] == shape[d];
+    if (!same) {
+        char a[128], b[128];
+        shape_str(a, sizeof a, e->ndim, e->shape);
+        shape_str(b, sizeof b, ndim, shape);
+        return DDP_ERROR(DDP_ERR_MISMATCH, "checkpoint %s: %s has shape %s in the file, %s here",
+                         path, name, a, b);
+    }
+    *out = e;
+    return 0;
+}
+
+static int meta_int(const char *path, const ddp__st_file *f, const char *key, int64_t *out)
+{
+    const char *s = ddp__st_meta(f, key);
+    DDP_FAIL_IF(!s, DDP_ERR_FORMAT, "checkpoint %s: no %s in __metadata__", path, key);
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    DDP_FAIL_IF(errno || end == s || *end || v < 0, DDP_ERR_FORMAT,
+                "checkpoint %s: %s is '%s', not a non-negative integer", path, key, s);
+    *out = v;
+    return 0;
+}
+
+int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                        ddp_train_state *st)
+{
+    DDP_FAIL_IF(!path || !model, DDP_ERR_INVALID_ARG, "checkpoint: NULL argument");
+    ddp__st_file f;
+    DDP_TRY(ddp__st_read(path, &f));
+    int rc = 0;
+    size_t np = ddp_model_num_params(model);
+    int ns = opt ? ddp_optim_num_states(opt) : 0;
+    const ddp__st_entry *pe[1024], *se[MAX_STATES];
+    DDP_FAIL_OUT(np > 1024 || ns > MAX_STATES, DDP_ERR_UNSUPPORTED,
+                 "checkpoint: %zu parameters / %d optimizer states are more than supported", np,
+                 ns);
+    /* Phase 1: check everything. */
+    for (size_t i = 0; i < np; i++) {
+        ddp_param *p = ddp_model_param(model, i);
+        DDP_TRY_OUT(check_entry(path, &f, p->name, p->ndim, p->shape, &pe[i]));
+    }
+    for (int k = 0; k < ns; k++) {
+        const char *name;
+        float *data;
+        size_t n;
+        char full[64];
+        DDP_TRY_OUT(ddp_optim_state(opt, k, &name, &data, &n));
+        snprintf(full, sizeof full, OPT_PREFIX "%s", name);
+        int64_t len = (int64_t)n;
+        DDP_TRY_OUT(check_entry(path, &f, full, 1, &len, &se[k]));
+    }
+    ddp_train_state s = {0};
+    int64_t ws, steps, seed;
+    DDP_TRY_OUT(meta_int(path, &f, "libddp.epoch", &s.epoch));
+    DDP_TRY_OUT(meta_int(path, &f, "libddp.step", &s.step));
+    DDP_TRY_OUT(meta_int(path, &f, "libddp.global_step", &s.global_step));
+    DDP_TRY_OUT(meta_int(path, &f, "libddp.seed", &seed));
+    DDP_TRY_OUT(meta_int(path, &f, "libddp.world_size", &ws));
+    DDP_TRY_OUT(meta_int(path, &f, "libddp.optimizer_steps", &steps));
+    s.seed = (uint64_t)seed;
+    s.world_size = (int)ws;
+    /* Phase 2: copy. */
+    for (size_t i = 0; i < np; i++) {
+        ddp_param *p = ddp_model_param(model, i);
+        memcpy(p->data, f.data + pe[i]->begin, p->numel * sizeof(float));
+    }
+    for (int k = 0; k < ns; k++) {
+        const char *name;
+        float *data;
+        size_t n;
+        DDP_TRY_OUT(ddp_optim_state(opt, k, &name, &data, &n));
+        memcpy(data, f.data + se[k]->begin, n * sizeof(float));
+    }
+    if (opt)
+        ddp_optim_set_steps(opt, steps);
+    if (st)
+        *st = s;
+out:
+    ddp__st_close(&f);
+    return rc;
+}

@@ -1,0 +1,555 @@
+/* DistributedDataParallel: gradient buckets reduced during backward.
+ *
+ * The design follows PyTorch's Reducer (torch/csrc/distributed/c10d/
+ * reducer.cpp): buckets in reverse registration order, a small first bucket,
+ * one rebuild from the observed ready order, gradients as views into bucket
+ * memory, buckets launched strictly in order.  The grad-ready hook of nn/
+ * (include/ddp/nn.h) is the only point where nn/ and dist/ meet.
+ *
+ * Per synchronised iteration, for a model of P floats in B buckets:
+ *   - B asynchronous all-reduces, P floats in all (4P bytes; 2P with the
+ *     fp16/bf16 hooks), the first launched as soon as the last layer's
+ *     gradients are final;
+ *   - no copies: the model's p->grad points into the bucket memory.
+ */
+#include "ddp/ddp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "coll/reduce.h"
+#include "ddp/bucket.h"
+
+#define MIB (1024.0 * 1024.0)
+
+_Static_assert(sizeof(int) == 4, "bucket orders travel as DDP_INT32");
+
+struct ddp_ddp {
+    ddp_model_t *model;           /* borrowed */
+    ddp_pg_t *pg;                 /* borrowed */
+    ddp_ddp_options opts;
+    int nparams;
+    ddp_param **params;           /* (nparams) registration order */
+    size_t *numel;                /* (nparams) */
+    ddp__bucket_layout layout;
+    ddp__bucket_tracker tracker;
+    float *grads;                 /* (layout.total_numel) the bucket memory */
+    uint16_t *half;               /* (layout.total_numel) fp16/bf16 hook scratch */
+    ddp_work_t **works;           /* (nbuckets) reductions in flight */
+    int *order;                   /* (nparams) fill order of the current layout */
+    int *ready_order;             /* (nparams) used parameters in ready order */
+    int nready;
+    unsigned char *unused;        /* (nparams) reported unused this iteration */
+    int no_sync;
+    int synced_iterations;
+    int rebuilt;
+    ddp_comm_hook user_hook;
+    int has_user_hook;
+    int join_enabled, join_throw;
+};
+
+ddp_ddp_options ddp_ddp_defaults(void)
+{
+    return (ddp_ddp_options){.bucket_cap_mb = 25.0,
+                             .first_bucket_cap_mb = 1.0,
+                             .find_unused_parameters = 0,
+                             .rebuild_buckets = 1,
+                             .comm_hook = DDP_HOOK_ALLREDUCE};
+}
+
+/* ==== parameter agreement ================================================= */
+
+/* "name (d0, d1);" per parameter, registration order.  Caller frees. */
+static char *describe_params(ddp_ddp_t *dm, size_t *len)
+{
+    size_t cap = 64, n = 0;
+    for (int i = 0; i < dm->nparams; i++)
+        cap += strlen(dm->params[i]->name) + 16 + 24 * DDP_TENSOR_MAX_DIM;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < dm->nparams; i++) {
+        char shape[128];
+        ddp_tensor t = {.ndim = dm->params[i]->ndim};
+        memcpy(t.shape, dm->params[i]->shape, sizeof t.shape);
+        ddp_tensor_shape_str(&t, shape, sizeof shape);
+        n += (size_t)snprintf(s + n, cap - n, "%s %s;", dm->params[i]->name, shape);
+    }
+    s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+/* The i-th "name (shape)" entry of a description, or NULL past the end. */
+static const char *entry(const char *desc, int i, char *buf, size_t len)
+{
+    for (; i > 0 && desc; i--) {
+        desc = strchr(desc, ';');
+        desc = desc ? desc + 1 : NULL;
+    }
+    if (!desc || !*desc)
+        return NULL;
+    size_t n = strcspn(desc, ";");
+    snprintf(buf, len, "%.*s", (int)n, desc);
+    return buf;
+}
+
+static int count_entries(const char *desc)
+{
+    int n = 0;
+    for (; *desc; desc++)
+        n += *desc == ';';
+    return n;
+}
+
+/* Fails with a readable difference between rank r's description and rank 0's. */
+static int report_mismatch(int r, const char *mine0, const char *theirs)
+{
+    char a[512], b[512];
+    int n0 = count_entries(mine0), nr = count_entries(theirs);
+    for (int i = 0;; i++) {
+        const char *e0 = entry(mine0, i, a, sizeof a), *er = entry(theirs, i, b, sizeof b);
+        if (e0 && er && strcmp(e0, er) == 0)
+            continue;
+        if (e0 && er)
+            return DDP_ERROR(DDP_ERR_MISMATCH,
+                             "DDP: rank %d differs from rank 0: parameter %d is %s on rank %d "
+                             "but %s on rank 0",
+                             r, i, er, r, e0);
+        return DDP_ERROR(DDP_ERR_MISMATCH,
+                         "DDP: rank %d has %d parameters, rank 0 has %d (first extra: %s on "
+                         "rank %d)",
+                         r, nr, n0, e0 ? e0 : er, e0 ? 0 : r);
+    }
+}
+
+/* All ranks check that every rank has rank 0's parameter names and shapes. */
+static int check_same_params(ddp_ddp_t *dm)
+{
+    int size = ddp_pg_size(dm->pg), rc = 0;
+    size_t len;
+    int64_t mylen, *lens = NULL;
+    char *desc = describe_params(dm, &len), *mine = NULL, *all = NULL;
+    DDP_FAIL_OUT(!desc, DDP_ERR_NOMEM, "DDP: out of memory");
+    mylen = (int64_t)len + 1;
+    lens = malloc((size_t)size * sizeof *lens);
+    DDP_FAIL_OUT(!lens, DDP_ERR_NOMEM, "DDP: out of memory");
+    DDP_TRY_OUT(ddp_all_gather(dm->pg, &mylen, lens, 1, DDP_INT64));
+    int64_t maxlen = 0;
+    for (int r = 0; r < size; r++)
+        maxlen = lens[r] > maxlen ? lens[r] : maxlen;
+    mine = calloc((size_t)maxlen, 1);
+    all = calloc((size_t)maxlen * (size_t)size, 1);
+    DDP_FAIL_OUT(!mine || !all, DDP_ERR_NOMEM, "DDP: out of memory");
+    memcpy(mine, desc, len + 1);
+    DDP_TRY_OUT(ddp_all_gather(dm->pg, mine, all, (size_t)maxlen, DDP_UINT8));
+    for (int r = 1; r < size; r++) {
+        char *theirs = all + (size_t)r * (size_t)maxlen;
+        theirs[maxlen - 1] = '\0';
+        if (strcmp(theirs, all) != 0) {
+            rc = report_mismatch(r, all, theirs);
+            break;
+        }
+    }
+out:
+    free(desc);
+    free(lens);
+    free(mine);
+    free(all);
+    return rc;
+}
+
+/* ==== buckets ============================================================= */
+
+/* Lays the gradients out as `order` says, moving current gradients along. */
+static int apply_layout(ddp_ddp_t *dm, const int *order)
+{
+    ddp__bucket_layout l;
+    size_t first = (size_t)(dm->opts.first_bucket_cap_mb * MIB);
+    size_t cap = (size_t)(dm->opts.bucket_cap_mb * MIB);
+    DDP_TRY(ddp__bucket_layout_build(dm->numel, dm->nparams, order, first, cap, sizeof(float),
+                                     &l));
+    int rc = 0;
+    float *grads = ddp__calloc_aligned(l.total_numel * sizeof(float));
+    ddp_work_t **works = calloc((size_t)l.nbuckets + 1, sizeof *works);
+    ddp__bucket_tracker tr = {0};
+    DDP_FAIL_OUT(!grads || !works, DDP_ERR_NOMEM, "DDP: out of memory for %zu gradient floats",
+                 l.total_numel);
+    for (int i = 0; i < dm->nparams; i++)
+        DDP_TRY_OUT(ddp_param_set_grad(dm->params[i], grads + l.offset[i]));
+    ddp__bucket_layout_free(&dm->layout);
+    ddp__bucket_tracker_free(&dm->tracker);
+    ddp__free_aligned(dm->grads);
+    free(dm->works);
+    memcpy(dm->order, order, (size_t)dm->nparams * sizeof *order);
+    dm->layout = l;
+    dm->grads = grads;
+    dm->works = works;
+    grads = NULL;
+    works = NULL;
+    rc = ddp__bucket_tracker_init(&tr, &dm->layout);
+    dm->tracker = tr;
+    return rc;
+out:
+    for (int i = 0; i < dm->nparams && dm->grads; i++)
+        ddp_param_set_grad(dm->params[i], dm->grads + dm->layout.offset[i]);
+    ddp__bucket_layout_free(&l);
+    ddp__free_aligned(grads);
+    free(works);
+    return rc;
+}
+
+/* Rebuilds the buckets once, from the order gradients became ready on rank
+ * 0 (used parameters in ready order, then the rest in reverse registration
+ * order); every rank adopts rank 0's order. */
+static int rebuild_buckets(ddp_ddp_t *dm)
+{
+    int *order = malloc((size_t)dm->nparams * sizeof *order + 1);
+    unsigned char *seen = calloc((size_t)dm->nparams + 1, 1);
+    int rc = 0, n = 0;
+    DDP_FAIL_OUT(!order || !seen, DDP_ERR_NOMEM, "DDP: out of memory");
+    for (int i = 0; i < dm->nready; i++)
+        if (!seen[dm->ready_order[i]]) {
+            seen[dm->ready_order[i]] = 1;
+            order[n++] = dm->ready_order[i];
+        }
+    for (int i = dm->nparams - 1; i >= 0; i--)
+        if (!seen[i])
+            order[n++] = i;
+    DDP_TRY_OUT(ddp_broadcast(dm->pg, order, (size_t)dm->nparams, DDP_INT32, 0));
+    if (memcmp(order, dm->order, (size_t)dm->nparams * sizeof *order) != 0)
+        DDP_TRY_OUT(apply_layout(dm, order));
+    dm->rebuilt = 1;
+out:
+    free(order);
+    free(seen);
+    return rc;
+}
+
+/* ==== reductions ========================================================== */
+
+static int launch_builtin(ddp_ddp_t *dm, int b, float *data, size_t n, ddp_work_t **work)
+{
+    if (dm->opts.comm_hook == DDP_HOOK_ALLREDUCE)
+        return ddp_all_reduce_async(dm->pg, data, n, DDP_FLOAT32, DDP_AVG, work);
+    /* Compression hooks divide first (the sum of n halves must not overflow),
+     * as PyTorch's fp16_compress_hook does. */
+    uint16_t *h = dm->half + dm->layout.bucket_start[b];
+    float scale = 1.0f / (float)ddp_pg_size(dm->pg);
+    int fp16 = dm->opts.comm_hook == DDP_HOOK_FP16;
+    for (size_t i = 0; i < n; i++)
+        h[i] = fp16 ? ddp__float_to_half(data[i] * scale) : ddp__float_to_bf16(data[i] * scale);
+    return ddp_all_reduce_async(dm->pg, h, n, fp16 ? DDP_FLOAT16 : DDP_BFLOAT16, DDP_SUM, work);
+}
+
+static int finish_builtin(ddp_ddp_t *dm, int b, float *data, size_t n)
+{
+    if (dm->opts.comm_hook == DDP_HOOK_ALLREDUCE)
+        return 0;
+    const uint16_t *h = dm->half + dm->layout.bucket_start[b];
+    int fp16 = dm->opts.comm_hook == DDP_HOOK_FP16;
+    for (size_t i = 0; i < n; i++)
+        data[i] = fp16 ? ddp__half_to_float(h[i]) : ddp__bf16_to_float(h[i]);
+    return 0;
+}
+
+static int launch_bucket(ddp_ddp_t *dm, int b)
+{
+    float *data = dm->grads + dm->layout.bucket_start[b];
+    size_t n = dm->layout.bucket_numel[b];
+    dm->works[b] = NULL;
+    if (dm->has_user_hook)
+        return dm->user_hook.launch(dm->user_hook.state, dm->pg, b, data, n, &dm->works[b]);
+    return launch_builtin(dm, b, data, n, &dm->works[b]);
+}
+
+/* Waits for every launched bucket (in order) and runs the finish hooks;
+ * returns the first failure.  Leaves no work in flight. */
+static int wait_buckets(ddp_ddp_t *dm, int launched)
+{
+    int rc = 0;
+    for (int b = 0; b < launched; b++) {
+        int r = 0;
+        if (dm->works[b]) {
+            r = ddp_work_wait(dm->works[b], -1);
+            ddp_work_free(dm->works[b]);
+            dm->works[b] = NULL;
+        }
+        if (r == 0 && rc == 0) {
+            float *data = dm->grads + dm->layout.bucket_start[b];
+            size_t n = dm->layout.bucket_numel[b];
+            r = dm->has_user_hook ? (dm->user_hook.finish ? dm->user_hook.finish(
+                                                                dm->user_hook.state, dm->pg, b,
+                                                                data, n)
+                                                          : 0)
+                                  : finish_builtin(dm, b, data, n);
+        }
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
+static int mark_ready(ddp_ddp_t *dm, int p)
+{
+    int first, n = ddp__bucket_tracker_mark(&dm->tracker, p, &first);
+    if (n < 0)
+        return n;
+    for (int b = first; b < first + n; b++)
+        DDP_TRY(launch_bucket(dm, b));
+    return 0;
+}
+
+/* nn's grad-ready hook: p's gradient is final (used) or p is not in the graph. */
+static int on_grad_ready(ddp_param *p, int used, void *user)
+{
+    ddp_ddp_t *dm = user;
+    if (dm->no_sync)
+        return 0;
+    if (!used) {
+        dm->unused[p->index] = 1;
+        return dm->opts.find_unused_parameters ? mark_ready(dm, p->index) : 0;
+    }
+    dm->ready_order[dm->nready++] = p->index;
+    return mark_ready(dm, p->index);
+}
+
+/* Names of the parameters not ready this iteration, "a, b, c". */
+static void missing_names(ddp_ddp_t *dm, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < dm->nparams && n < len; i++)
+        if (!dm->tracker.ready[i])
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", dm->params[i]->name);
+}
+
+int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
+{
+    DDP_FAIL_IF(!dm || !tape || !loss, DDP_ERR_INVALID_ARG, "ddp_ddp_backward: NULL argument");
+    if (dm->no_sync)
+        return ddp_backward(tape, loss, dm->model);
+    ddp__bucket_tracker_reset(&dm->tracker);
+    memset(dm->unused, 0, (size_t)dm->nparams);
+    dm->nready = 0;
+    int rc = ddp_backward(tape, loss, dm->model);
+    char missing[1024] = "";
+    if (rc == 0 && dm->tracker.next_launch < dm->layout.nbuckets) {
+        /* Reduce the rest anyway so that no peer waits for this rank. */
+        missing_names(dm, missing, sizeof missing);
+        for (int i = 0; i < dm->nparams && rc == 0; i++)
+            if (!dm->tracker.ready[i])
+                rc = mark_ready(dm, i);
+    }
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ddp_last_error());
+    int wrc = wait_buckets(dm, dm->tracker.next_launch);
+    if (rc < 0) {
+        ddp__error_restore(saved); /* the first failure is the one to report */
+        return rc;
+    }
+    DDP_TRY(wrc);
+    dm->synced_iterations++;
+    if (missing[0])
+        return DDP_ERROR(DDP_ERR_STATE,
+                         "DDP: parameters %s received no gradient in this iteration; pass "
+                         "find_unused_parameters=1 if the model does not use every parameter "
+                         "in every iteration (PyTorch: \"Expected to have finished reduction "
+                         "in the prior iteration\")",
+                         missing);
+    if (dm->opts.rebuild_buckets && !dm->rebuilt)
+        DDP_TRY(rebuild_buckets(dm));
+    return 0;
+}
+
+/* ==== join ================================================================ */
+
+static int join_flag(ddp_ddp_t *dm, int32_t mine, int32_t *total)
+{
+    *total = mine;
+    return ddp_all_reduce(dm->pg, total, 1, DDP_INT32, DDP_SUM);
+}
+
+int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_forward: NULL module");
+    if (dm->join_enabled) {
+        DDP_FAIL_IF(dm->no_sync, DDP_ERR_STATE, "DDP: join cannot be combined with no_sync");
+        int32_t active;
+        DDP_TRY(join_flag(dm, 1, &active));
+        DDP_FAIL_IF(dm->join_throw && active < ddp_pg_size(dm->pg), DDP_ERR_STATE,
+                    "DDP: %d of %d ranks ran out of data (throw_on_early_termination)",
+                    ddp_pg_size(dm->pg) - active, ddp_pg_size(dm->pg));
+    }
+    return ddp_model_forward(dm->model, tape, x, y);
+}
+
+int ddp_ddp_join_enable(ddp_ddp_t *dm, int enable, int throw_on_early_termination)
+{
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_join_enable: NULL module");
+    dm->join_enabled = enable != 0;
+    dm->join_throw = throw_on_early_termination != 0;
+    return 0;
+}
+
+/* One shadow iteration: the active ranks' bucket reductions, with zeros. */
+static int shadow_iteration(ddp_ddp_t *dm)
+{
+    memset(dm->grads, 0, dm->layout.total_numel * sizeof(float));
+    int rc = 0, b;
+    for (b = 0; b < dm->layout.nbuckets && rc == 0; b++)
+        rc = launch_bucket(dm, b);
+    int wrc = wait_buckets(dm, b);
+    DDP_TRY(rc);
+    DDP_TRY(wrc);
+    dm->synced_iterations++;
+    dm->nready = 0; /* a joined rank's ready order means nothing */
+    if (dm->opts.rebuild_buckets && !dm->rebuilt)
+        DDP_TRY(rebuild_buckets(dm));
+    return 0;
+}
+
+int ddp_ddp_join(ddp_ddp_t *dm)
+{
+    DDP_FAIL_IF(!dm || !dm->join_enabled, DDP_ERR_STATE,
+                "ddp_ddp_join: join is not enabled (ddp_ddp_join_enable on every rank first)");
+    int shadows = 0;
+    for (;;) {
+        int32_t active;
+        DDP_TRY(join_flag(dm, 0, &active));
+        if (active == 0)
+            break;
+        DDP_FAIL_IF(dm->join_throw, DDP_ERR_STATE,
+                    "DDP: this rank ran out of data while %d ranks still train "
+                    "(throw_on_early_termination)",
+                    active);
+        DDP_TRY(shadow_iteration(dm));
+        shadows++;
+    }
+    /* The model of the highest rank that trained to the end goes to all. */
+    int32_t src = shadows == 0 ? ddp_pg_rank(dm->pg) : -1;
+    DDP_TRY(ddp_all_reduce(dm->pg, &src, 1, DDP_INT32, DDP_MAX));
+    size_t n;
+    float *block = ddp_model_param_block(dm->model, &n);
+    return ddp_broadcast(dm->pg, block, n, DDP_FLOAT32, src);
+}
+
+/* ==== life cycle ========================================================== */
+
+void ddp_ddp_set_no_sync(ddp_ddp_t *dm, int no_sync)
+{
+    if (dm)
+        dm->no_sync = no_sync != 0;
+}
+
+int ddp_ddp_register_comm_hook(ddp_ddp_t *dm, const ddp_comm_hook *hook)
+{
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_register_comm_hook: NULL module");
+    DDP_FAIL_IF(hook && !hook->launch, DDP_ERR_INVALID_ARG,
+                "ddp_ddp_register_comm_hook: hook has no launch function");
+    dm->has_user_hook = hook != NULL;
+    if (hook)
+        dm->user_hook = *hook;
+    return 0;
+}
+
+static int check_options(const ddp_ddp_options *o)
+{
+    DDP_FAIL_IF(!(o->bucket_cap_mb > 0) || !(o->first_bucket_cap_mb > 0), DDP_ERR_INVALID_ARG,
+                "DDP: bucket caps must be > 0 MiB (bucket_cap_mb %g, first_bucket_cap_mb %g)",
+                o->bucket_cap_mb, o->first_bucket_cap_mb);
+    DDP_FAIL_IF(o->comm_hook < DDP_HOOK_ALLREDUCE || o->comm_hook > DDP_HOOK_BF16,
+                DDP_ERR_INVALID_ARG, "DDP: unknown comm_hook %d", (int)o->comm_hook);
+    return 0;
+}
+
+int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts,
+                   ddp_ddp_t **out)
+{
+    DDP_FAIL_IF(!model || !pg || !out, DDP_ERR_INVALID_ARG, "ddp_ddp_create: NULL argument");
+    *out = NULL;
+    ddp_ddp_options o = opts ? *opts : ddp_ddp_defaults();
+    DDP_TRY(check_options(&o));
+    int rc = 0;
+    int *order = NULL;
+    ddp_ddp_t *dm = calloc(1, sizeof *dm);
+    DDP_FAIL_OUT(!dm, DDP_ERR_NOMEM, "DDP: out of memory");
+    dm->model = model;
+    dm->pg = pg;
+    dm->opts = o;
+    dm->nparams = (int)ddp_model_num_params(model);
+    size_t np = (size_t)dm->nparams + 1;
+    dm->params = calloc(np, sizeof *dm->params);
+    dm->numel = calloc(np, sizeof *dm->numel);
+    dm->ready_order = calloc(np, sizeof *dm->ready_order);
+    dm->order = calloc(np, sizeof *dm->order);
+    dm->unused = calloc(np, 1);
+    order = calloc(np, sizeof *order);
+    DDP_FAIL_OUT(!dm->params || !dm->numel || !dm->ready_order || !dm->order || !dm->unused ||
+                     !order,
+                 DDP_ERR_NOMEM, "DDP: out of memory");
+    for (int i = 0; i < dm->nparams; i++) {
+        dm->params[i] = ddp_model_param(model, (size_t)i);
+        dm->numel[i] = dm->params[i]->numel;
+        order[i] = dm->nparams - 1 - i;
+    }
+    DDP_TRY_OUT(check_same_params(dm));
+    size_t n;
+    float *block = ddp_model_param_block(model, &n);
+    DDP_TRY_OUT(ddp_broadcast(pg, block, n, DDP_FLOAT32, 0));
+    DDP_TRY_OUT(apply_layout(dm, order));
+    if (o.comm_hook != DDP_HOOK_ALLREDUCE) {
+        dm->half = ddp__alloc_aligned((dm->layout.total_numel + 1) * sizeof *dm->half);
+        DDP_FAIL_OUT(!dm->half, DDP_ERR_NOMEM, "DDP: out of memory for the compression buffer");
+    }
+    ddp_model_set_grad_ready_hook(model, on_grad_ready, dm);
+    *out = dm;
+    dm = NULL;
+out:
+    free(order);
+    ddp_ddp_destroy(dm);
+    return rc;
+}
+
+void ddp_ddp_destroy(ddp_ddp_t *dm)
+{
+    if (!dm)
+        return;
+    if (dm->works)
+        wait_buckets(dm, dm->layout.nbuckets);
+    if (dm->grads) {
+        ddp_model_set_grad_block(dm->model, NULL);
+        void *user;
+        if (ddp_model_grad_ready_hook(dm->model, &user) == on_grad_ready && user == dm)
+            ddp_model_set_grad_ready_hook(dm->model, NULL, NULL);
+    }
+    ddp__bucket_tracker_free(&dm->tracker);
+    ddp__bucket_layout_free(&dm->layout);
+    ddp__free_aligned(dm->grads);
+    ddp__free_aligned(dm->half);
+    free(dm->works);
+    free(dm->params);
+    free(dm->numel);
+    free(dm->ready_order);
+    free(dm->order);
+    free(dm->unused);
+    free(dm);
+}
+
+int ddp_ddp_num_buckets(const ddp_ddp_t *dm) { return dm ? dm->layout.nbuckets : 0; }
+
+int ddp_ddp_bucket_info(const ddp_ddp_t *dm, int b, int *nparams, size_t *numel)
+{
+    DDP_FAIL_IF(!dm || b < 0 || b >= dm->layout.nbuckets, DDP_ERR_INVALID_ARG,
+                "ddp_ddp_bucket_info: bucket %d out of range", b);
+    if (nparams)
+        *nparams = dm->layout.bucket_nparams[b];
+    if (numel)
+        *numel = dm->layout.bucket_numel[b];
+    return 0;
+}
+
+int ddp_ddp_buckets_rebuilt(const ddp_ddp_t *dm) { return dm ? dm->rebuilt : 0; }

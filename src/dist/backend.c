@@ -1,0 +1,100 @@
+/* Backend registry and the transport-backed backends; see backend.h. */
+#include "dist/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "transport/tcp.h"
+
+/* ---- transport + generic algorithms ---- */
+
+typedef struct tp_backend {
+    ddp__tp *tp;
+    ddp__coll_ctx ctx;
+} tp_backend;
+
+static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
+                      double timeout_s, void **impl)
+{
+    tp_backend *b = calloc(1, sizeof *b);
+    DDP_FAIL_IF(!b, DDP_ERR_NOMEM, "out of memory");
+    int rc = ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
+    if (rc == 0)
+        rc = ddp__coll_ctx_init(&b->ctx, b->tp);
+    if (rc < 0) {
+        ddp__tp_destroy(b->tp);
+        free(b);
+        return rc;
+    }
+    *impl = b;
+    return 0;
+}
+
+static int tp_run(void *impl, const ddp__coll_args *op, uint64_t seq, double deadline)
+{
+    tp_backend *b = impl;
+    b->ctx.seq = seq;
+    b->ctx.deadline = deadline;
+    return ddp__coll_run(&b->ctx, op);
+}
+
+static void tp_abort(void *impl, int code, const char *why)
+{
+    tp_backend *b = impl;
+    ddp__tp_abort(b->tp, code, why);
+}
+
+static void tp_destroy(void *impl)
+{
+    tp_backend *b = impl;
+    if (!b)
+        return;
+    ddp__coll_ctx_free(&b->ctx);
+    ddp__tp_destroy(b->tp);
+    free(b);
+}
+
+static int tp_set_option(void *impl, const char *key, const char *value)
+{
+    tp_backend *b = impl;
+    if (strcmp(key, "allreduce_algo") == 0) {
+        static const char *const names[] = {"auto", "ring", "rd", "direct"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(value, names[i]) == 0) {
+                b->ctx.allreduce_algo = i; /* DDP__AR_* order */
+                return 0;
+            }
+        return DDP_ERROR(DDP_ERR_INVALID_ARG, "allreduce_algo '%s': expected auto, ring, rd or direct",
+                         value);
+    }
+    if (strcmp(key, "chunk_bytes") == 0) {
+        long long v = atoll(value);
+        DDP_FAIL_IF(v <= 0, DDP_ERR_INVALID_ARG, "chunk_bytes '%s' must be positive", value);
+        b->ctx.chunk = (size_t)v;
+        return 0;
+    }
+    return DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown option '%s'", key);
+}
+
+static ddp__tp *tp_transport(void *impl) { return ((tp_backend *)impl)->tp; }
+
+/* ---- the registry ---- */
+
+static const ddp__backend backends[] = {
+    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport},
+};
+static const char *const backend_names[] = {"tcp", NULL};
+
+const ddp__backend *ddp__backend_find(const char *name)
+{
+    if (!name || !*name)
+        name = "tcp";
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (strcmp(backends[i].name, name) == 0)
+            return &backends[i];
+    DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown backend '%s' (available: tcp)", name);
+    return NULL;
+}
+
+const char *const *ddp_backend_names(void) { return backend_names; }

@@ -1,0 +1,556 @@
+/* Process groups: rendezvous, the communication thread and its work queue,
+ * asynchronous work handles, subgroups.  See include/ddp/dist.h.
+ *
+ * Execution model.  A backend is single-threaded: exactly one thread, the
+ * executor, runs operations on it.  Asynchronous operations are queued and
+ * run by the group's communication thread in issue order; the thread sleeps
+ * on a condition variable when the queue is empty (and in epoll while an
+ * operation waits for the network), so it takes no core from the compute
+ * threads.  A blocking call issued while nothing is queued or running runs
+ * on the caller's own thread: no hand-off, no wake-up latency (that is what
+ * makes a 4-byte all-reduce cost one network round).  Otherwise it is
+ * queued like an asynchronous one and the caller waits for it.
+ *
+ * Failure.  When an operation fails, the backend is aborted (peers see the
+ * failure, in-flight requests are dropped) and the group is marked broken:
+ * every later operation fails at once with the first error's message. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "coll/coll.h"
+#include "dist/backend.h"
+#include "dist/internal.h"
+
+#define MSG_LEN 1024
+#define DEFAULT_TIMEOUT_S 300.0
+
+struct ddp_work {
+    ddp_pg_t *pg;
+    ddp__coll_args args;
+    uint64_t seq;
+    int heap;            /* queued by an _async call (else on a waiter's stack) */
+    atomic_int refs;     /* heap works: the user's and the queue's */
+    atomic_int done;
+    int rc;
+    char msg[MSG_LEN];
+    struct ddp_work *next;
+};
+
+struct ddp_pg {
+    const ddp__backend *be;
+    void *impl;
+    int rank, size;
+    double timeout_s;
+    char prefix[256];      /* store keys of this group */
+    ddp_store_t *store;
+    int owns_store;
+    int nsub;              /* new_group calls so far */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work; /* the thread waits for work */
+    pthread_cond_t cv_done; /* callers wait for completions */
+    pthread_t thread;
+    int thread_started;
+    ddp_work_t *head, *tail;
+    int busy;               /* an operation is running (thread or caller) */
+    int stop;
+    uint64_t next_seq;
+    int broken;
+    int broken_rc;
+    char broken_msg[MSG_LEN];
+};
+
+/* ------------------------------------------------------------------ */
+/* Execution                                                            */
+/* ------------------------------------------------------------------ */
+
+static int is_collective(int kind) { return kind != DDP__SEND && kind != DDP__RECV; }
+
+/* Runs one operation on the executor thread; on failure aborts the backend
+ * and returns the message in msg. */
+static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, char *msg)
+{
+    int rc = pg->be->run(pg->impl, a, seq, ddp_time_now() + pg->timeout_s);
+    if (rc < 0) {
+        if (is_collective(a->kind))
+            ddp__error_context(rc, "%s #%llu (%zu x %s) on rank %d", ddp__coll_name(a->kind),
+                               (unsigned long long)seq, a->count, ddp_dtype_name(a->dtype),
+                               pg->rank);
+        else
+            ddp__error_context(rc, "%s (peer %d, tag %d) on rank %d", ddp__coll_name(a->kind),
+                               a->peer, a->tag, pg->rank);
+        snprintf(msg, MSG_LEN, "%s", ddp_last_error());
+        pg->be->abort(pg->impl, rc, msg);
+    }
+    return rc;
+}
+
+/* Under mu: records a failure (the first one wins). */
+static void mark_broken(ddp_pg_t *pg, int rc, const char *msg)
+{
+    if (pg->broken)
+        return;
+    pg->broken = 1;
+    pg->broken_rc = rc;
+    snprintf(pg->broken_msg, sizeof pg->broken_msg, "%s", msg);
+    DDP_WARN("process group rank %d broken: %s", pg->rank, msg);
+}
+
+static void release_work(ddp_work_t *w)
+{
+    if (atomic_fetch_sub(&w->refs, 1) == 1)
+        free(w);
+}
+
+static void *comm_thread(void *arg)
+{
+    ddp_pg_t *pg = arg;
+    pthread_mutex_lock(&pg->mu);
+    for (;;) {
+        while (!pg->stop && (!pg->head || pg->busy))
+            pthread_cond_wait(&pg->cv_work, &pg->mu);
+        if (!pg->head || pg->busy) /* stopping and drained */
+            break;
+        ddp_work_t *w = pg->head;
+        pg->head = w->next;
+        if (!pg->head)
+            pg->tail = NULL;
+        pg->busy = 1;
+        int broken = pg->broken, rc;
+        char msg[MSG_LEN] = "";
+        if (broken) {
+            rc = pg->broken_rc;
+            snprintf(msg, sizeof msg, "process group already failed: %.960s", pg->broken_msg);
+        }
+        pthread_mutex_unlock(&pg->mu);
+        if (!broken)
+            rc = execute(pg, &w->args, w->seq, msg);
+        pthread_mutex_lock(&pg->mu);
+        if (rc < 0 && !broken)
+            mark_broken(pg, rc, msg);
+        pg->busy = 0;
+        w->rc = rc;
+        snprintf(w->msg, sizeof w->msg, "%s", msg);
+        int heap = w->heap;
+        atomic_store(&w->done, 1);
+        pthread_cond_broadcast(&pg->cv_done);
+        if (heap)
+            release_work(w); /* a stack work belongs to its waiter: hands off */
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+
+static void enqueue(ddp_pg_t *pg, ddp_work_t *w)
+{
+    w->next = NULL;
+    if (pg->tail)
+        pg->tail->next = w;
+    else
+        pg->head = w;
+    pg->tail = w;
+    pthread_cond_signal(&pg->cv_work);
+}
+
+static int submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!pg, DDP_ERR_INVALID_ARG, "%s: NULL process group", ddp__coll_name(a->kind));
+    DDP_TRY(ddp__coll_check(a, pg->rank, pg->size));
+    if (work) {
+        *work = NULL;
+        ddp_work_t *w = calloc(1, sizeof *w);
+        DDP_FAIL_IF(!w, DDP_ERR_NOMEM, "out of memory");
+        w->pg = pg;
+        w->args = *a;
+        w->heap = 1;
+        atomic_init(&w->refs, 2);
+        atomic_init(&w->done, 0);
+        pthread_mutex_lock(&pg->mu);
+        if (pg->broken) {
+            int rc = pg->broken_rc;
+            char msg[MSG_LEN];
+            snprintf(msg, sizeof msg, "%s", pg->broken_msg);
+            pthread_mutex_unlock(&pg->mu);
+            free(w);
+            return DDP_ERROR(rc, "process group already failed: %s", msg);
+        }
+        w->seq = is_collective(a->kind) ? pg->next_seq++ : 0;
+        enqueue(pg, w);
+        pthread_mutex_unlock(&pg->mu);
+        *work = w;
+        return 0;
+    }
+    pthread_mutex_lock(&pg->mu);
+    if (pg->broken) {
+        int rc = pg->broken_rc;
+        char msg[MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", pg->broken_msg);
+        pthread_mutex_unlock(&pg->mu);
+        return DDP_ERROR(rc, "process group already failed: %s", msg);
+    }
+    uint64_t seq = is_collective(a->kind) ? pg->next_seq++ : 0;
+    if (!pg->head && !pg->busy) {
+        /* Idle: run here, on the caller's thread. */
+        pg->busy = 1;
+        pthread_mutex_unlock(&pg->mu);
+        char msg[MSG_LEN];
+        int rc = execute(pg, a, seq, msg);
+        pthread_mutex_lock(&pg->mu);
+        if (rc < 0)
+            mark_broken(pg, rc, msg);
+        pg->busy = 0;
+        if (pg->head)
+            pthread_cond_signal(&pg->cv_work);
+        pthread_mutex_unlock(&pg->mu);
+        if (rc < 0) /* execute left the message on this thread */
+            return rc;
+        return 0;
+    }
+    ddp_work_t w;
+    memset(&w, 0, sizeof w);
+    w.pg = pg;
+    w.args = *a;
+    w.seq = seq;
+    atomic_init(&w.refs, 1);
+    atomic_init(&w.done, 0);
+    enqueue(pg, &w);
+    while (!atomic_load(&w.done))
+        pthread_cond_wait(&pg->cv_done, &pg->mu);
+    pthread_mutex_unlock(&pg->mu);
+    if (w.rc < 0)
+        return DDP_ERROR(w.rc, "%s", w.msg);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Work handles                                                         */
+/* ------------------------------------------------------------------ */
+
+int ddp_work_wait(ddp_work_t *w, double timeout_s)
+{
+    DDP_FAIL_IF(!w, DDP_ERR_INVALID_ARG, "ddp_work_wait: NULL work");
+    if (!atomic_load(&w->done)) {
+        ddp_pg_t *pg = w->pg;
+        double deadline = ddp_time_now() + (timeout_s < 0 ? 1e9 : timeout_s);
+        pthread_mutex_lock(&pg->mu);
+        while (!atomic_load(&w->done)) {
+            double left = deadline - ddp_time_now();
+            if (left <= 0)
+                break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 1e6 ? left : 1e6);
+            ts.tv_sec = (time_t)t;
+            ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+            pthread_cond_timedwait(&pg->cv_done, &pg->mu, &ts);
+        }
+        pthread_mutex_unlock(&pg->mu);
+        DDP_FAIL_IF(!atomic_load(&w->done), DDP_ERR_TIMEOUT,
+                    "%s #%llu still running after %.1f s", ddp__coll_name(w->args.kind),
+                    (unsigned long long)w->seq, timeout_s);
+    }
+    if (w->rc < 0)
+        return DDP_ERROR(w->rc, "%s", w->msg);
+    return 0;
+}
+
+int ddp_work_test(ddp_work_t *w, int *done)
+{
+    DDP_FAIL_IF(!w || !done, DDP_ERR_INVALID_ARG, "ddp_work_test: NULL argument");
+    *done = atomic_load(&w->done);
+    return 0;
+}
+
+void ddp_work_free(ddp_work_t *w)
+{
+    if (w)
+        release_work(w);
+}
+
+/* ------------------------------------------------------------------ */
+/* Creation and destruction                                             */
+/* ------------------------------------------------------------------ */
+
+static int pg_create(const char *backend, ddp_store_t *store, int owns_store, const char *prefix,
+                     int rank, int size, double timeout_s, ddp_pg_t **out)
+{
+    int rc = 0;
+    ddp_pg_t *pg = NULL;
+    *out = NULL;
+    const ddp__backend *be = ddp__backend_find(backend);
+    DDP_FAIL_OUT(!be, DDP_ERR_UNSUPPORTED, "%s", ddp_last_error());
+    DDP_FAIL_OUT(size < 1, DDP_ERR_INVALID_ARG, "world size %d must be at least 1", size);
+    DDP_FAIL_OUT(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
+                 "rank %d out of range for world size %d", rank, size);
+    pg = calloc(1, sizeof *pg);
+    DDP_FAIL_OUT(!pg, DDP_ERR_NOMEM, "out of memory");
+    pg->be = be;
+    pg->rank = rank;
+    pg->size = size;
+    pg->timeout_s = timeout_s > 0 ? timeout_s : DEFAULT_TIMEOUT_S;
+    pg->store = store;
+    pg->owns_store = owns_store;
+    snprintf(pg->prefix, sizeof pg->prefix, "%s", prefix);
+    pthread_mutex_init(&pg->mu, NULL);
+    pthread_cond_init(&pg->cv_work, NULL);
+    pthread_cond_init(&pg->cv_done, NULL);
+    DDP_TRY_OUT(be->create(store, prefix, rank, size, pg->timeout_s, &pg->impl));
+    DDP_FAIL_OUT(pthread_create(&pg->thread, NULL, comm_thread, pg) != 0, DDP_ERR_SYSTEM,
+                 "cannot start the communication thread");
+    pg->thread_started = 1;
+    *out = pg;
+    pg = NULL;
+out:
+    if (pg) {
+        pg->owns_store = 0; /* the caller still owns it on failure */
+        ddp_pg_destroy(pg);
+    }
+    return rc;
+}
+
+int ddp_init_process_group_store(const char *backend, ddp_store_t *store, int rank,
+                                 int world_size, double timeout_s, ddp_pg_t **out)
+{
+    DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "init_process_group: NULL output");
+    *out = NULL;
+    DDP_FAIL_IF(!store, DDP_ERR_INVALID_ARG, "init_process_group: NULL store");
+    return pg_create(backend, store, 0, "ddp/world", rank, world_size, timeout_s, out);
+}
+
+int ddp_init_process_group(const char *backend, const char *init_method, int rank,
+                           int world_size, double timeout_s, ddp_pg_t **out)
+{
+    DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "init_process_group: NULL output");
+    *out = NULL;
+    DDP_FAIL_IF(!init_method, DDP_ERR_INVALID_ARG, "init_process_group: NULL init method");
+    double t = timeout_s > 0 ? timeout_s : DEFAULT_TIMEOUT_S;
+    ddp_store_t *store = NULL;
+    int r = rank, ws = world_size;
+    DDP_TRY(ddp_store_from_url(init_method, rank, world_size, t, &store, &r, &ws));
+    int rc = pg_create(backend, store, 1, "ddp/world", r, ws, t, out);
+    if (rc < 0)
+        ddp_store_destroy(store);
+    return rc;
+}
+
+void ddp_pg_destroy(ddp_pg_t *pg)
+{
+    if (!pg)
+        return;
+    if (pg->thread_started) {
+        pthread_mutex_lock(&pg->mu);
+        pg->stop = 1;
+        pthread_cond_broadcast(&pg->cv_work);
+        pthread_mutex_unlock(&pg->mu);
+        pthread_join(pg->thread, NULL); /* drains the queue: each op is bounded */
+    }
+    if (pg->impl)
+        pg->be->destroy(pg->impl);
+    if (pg->owns_store)
+        ddp_store_destroy(pg->store);
+    pthread_cond_destroy(&pg->cv_done);
+    pthread_cond_destroy(&pg->cv_work);
+    pthread_mutex_destroy(&pg->mu);
+    free(pg);
+}
+
+void ddp_destroy_process_group(ddp_pg_t *pg) { ddp_pg_destroy(pg); }
+
+int ddp__pg_set_option(ddp_pg_t *pg, const char *key, const char *value)
+{
+    DDP_FAIL_IF(!pg || !key || !value, DDP_ERR_INVALID_ARG, "set_option: NULL argument");
+    DDP_FAIL_IF(!pg->be->set_option, DDP_ERR_UNSUPPORTED, "backend %s has no options",
+                pg->be->name);
+    pthread_mutex_lock(&pg->mu);
+    int idle = !pg->busy && !pg->head;
+    pthread_mutex_unlock(&pg->mu);
+    DDP_FAIL_IF(!idle, DDP_ERR_STATE, "set_option: operations are pending");
+    return pg->be->set_option(pg->impl, key, value);
+}
+
+struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg)
+{
+    return pg && pg->be->transport ? pg->be->transport(pg->impl) : NULL;
+}
+
+int ddp_pg_rank(const ddp_pg_t *pg) { return pg ? pg->rank : -1; }
+int ddp_pg_size(const ddp_pg_t *pg) { return pg ? pg->size : -1; }
+const char *ddp_pg_backend(const ddp_pg_t *pg) { return pg ? pg->be->name : NULL; }
+double ddp_pg_timeout(const ddp_pg_t *pg) { return pg ? pg->timeout_s : 0; }
+
+int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out)
+{
+    DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "new_group: NULL output");
+    *out = NULL;
+    DDP_FAIL_IF(!pg || !ranks, DDP_ERR_INVALID_ARG, "new_group: NULL argument");
+    DDP_FAIL_IF(n < 1 || n > pg->size, DDP_ERR_INVALID_ARG,
+                "new_group: %d ranks for a group of %d", n, pg->size);
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        DDP_FAIL_IF(ranks[i] < 0 || ranks[i] >= pg->size, DDP_ERR_INVALID_ARG,
+                    "new_group: rank %d out of range for a group of %d", ranks[i], pg->size);
+        for (int j = 0; j < i; j++)
+            DDP_FAIL_IF(ranks[j] == ranks[i], DDP_ERR_INVALID_ARG,
+                        "new_group: rank %d listed twice", ranks[i]);
+        if (ranks[i] == pg->rank)
+            me = i;
+    }
+    int id = ++pg->nsub; /* every rank counts the same calls */
+    if (me < 0)
+        return 0;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%.200s/g%d", pg->prefix, id);
+    return pg_create(pg->be->name, pg->store, 0, prefix, me, n, pg->timeout_s, out);
+}
+
+/* ------------------------------------------------------------------ */
+/* The collectives' entry points                                        */
+/* ------------------------------------------------------------------ */
+
+#define ARGS(...) ((ddp__coll_args){__VA_ARGS__})
+
+int ddp_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op)
+{
+    return submit(pg, &ARGS(.kind = DDP__ALL_REDUCE, .send = buf, .recv = buf, .count = count,
+                            .dtype = dtype, .op = op), NULL);
+}
+int ddp_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+                         ddp_reduce_op op, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_reduce_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__ALL_REDUCE, .send = buf, .recv = buf, .count = count,
+                            .dtype = dtype, .op = op), work);
+}
+
+int ddp_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root)
+{
+    return submit(pg, &ARGS(.kind = DDP__BROADCAST, .send = buf, .recv = buf, .count = count,
+                            .dtype = dtype, .root = root), NULL);
+}
+int ddp_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root,
+                        ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "broadcast_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__BROADCAST, .send = buf, .recv = buf, .count = count,
+                            .dtype = dtype, .root = root), work);
+}
+
+int ddp_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
+               int root)
+{
+    return submit(pg, &ARGS(.kind = DDP__REDUCE, .send = buf, .recv = buf, .count = count,
+                            .dtype = dtype, .op = op, .root = root), NULL);
+}
+int ddp_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
+                     int root, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__REDUCE, .send = buf, .recv = buf, .count = count,
+                            .dtype = dtype, .op = op, .root = root), work);
+}
+
+int ddp_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)
+{
+    return submit(pg, &ARGS(.kind = DDP__ALL_GATHER, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype), NULL);
+}
+int ddp_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                         ddp_dtype dtype, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_gather_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__ALL_GATHER, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype), work);
+}
+
+int ddp_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+               int root)
+{
+    return submit(pg, &ARGS(.kind = DDP__GATHER, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype, .root = root), NULL);
+}
+int ddp_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+                     int root, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "gather_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__GATHER, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype, .root = root), work);
+}
+
+int ddp_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+                int root)
+{
+    return submit(pg, &ARGS(.kind = DDP__SCATTER, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype, .root = root), NULL);
+}
+int ddp_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+                      int root, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "scatter_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__SCATTER, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype, .root = root), work);
+}
+
+int ddp_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                       ddp_dtype dtype, ddp_reduce_op op)
+{
+    return submit(pg, &ARGS(.kind = DDP__REDUCE_SCATTER, .send = send, .recv = recv,
+                            .count = count, .dtype = dtype, .op = op), NULL);
+}
+int ddp_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                             ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_scatter_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__REDUCE_SCATTER, .send = send, .recv = recv,
+                            .count = count, .dtype = dtype, .op = op), work);
+}
+
+int ddp_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)
+{
+    return submit(pg, &ARGS(.kind = DDP__ALL_TO_ALL, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype), NULL);
+}
+int ddp_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                         ddp_dtype dtype, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_to_all_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__ALL_TO_ALL, .send = send, .recv = recv, .count = count,
+                            .dtype = dtype), work);
+}
+
+int ddp_barrier(ddp_pg_t *pg) { return submit(pg, &ARGS(.kind = DDP__BARRIER), NULL); }
+int ddp_barrier_async(ddp_pg_t *pg, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "barrier_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__BARRIER), work);
+}
+
+int ddp_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst, int tag)
+{
+    return submit(pg, &ARGS(.kind = DDP__SEND, .send = buf, .count = count, .dtype = dtype,
+                            .peer = dst, .tag = tag), NULL);
+}
+int ddp_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
+                   int tag, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "send_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__SEND, .send = buf, .count = count, .dtype = dtype,
+                            .peer = dst, .tag = tag), work);
+}
+
+int ddp_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag)
+{
+    return submit(pg, &ARGS(.kind = DDP__RECV, .recv = buf, .count = count, .dtype = dtype,
+                            .peer = src, .tag = tag), NULL);
+}
+int ddp_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag,
+                   ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "recv_async: NULL work");
+    return submit(pg, &ARGS(.kind = DDP__RECV, .recv = buf, .count = count, .dtype = dtype,
+                            .peer = src, .tag = tag), work);
+}

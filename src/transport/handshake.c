@@ -1,0 +1,220 @@
+/* Handshake messages and their checks; see handshake.h and
+ * docs/wire-format.md.  Every field is encoded little-endian explicitly, so
+ * the format does not depend on the host or on struct layout. */
+#include "transport/handshake.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/sha256.h"
+#include "transport/net.h"
+
+enum { HS_HELLO = 1, HS_CHALLENGE = 2, HS_AUTH = 3, HS_WELCOME = 4 };
+enum {
+    ST_OK = 0,
+    ST_BAD_GROUP = 1,
+    ST_BAD_RANK = 2,
+    ST_DUPLICATE = 3,
+    ST_BAD_AUTH = 4,
+    ST_BAD_VERSION = 5
+};
+
+#define HELLO_LEN (12 + 16 + DDP__HS_ID_LEN + 32)
+#define CHALLENGE_LEN (12 + 32 + 32)
+#define AUTH_LEN (12 + 32)
+#define WELCOME_LEN 12
+
+static const char *status_text(uint32_t st)
+{
+    switch (st) {
+    case ST_BAD_GROUP: return "it belongs to another job or group";
+    case ST_BAD_RANK: return "rank or world size do not match";
+    case ST_DUPLICATE: return "that rank is already connected";
+    case ST_BAD_AUTH: return "authentication failed (is DDP_SECRET the same everywhere?)";
+    case ST_BAD_VERSION: return "protocol version differs";
+    }
+    return "unknown reason";
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* magic u32, version u16, type u16, then a u32 (status or flags). */
+static void put_head(uint8_t *p, int type, uint32_t word)
+{
+    put32(p, DDP__HS_MAGIC);
+    p[4] = DDP__HS_VERSION & 0xff;
+    p[5] = DDP__HS_VERSION >> 8;
+    p[6] = (uint8_t)type;
+    p[7] = 0;
+    put32(p + 8, word);
+}
+
+/* Checks magic, version and type of a received message; the message says
+ * what was wrong, for the server's log or the client's error. */
+static int check_head(const uint8_t *p, int type, const char *what, int *version_bad)
+{
+    if (get32(p) != DDP__HS_MAGIC)
+        return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: bad handshake magic 0x%08x (not a libddp peer)",
+                         what, get32(p));
+    unsigned version = p[4] | (unsigned)p[5] << 8;
+    if (version != DDP__HS_VERSION) {
+        if (version_bad)
+            *version_bad = 1;
+        return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: handshake version %u, expected %u", what, version,
+                         DDP__HS_VERSION);
+    }
+    if (p[6] != type || p[7] != 0)
+        return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: handshake message type %u, expected %d", what,
+                         p[6], type);
+    return 0;
+}
+
+/* mac = HMAC(secret, label || hello || server nonce) */
+static void compute_mac(const ddp__hs_ctx *ctx, const char *label, const uint8_t *hello,
+                        const uint8_t *nonce_s, uint8_t out[DDP__SHA256_LEN])
+{
+    uint8_t msg[8 + HELLO_LEN + 32];
+    memset(msg, 0, 8);
+    memcpy(msg, label, strlen(label) < 8 ? strlen(label) : 8);
+    memcpy(msg + 8, hello, HELLO_LEN);
+    memcpy(msg + 8 + HELLO_LEN, nonce_s, 32);
+    ddp__hmac_sha256(ctx->secret ? ctx->secret : (const uint8_t *)"", ctx->secret_len, msg,
+                     sizeof msg, out);
+}
+
+int ddp__hs_load_secret(uint8_t **secret, size_t *len)
+{
+    *secret = NULL;
+    *len = 0;
+    const char *env = getenv("DDP_SECRET");
+    if (env && *env) {
+        *len = strlen(env);
+        *secret = malloc(*len);
+        DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
+        memcpy(*secret, env, *len);
+        return 0;
+    }
+    const char *path = getenv("DDP_SECRET_FILE");
+    if (!path || !*path)
+        return 0;
+    FILE *f = fopen(path, "rb");
+    DDP_FAIL_IF(!f, DDP_ERR_IO, "DDP_SECRET_FILE %s: %s", path, strerror(errno));
+    uint8_t buf[4096];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int bad = ferror(f);
+    fclose(f);
+    DDP_FAIL_IF(bad, DDP_ERR_IO, "DDP_SECRET_FILE %s: read error", path);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        n--;
+    DDP_FAIL_IF(n == 0, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE %s is empty", path);
+    *secret = malloc(n);
+    DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
+    memcpy(*secret, buf, n);
+    *len = n;
+    return 0;
+}
+
+int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what)
+{
+    uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
+    uint8_t mac[DDP__SHA256_LEN];
+    put_head(hello, HS_HELLO, ctx->secret ? 1u : 0u);
+    put32(hello + 12, (uint32_t)ctx->size);
+    put32(hello + 16, (uint32_t)ctx->rank);
+    put32(hello + 20, (uint32_t)peer);
+    put32(hello + 24, 0);
+    memcpy(hello + 28, ctx->group_id, DDP__HS_ID_LEN);
+    DDP_TRY(ddp__net_random(hello + 28 + DDP__HS_ID_LEN, 32));
+    DDP_TRY(ddp__net_write_full(fd, hello, sizeof hello, deadline, what));
+
+    DDP_TRY(ddp__net_read_full(fd, chal, sizeof chal, deadline, what));
+    DDP_TRY(check_head(chal, HS_CHALLENGE, what, NULL));
+    uint32_t st = get32(chal + 8);
+    DDP_FAIL_IF(st != ST_OK, st == ST_BAD_AUTH ? DDP_ERR_AUTH : DDP_ERR_PROTOCOL,
+                "%s refused the connection: %s", what, status_text(st));
+    compute_mac(ctx, "ddp-srv", hello, chal + 12, mac);
+    DDP_FAIL_IF(!ddp__ct_equal(mac, chal + 12 + 32, sizeof mac), DDP_ERR_AUTH,
+                "%s failed to prove the shared secret (is DDP_SECRET the same everywhere?)",
+                what);
+
+    put_head(auth, HS_AUTH, 0);
+    compute_mac(ctx, "ddp-cli", hello, chal + 12, auth + 12);
+    DDP_TRY(ddp__net_write_full(fd, auth, sizeof auth, deadline, what));
+    DDP_TRY(ddp__net_read_full(fd, welcome, sizeof welcome, deadline, what));
+    DDP_TRY(check_head(welcome, HS_WELCOME, what, NULL));
+    st = get32(welcome + 8);
+    DDP_FAIL_IF(st != ST_OK, st == ST_BAD_AUTH ? DDP_ERR_AUTH : DDP_ERR_PROTOCOL,
+                "%s refused the connection: %s", what, status_text(st));
+    return 0;
+}
+
+/* Best effort: tell the client why before closing (it helps a genuine but
+ * misconfigured rank; a stranger learns nothing it could use). */
+static void refuse(int fd, int type, uint32_t st, double deadline)
+{
+    uint8_t msg[CHALLENGE_LEN];
+    memset(msg, 0, sizeof msg);
+    put_head(msg, type, st);
+    int rc = ddp__net_write_full(fd, msg, type == HS_CHALLENGE ? CHALLENGE_LEN : WELCOME_LEN,
+                                 deadline, "refused client");
+    (void)rc;
+}
+
+int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connected,
+                   double deadline, const char *what, int *peer)
+{
+    uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
+    uint8_t mac[DDP__SHA256_LEN];
+    int version_bad = 0;
+    DDP_TRY(ddp__net_read_full(fd, hello, sizeof hello, deadline, what));
+    int rc = check_head(hello, HS_HELLO, what, &version_bad);
+    if (rc < 0) {
+        if (version_bad)
+            refuse(fd, HS_CHALLENGE, ST_BAD_VERSION, deadline);
+        return rc;
+    }
+    uint32_t size = get32(hello + 12), src = get32(hello + 16), dst = get32(hello + 20);
+    if (memcmp(hello + 28, ctx->group_id, DDP__HS_ID_LEN) != 0) {
+        refuse(fd, HS_CHALLENGE, ST_BAD_GROUP, deadline);
+        return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: handshake from another job or group", what);
+    }
+    if (size != (uint32_t)ctx->size || dst != (uint32_t)ctx->rank || src >= (uint32_t)ctx->rank) {
+        refuse(fd, HS_CHALLENGE, ST_BAD_RANK, deadline);
+        return DDP_ERROR(DDP_ERR_PROTOCOL,
+                         "%s: handshake claims rank %u of %u calling rank %u; this is rank %d of "
+                         "%d (only lower ranks connect)",
+                         what, src, size, dst, ctx->rank, ctx->size);
+    }
+    if (connected[src]) {
+        refuse(fd, HS_CHALLENGE, ST_DUPLICATE, deadline);
+        return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: rank %u is already connected", what, src);
+    }
+    put_head(chal, HS_CHALLENGE, ST_OK);
+    DDP_TRY(ddp__net_random(chal + 12, 32));
+    compute_mac(ctx, "ddp-srv", hello, chal + 12, chal + 12 + 32);
+    DDP_TRY(ddp__net_write_full(fd, chal, sizeof chal, deadline, what));
+
+    DDP_TRY(ddp__net_read_full(fd, auth, sizeof auth, deadline, what));
+    DDP_TRY(check_head(auth, HS_AUTH, what, NULL));
+    compute_mac(ctx, "ddp-cli", hello, chal + 12, mac);
+    if (!ddp__ct_equal(mac, auth + 12, sizeof mac)) {
+        refuse(fd, HS_WELCOME, ST_BAD_AUTH, deadline);
+        return DDP_ERROR(DDP_ERR_AUTH, "%s (claiming rank %u): wrong shared secret", what, src);
+    }
+    put_head(welcome, HS_WELCOME, ST_OK);
+    DDP_TRY(ddp__net_write_full(fd, welcome, sizeof welcome, deadline, what));
+    *peer = (int)src;
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* The TCP transport: a full mesh of TCP connections between the ranks of a
+ * group, driven by an epoll progress engine (docs/wire-format.md).
+ *
+ * ddp__tcp_create rendezvouses through the store (each rank publishes its
+ * listening address under prefix), connects every pair once (the lower rank
+ * dials the higher one) with the handshake of handshake.h, then closes its
+ * listening socket: no connection is accepted after setup.
+ *
+ * The progress engine runs on whichever thread calls wait (the process
+ * group's executor): it spins for DDP_TCP_SPIN_US microseconds (default 20)
+ * polling epoll without blocking, then sleeps in epoll_wait until a socket
+ * is ready or the deadline passes. */
+#ifndef DDP_TRANSPORT_TCP_H
+#define DDP_TRANSPORT_TCP_H
+
+#include "ddp/store.h"
+#include "transport/transport.h"
+
+/* Connects rank of size through store; keys go under prefix.  Waits at most
+ * timeout_s for all ranks.  Caller destroys *out with ddp__tp_destroy. */
+int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
+                    double timeout_s, ddp__tp **out);
+
+/* Tests only: the socket connected to peer (to inject bad frames). */
+int ddp__tcp_debug_fd(ddp__tp *tp, int rank);
+
+#endif

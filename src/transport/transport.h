@@ -1,0 +1,115 @@
+/* The transport interface: what collective algorithms see of the network
+ * (gloo's transport::Pair, libuv's stream vtable; STYLE.md rule 10).
+ *
+ * A transport connects the ranks of one group and moves tagged byte buffers
+ * between them.  Operations are asynchronous: isend/irecv post a request
+ * (memory owned by the caller, usually the algorithm's stack, which must stay
+ * valid until the request completes or the transport is aborted) and
+ * ddp__tp_wait drives progress until the requests complete.
+ *
+ * A transport is single-threaded by contract: the process group guarantees
+ * that exactly one thread (the "executor") calls into it at a time.
+ *
+ * Matching: a receive from peer P with tag T takes the oldest message from P
+ * with tag T; its length must equal the posted length (a mismatch is a
+ * protocol error naming the peer: ranks disagree about a collective).
+ */
+#ifndef DDP_TRANSPORT_TRANSPORT_H
+#define DDP_TRANSPORT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ddp__tp ddp__tp;
+
+enum { DDP__REQ_SEND = 1, DDP__REQ_RECV = 2 };
+
+/* One posted send or receive.  The algorithm fills peer, tag, buf, len;
+ * the transport owns the rest until status leaves 0. */
+typedef struct ddp__req {
+    int kind;       /* DDP__REQ_SEND or DDP__REQ_RECV */
+    int peer;       /* rank in the group */
+    uint64_t tag;
+    void *buf;      /* source (send) or destination (recv) */
+    size_t len;
+    /* transport-private */
+    size_t done;    /* bytes moved so far */
+    int status;     /* 0 pending, 1 complete, <0 failed (DDP_ERR_*) */
+    struct ddp__req *next;
+} ddp__req;
+
+/* Wait modes: a collective fails as soon as any peer of the group dies (all
+ * ranks take part in it); a point-to-point wait only cares about its peers. */
+enum { DDP__WAIT_ANY_PEER = 1 };
+
+typedef struct ddp__tp_vtable {
+    const char *name;
+    int (*isend)(ddp__tp *tp, ddp__req *req);
+    int (*irecv)(ddp__tp *tp, ddp__req *req);
+    /* Drives progress until all n requests complete, deadline (ddp_time_now()
+     * seconds) passes, or a peer fails.  On failure the message names the
+     * peer and the transport stays failed: later calls fail at once. */
+    int (*wait)(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, int flags);
+    /* Drops every pending request (after a failure; the memory they point to
+     * may go away).  The transport stays failed. */
+    void (*abort)(ddp__tp *tp, int code, const char *why);
+    void (*destroy)(ddp__tp *tp);
+} ddp__tp_vtable;
+
+/* Common head of every transport. */
+struct ddp__tp {
+    const ddp__tp_vtable *vt;
+    int rank;
+    int size;
+};
+
+static inline void ddp__req_init(ddp__req *r, int kind, int peer, uint64_t tag, void *buf,
+                                 size_t len)
+{
+    r->kind = kind;
+    r->peer = peer;
+    r->tag = tag;
+    r->buf = buf;
+    r->len = len;
+    r->done = 0;
+    r->status = 0;
+    r->next = NULL;
+}
+
+static inline int ddp__tp_isend(ddp__tp *tp, ddp__req *r, int peer, uint64_t tag,
+                                const void *buf, size_t len)
+{
+    ddp__req_init(r, DDP__REQ_SEND, peer, tag, (void *)buf, len);
+    return tp->vt->isend(tp, r);
+}
+
+static inline int ddp__tp_irecv(ddp__tp *tp, ddp__req *r, int peer, uint64_t tag, void *buf,
+                                size_t len)
+{
+    ddp__req_init(r, DDP__REQ_RECV, peer, tag, buf, len);
+    return tp->vt->irecv(tp, r);
+}
+
+static inline int ddp__tp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline,
+                               int flags)
+{
+    return tp->vt->wait(tp, reqs, n, deadline, flags);
+}
+
+static inline int ddp__tp_wait1(ddp__tp *tp, ddp__req *r, double deadline, int flags)
+{
+    return tp->vt->wait(tp, &r, 1, deadline, flags);
+}
+
+static inline void ddp__tp_abort(ddp__tp *tp, int code, const char *why)
+{
+    tp->vt->abort(tp, code, why);
+}
+
+static inline void ddp__tp_destroy(ddp__tp *tp)
+{
+    if (tp)
+        tp->vt->destroy(tp);
+}
+
+#endif

@@ -1,0 +1,194 @@
+/* Reference values for the collective tests: deterministic inputs per
+ * (case, rank, element) and element-wise reductions computed independently
+ * of the library's kernels (plain scalar C, _Float16 for half where the
+ * compiler has it), folded in the order docs/algorithms.md documents. */
+#ifndef DDP_TESTS_COLL_REF_H
+#define DDP_TESTS_COLL_REF_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ddp/dist.h"
+
+static uint64_t ref_hash(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL) * 0xbf58476d1ce4e5b9ULL ^
+                 (c + 1) * 0x94d049bb133111ebULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint32_t ref_f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float ref_u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#ifdef __FLT16_MAX__
+static float ref_h2f(uint16_t h)
+{
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+static uint16_t ref_f2h(float f)
+{
+    _Float16 x = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &x, 2);
+    return h;
+}
+#else
+#include "coll/reduce.h"
+static float ref_h2f(uint16_t h) { return ddp__half_to_float(h); }
+static uint16_t ref_f2h(float f) { return ddp__float_to_half(f); }
+#endif
+
+static float ref_b2f(uint16_t h) { return ref_u2f((uint32_t)h << 16); }
+static uint16_t ref_f2b(float f)
+{
+    uint32_t x = ref_f2u(f);
+    uint32_t lsb = (x >> 16) & 1;
+    return (uint16_t)((x + 0x7fff + lsb) >> 16); /* finite inputs only */
+}
+
+/* Input element i of rank r in case c, written to out (one element). */
+static void ref_input(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int r, size_t i)
+{
+    uint64_t h = ref_hash(c, (uint64_t)r, i);
+    double u = (double)(h >> 11) * 0x1p-53;
+    double v = op == DDP_PRODUCT ? 0.5 + u : 2 * u - 1;
+    switch (dt) {
+    case DDP_FLOAT32: *(float *)out = (float)v; break;
+    case DDP_FLOAT64: *(double *)out = v; break;
+    case DDP_INT32: *(int32_t *)out = (int32_t)(uint32_t)h; break;
+    case DDP_INT64: *(int64_t *)out = (int64_t)h; break;
+    case DDP_UINT8: *(uint8_t *)out = (uint8_t)h; break;
+    case DDP_FLOAT16: *(uint16_t *)out = ref_f2h((float)v); break;
+    case DDP_BFLOAT16: *(uint16_t *)out = ref_f2b((float)v); break;
+    }
+}
+
+#define REF_MIN(x, y) ((y) < (x) ? (y) : (x))
+#define REF_MAX(x, y) ((y) > (x) ? (y) : (x))
+
+#define REF_FLOAT_OP(T)                                  \
+    do {                                                 \
+        T x = *(T *)acc, y = *(const T *)b;              \
+        switch (op) {                                    \
+        case DDP_PRODUCT: x = x * y; break;              \
+        case DDP_MIN: x = REF_MIN(x, y); break;          \
+        case DDP_MAX: x = REF_MAX(x, y); break;          \
+        default: x = x + y; break;                       \
+        }                                                \
+        *(T *)acc = x;                                   \
+    } while (0)
+
+#define REF_INT_OP(T, U)                                 \
+    do {                                                 \
+        T x = *(T *)acc, y = *(const T *)b;              \
+        switch (op) {                                    \
+        case DDP_PRODUCT: x = (T)((U)x * (U)y); break;   \
+        case DDP_MIN: x = REF_MIN(x, y); break;          \
+        case DDP_MAX: x = REF_MAX(x, y); break;          \
+        case DDP_BAND: x = (T)(x & y); break;            \
+        case DDP_BOR: x = (T)(x | y); break;             \
+        case DDP_BXOR: x = (T)(x ^ y); break;            \
+        default: x = (T)((U)x + (U)y); break;            \
+        }                                                \
+        *(T *)acc = x;                                   \
+    } while (0)
+
+/* acc = acc op b, one element. */
+static void ref_combine(void *acc, const void *b, ddp_dtype dt, ddp_reduce_op op)
+{
+    switch (dt) {
+    case DDP_FLOAT32: REF_FLOAT_OP(float); break;
+    case DDP_FLOAT64: REF_FLOAT_OP(double); break;
+    case DDP_INT32: REF_INT_OP(int32_t, uint32_t); break;
+    case DDP_INT64: REF_INT_OP(int64_t, uint64_t); break;
+    case DDP_UINT8: REF_INT_OP(uint8_t, unsigned); break;
+    default: break; /* 16-bit floats: ref_combine_any */
+    }
+}
+#undef REF_FLOAT_OP
+#undef REF_INT_OP
+
+/* acc = acc op b for every dtype: 16-bit floats widen to float, combine,
+ * round to nearest even. */
+static void ref_combine_any(void *acc, const void *b, ddp_dtype dt, ddp_reduce_op op)
+{
+    if (dt == DDP_FLOAT16 || dt == DDP_BFLOAT16) {
+        float (*to)(uint16_t) = dt == DDP_FLOAT16 ? ref_h2f : ref_b2f;
+        uint16_t (*from)(float) = dt == DDP_FLOAT16 ? ref_f2h : ref_f2b;
+        float x = to(*(uint16_t *)acc), y = to(*(const uint16_t *)b);
+        float z = op == DDP_PRODUCT ? x * y : op == DDP_MIN ? REF_MIN(x, y)
+                                          : op == DDP_MAX ? REF_MAX(x, y) : x + y;
+        *(uint16_t *)acc = from(z);
+        return;
+    }
+    ref_combine(acc, b, dt, op);
+}
+
+static void ref_divide(void *acc, ddp_dtype dt, int n)
+{
+    switch (dt) {
+    case DDP_FLOAT32: *(float *)acc /= (float)n; break;
+    case DDP_FLOAT64: *(double *)acc /= n; break;
+    case DDP_INT32: *(int32_t *)acc /= n; break;
+    case DDP_INT64: *(int64_t *)acc /= n; break;
+    case DDP_UINT8: *(uint8_t *)acc = (uint8_t)(*(uint8_t *)acc / n); break;
+    case DDP_FLOAT16: *(uint16_t *)acc = ref_f2h(ref_h2f(*(uint16_t *)acc) / (float)n); break;
+    case DDP_BFLOAT16: *(uint16_t *)acc = ref_f2b(ref_b2f(*(uint16_t *)acc) / (float)n); break;
+    }
+}
+
+/* Reduction orders (docs/algorithms.md). */
+enum { ORDER_RANK, ORDER_RING, ORDER_RD };
+
+/* Element i of the reduction of case c over n ranks, into out.  ring_block
+ * is the ring block holding i (ORDER_RING). */
+static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,
+                       int order, int ring_block)
+{
+    uint8_t acc[8], x[8];
+    if (order == ORDER_RD) {
+        int p2 = 1;
+        while (p2 * 2 <= n)
+            p2 *= 2;
+        uint8_t vals[64][8];
+        for (int j = 0; j < p2; j++) {
+            ref_input(vals[j], dt, op, c, j, i);
+            if (j + p2 < n) {
+                ref_input(x, dt, op, c, j + p2, i);
+                ref_combine_any(vals[j], x, dt, op);
+            }
+        }
+        for (int mask = 1; mask < p2; mask <<= 1)
+            for (int j = 0; j < p2; j += 2 * mask)
+                ref_combine_any(vals[j], vals[j + mask], dt, op);
+        memcpy(acc, vals[0], 8);
+    } else {
+        int first = order == ORDER_RING ? (ring_block + 1) % n : 0;
+        ref_input(acc, dt, op, c, first, i);
+        for (int k = 1; k < n; k++) {
+            ref_input(x, dt, op, c, (first + k) % n, i);
+            ref_combine_any(acc, x, dt, op);
+        }
+    }
+    if (op == DDP_AVG)
+        ref_divide(acc, dt, n);
+    memcpy(out, acc, ddp_dtype_size(dt));
+}
+
+#endif

@@ -1,0 +1,48 @@
+/* Helpers for the multi-process dist tests: a fresh file:// init method per
+ * test, and a shared-memory page children write results to. */
+#ifndef DDP_TESTS_DIST_UTIL_H
+#define DDP_TESTS_DIST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct job {
+    char dir[64];
+    char path[128];
+    char url[160];
+} job;
+
+static void job_init(job *j)
+{
+    snprintf(j->dir, sizeof j->dir, "/tmp/ddp_test_dist_XXXXXX");
+    if (!mkdtemp(j->dir))
+        abort();
+    snprintf(j->path, sizeof j->path, "%s/store", j->dir);
+    snprintf(j->url, sizeof j->url, "file://%s", j->path);
+}
+
+__attribute__((unused)) static void job_cleanup(job *j)
+{
+    unlink(j->path);
+    rmdir(j->dir);
+}
+
+/* Anonymous shared memory that forked children can write. */
+__attribute__((unused)) static void *shared_page(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        abort();
+    memset(p, 0, bytes);
+    return p;
+}
+
+__attribute__((unused)) static int contains(const char *hay, const char *needle)
+{
+    return hay && strstr(hay, needle) != NULL;
+}
+
+#endif

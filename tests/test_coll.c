@@ -1,0 +1,325 @@
+/* Collectives against references: every collective x world sizes 1, 2, 3,
+ * 4, 5, 8 x element counts 0, 1, 7, 1023, 1M+3 x every dtype and op that
+ * applies, all-reduce with each of its algorithms.  Ranks are forked
+ * processes on loopback; one process group per world size runs every case
+ * (one rendezvous), and each rank checks its output bit for bit against a
+ * reference folded in the algorithm's documented order (coll_ref.h).  The
+ * 1M+3 count runs for a subset of dtypes and ops (and 64K+3 under
+ * sanitizers) to keep the suite fast. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coll/coll.h"
+#include "coll_ref.h"
+#include "ddp/dist.h"
+#include "dist/internal.h"
+#include "fork_children.h"
+
+static size_t big_count(void)
+{
+    const char *san = getenv("DDP_TEST_SANITIZER");
+    return san && *san == '1' ? (64u << 10) + 3 : (1u << 20) + 3;
+}
+
+typedef struct ccase {
+    int kind, algo; /* algo: ORDER_* for all-reduce */
+    ddp_dtype dt;
+    ddp_reduce_op op;
+    size_t count;
+    int root;
+    uint64_t id;
+} ccase;
+
+static int op_applies(ddp_dtype dt, ddp_reduce_op op)
+{
+    int is_int = dt == DDP_INT32 || dt == DDP_INT64 || dt == DDP_UINT8;
+    return is_int || op < DDP_BAND;
+}
+
+static size_t ring_block_of(size_t i, size_t count, int n)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    if (i < rem * (base + 1))
+        return i / (base + 1);
+    return rem + (i - rem * (base + 1)) / base;
+}
+
+static void fill(uint8_t *buf, size_t count, const ccase *c, int rank, size_t first)
+{
+    size_t es = ddp_dtype_size(c->dt);
+    for (size_t i = 0; i < count; i++)
+        ref_input(buf + i * es, c->dt, c->op, c->id, rank, first + i);
+}
+
+static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t es,
+                   const ccase *c, int rank, const char *what)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (memcmp(got + i * es, want + i * es, es) == 0)
+            continue;
+        uint64_t g = 0, w = 0;
+        memcpy(&g, got + i * es, es);
+        memcpy(&w, want + i * es, es);
+        fprintf(stderr,
+                "rank %d: %s case %llu (%s algo %d, %s, %s, count %zu, root %d): element %zu is "
+                "0x%llx, expected 0x%llx\n",
+                rank, what, (unsigned long long)c->id, ddp__coll_name(c->kind), c->algo,
+                ddp_dtype_name(c->dt), ddp_reduce_op_name(c->op), c->count, c->root, i,
+                (unsigned long long)g, (unsigned long long)w);
+        return 1;
+    }
+    return 0;
+}
+
+static const char *algo_names[] = {"direct", "ring", "rd"}; /* by ORDER_* */
+
+/* Runs one case on this rank; 0 when the output matches. */
+static int run_case(ddp_pg_t *pg, const ccase *c)
+{
+    const int n = ddp_pg_size(pg), r = ddp_pg_rank(pg);
+    const size_t es = ddp_dtype_size(c->dt), cnt = c->count, all = cnt * (size_t)n;
+    uint8_t *in = malloc(all * es + 8), *out = malloc(all * es + 8), *want = malloc(all * es + 8);
+    int rc = 0, bad = 0;
+    if (!in || !out || !want) {
+        fprintf(stderr, "out of memory\n");
+        bad = 1;
+        goto done;
+    }
+    switch (c->kind) {
+    case DDP__ALL_REDUCE:
+        if (ddp__pg_set_option(pg, "allreduce_algo", algo_names[c->algo]) < 0) {
+            bad = 1;
+            goto done;
+        }
+        fill(out, cnt, c, r, 0);
+        rc = ddp_all_reduce(pg, out, cnt, c->dt, c->op);
+        for (size_t i = 0; i < cnt; i++)
+            ref_reduce(want + i * es, c->dt, c->op, c->id, n, i, n == 1 ? ORDER_RANK : c->algo,
+                       c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
+        bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
+        break;
+    case DDP__BROADCAST:
+        fill(out, cnt, c, r, 0);
+        rc = ddp_broadcast(pg, out, cnt, c->dt, c->root);
+        fill(want, cnt, c, c->root, 0);
+        bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
+        break;
+    case DDP__REDUCE:
+        fill(out, cnt, c, r, 0);
+        rc = ddp_reduce(pg, out, cnt, c->dt, c->op, c->root);
+        if (r == c->root)
+            for (size_t i = 0; i < cnt; i++)
+                ref_reduce(want + i * es, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+        else
+            fill(want, cnt, c, r, 0);
+        bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
+        break;
+    case DDP__ALL_GATHER:
+    case DDP__GATHER:
+        fill(in, cnt, c, r, 0);
+        memset(out, 0xee, all * es);
+        rc = c->kind == DDP__GATHER ? ddp_gather(pg, in, out, cnt, c->dt, c->root)
+                                    : ddp_all_gather(pg, in, out, cnt, c->dt);
+        for (int b = 0; b < n; b++)
+            fill(want + (size_t)b * cnt * es, cnt, c, b, 0);
+        if (c->kind == DDP__ALL_GATHER || r == c->root)
+            bad = rc == 0 && compare(out, want, all, es, c, r, "output");
+        break;
+    case DDP__SCATTER:
+        fill(in, all, c, c->root, 0);
+        rc = ddp_scatter(pg, r == c->root ? in : NULL, out, cnt, c->dt, c->root);
+        fill(want, cnt, c, c->root, (size_t)r * cnt);
+        bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
+        break;
+    case DDP__REDUCE_SCATTER:
+        fill(in, all, c, r, 0);
+        rc = ddp_reduce_scatter(pg, in, out, cnt, c->dt, c->op);
+        for (size_t i = 0; i < cnt; i++)
+            ref_reduce(want + i * es, c->dt, c->op, c->id, n, (size_t)r * cnt + i,
+                       n == 1 ? ORDER_RANK : ORDER_RING, r);
+        bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
+        break;
+    case DDP__ALL_TO_ALL:
+        fill(in, all, c, r, 0);
+        rc = ddp_all_to_all(pg, in, out, cnt, c->dt);
+        for (int b = 0; b < n; b++)
+            fill(want + (size_t)b * cnt * es, cnt, c, b, (size_t)r * cnt);
+        bad = rc == 0 && compare(out, want, all, es, c, r, "output");
+        break;
+    case DDP__BARRIER:
+        rc = ddp_barrier(pg);
+        break;
+    case DDP__SEND: { /* a ring of send/recv pairs */
+        if (n == 1)
+            break;
+        ddp_work_t *w = NULL;
+        fill(in, cnt, c, r, 0);
+        rc = ddp_send_async(pg, in, cnt, c->dt, (r + 1) % n, (int)(c->id % 1000), &w);
+        if (rc == 0)
+            rc = ddp_recv(pg, out, cnt, c->dt, (r + n - 1) % n, (int)(c->id % 1000));
+        if (rc == 0)
+            rc = ddp_work_wait(w, -1);
+        ddp_work_free(w);
+        fill(want, cnt, c, (r + n - 1) % n, 0);
+        bad = rc == 0 && compare(out, want, cnt, es, c, r, "received");
+        break;
+    }
+    }
+    if (rc != 0)
+        fprintf(stderr, "rank %d: %s case %llu failed: %s\n", r, ddp__coll_name(c->kind),
+                (unsigned long long)c->id, ddp_last_error());
+done:
+    free(in);
+    free(out);
+    free(want);
+    return rc != 0 || bad;
+}
+
+/* Every case, in the same order on every rank; returns failures. */
+static int run_all_cases(ddp_pg_t *pg, int *ncases)
+{
+    const int n = ddp_pg_size(pg);
+    const size_t counts[] = {0, 1, 7, 1023, big_count()};
+    int failed = 0;
+    uint64_t id = 0;
+    ccase c;
+#define RUN(...)                                           \
+    do {                                                   \
+        c = (ccase){__VA_ARGS__};                          \
+        c.id = ++id;                                       \
+        c.root = (int)(c.id % (uint64_t)n);                \
+        failed += run_case(pg, &c);                        \
+        (*ncases)++;                                       \
+        if (failed > 5)                                    \
+            return failed;                                 \
+    } while (0)
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        size_t cnt = counts[ci];
+        int big = ci == 4;
+        size_t block = big ? cnt / (size_t)n : cnt; /* per-rank blocks of n-block collectives */
+        for (int algo = 0; algo < (n == 1 ? 1 : 3); algo++)
+            for (int dt = 0; dt < DDP_NUM_DTYPES; dt++)
+                for (int op = 0; op < DDP_NUM_REDUCE_OPS; op++) {
+                    if (!op_applies(dt, op))
+                        continue;
+                    if (big && !((dt == DDP_FLOAT32 && op == DDP_SUM) ||
+                                 (algo == ORDER_RING && ((dt == DDP_BFLOAT16 && op == DDP_AVG) ||
+                                                         (dt == DDP_INT64 && op == DDP_MAX)))))
+                        continue;
+                    RUN(.kind = DDP__ALL_REDUCE, .algo = algo, .dt = dt, .op = op, .count = cnt);
+                }
+        for (int dt = 0; dt < DDP_NUM_DTYPES; dt++)
+            for (int op = 0; op < DDP_NUM_REDUCE_OPS; op++) {
+                if (!op_applies(dt, op) || (big && !(dt == DDP_FLOAT32 && op == DDP_SUM)))
+                    continue;
+                RUN(.kind = DDP__REDUCE, .dt = dt, .op = op, .count = cnt);
+                RUN(.kind = DDP__REDUCE_SCATTER, .dt = dt, .op = op, .count = block);
+            }
+        for (int dt = 0; dt < DDP_NUM_DTYPES; dt++) {
+            if (big && dt != DDP_FLOAT32 && dt != DDP_UINT8)
+                continue;
+            RUN(.kind = DDP__BROADCAST, .dt = dt, .count = cnt);
+            RUN(.kind = DDP__ALL_GATHER, .dt = dt, .count = block);
+            RUN(.kind = DDP__GATHER, .dt = dt, .count = block);
+            RUN(.kind = DDP__SCATTER, .dt = dt, .count = block);
+            RUN(.kind = DDP__ALL_TO_ALL, .dt = dt, .count = block);
+            RUN(.kind = DDP__SEND, .dt = dt, .count = cnt);
+        }
+        RUN(.kind = DDP__BARRIER, .dt = DDP_UINT8, .count = 0);
+    }
+#undef RUN
+    return failed;
+}
+
+typedef struct matrix_arg {
+    char url[300];
+} matrix_arg;
+
+static int matrix_rank(int rank, void *arg)
+{
+    matrix_arg *m = arg;
+    int n = atoi(strrchr(m->url, '.') + 1);
+    ddp_pg_t *pg = NULL;
+    if (ddp_init_process_group("tcp", m->url, rank, n, 60.0, &pg) != 0) {
+        fprintf(stderr, "rank %d: init: %s\n", rank, ddp_last_error());
+        return 1;
+    }
+    int ncases = 0;
+    double t0 = ddp_time_now();
+    int failed = run_all_cases(pg, &ncases);
+    if (rank == 0)
+        fprintf(stderr, "world size %d: %d cases in %.2f s, %d failed\n", n, ncases,
+                ddp_time_now() - t0, failed);
+    ddp_pg_destroy(pg);
+    return failed;
+}
+
+static void run_matrix(int n)
+{
+    matrix_arg m;
+    char dir[] = "/tmp/ddp_test_coll_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(m.url, sizeof m.url, "file://%s/store.%d", dir, n);
+    assert_int_equal(run_children(n, matrix_rank, &m, 600.0), 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/store.%d", dir, n);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_world_1(void **state) { (void)state; run_matrix(1); }
+static void test_world_2(void **state) { (void)state; run_matrix(2); }
+static void test_world_3(void **state) { (void)state; run_matrix(3); }
+static void test_world_4(void **state) { (void)state; run_matrix(4); }
+static void test_world_5(void **state) { (void)state; run_matrix(5); }
+static void test_world_8(void **state) { (void)state; run_matrix(8); }
+
+/* The reference itself: a hand-checked ring order on 3 ranks. */
+static void test_reference_orders(void **state)
+{
+    (void)state;
+    /* 7 elements over 3 ranks: blocks of 3, 2, 2. */
+    assert_int_equal(ring_block_of(0, 7, 3), 0);
+    assert_int_equal(ring_block_of(2, 7, 3), 0);
+    assert_int_equal(ring_block_of(3, 7, 3), 1);
+    assert_int_equal(ring_block_of(5, 7, 3), 2);
+    assert_int_equal(ring_block_of(6, 7, 3), 2);
+    /* int32 SUM is order-free: all orders agree with a plain sum. */
+    for (int order = 0; order < 3; order++) {
+        int32_t got, x;
+        uint32_t sum = 0;
+        for (int r = 0; r < 5; r++) {
+            ref_input(&x, DDP_INT32, DDP_SUM, 9, r, 4);
+            sum += (uint32_t)x;
+        }
+        ref_reduce(&got, DDP_INT32, DDP_SUM, 9, 5, 4, order, 1);
+        assert_int_equal(got, (int32_t)sum);
+    }
+    /* float SUM in ring order from block 1 on 3 ranks: (x2 + x0) + x1. */
+    float x0, x1, x2, got;
+    ref_input(&x0, DDP_FLOAT32, DDP_SUM, 3, 0, 1);
+    ref_input(&x1, DDP_FLOAT32, DDP_SUM, 3, 1, 1);
+    ref_input(&x2, DDP_FLOAT32, DDP_SUM, 3, 2, 1);
+    ref_reduce(&got, DDP_FLOAT32, DDP_SUM, 3, 3, 1, ORDER_RING, 1);
+    float want = (x2 + x0) + x1;
+    assert_memory_equal(&got, &want, 4);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_orders), cmocka_unit_test(test_world_1),
+        cmocka_unit_test(test_world_2),          cmocka_unit_test(test_world_3),
+        cmocka_unit_test(test_world_4),          cmocka_unit_test(test_world_5),
+        cmocka_unit_test(test_world_8),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,240 @@
+/* The TCP transport under hostile or broken input: strangers connecting
+ * during setup (random bytes, a bogus handshake, a silent connection), a
+ * rank with the wrong shared secret, a malformed frame after setup, and the
+ * DDP_SECRET_FILE path.  The job must complete (or fail with a clear
+ * error), never crash or hang. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/rng.h"
+#include "ddp/dist.h"
+#include "dist/internal.h"
+#include "dist_util.h"
+#include "fork_children.h"
+#include "transport/handshake.h"
+#include "transport/net.h"
+#include "transport/tcp.h"
+
+static job J;
+
+typedef struct log_count {
+    int rejected;
+} log_count;
+
+static void count_rejections(int level, const char *msg, void *user)
+{
+    (void)level;
+    if (strstr(msg, "rejected"))
+        ((log_count *)user)->rejected++;
+}
+
+static int allreduce_ok(ddp_pg_t *pg, int rank, int n)
+{
+    int64_t v[3] = {rank, 1, 100};
+    if (ddp_all_reduce(pg, v, 3, DDP_INT64, DDP_SUM) != 0)
+        return 1;
+    return !(v[0] == (int64_t)n * (n - 1) / 2 && v[1] == n && v[2] == 100 * n);
+}
+
+/* ---- strangers during setup ------------------------------------------ */
+
+static int hostile_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_SECRET", "right horse battery staple", 1);
+    log_count lc = {0};
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_log_set_callback(count_rejections, &lc);
+    if (rank == 0)
+        sleep_s(1.0); /* rank 1 listens meanwhile: the strangers come first */
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 20.0, &pg) == 0);
+    CHILD_CHECK(allreduce_ok(pg, rank, 2) == 0);
+    if (rank == 1)
+        CHILD_CHECK(lc.rejected >= 3);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static int connect_to(int port)
+{
+    int fd = -1;
+    if (ddp__net_connect("127.0.0.1", port, ddp_time_now() + 5, &fd) != 0)
+        return -1;
+    return fd;
+}
+
+static void test_strangers_are_rejected(void **state)
+{
+    (void)state;
+    job_init(&J);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        fflush(NULL);
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(hostile_rank(r, NULL));
+    }
+    /* Find rank 1's listening port where every process can: the store. */
+    ddp_store_t *st = NULL;
+    assert_int_equal(ddp_store_file_create(J.path, 0, &st), 0);
+    void *val = NULL;
+    size_t len = 0;
+    assert_int_equal(ddp_store_get(st, "ddp/world/rank/1", &val, &len), 0);
+    char rec[256];
+    snprintf(rec, sizeof rec, "%.*s", (int)len, (char *)val);
+    free(val);
+    int port = 0;
+    assert_int_equal(sscanf(strchr(rec, ' ') + 1, "%d", &port), 1);
+
+    /* 1: random bytes */
+    int fd = connect_to(port);
+    assert_true(fd >= 0);
+    uint8_t junk[4096];
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 7);
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)ddp__rng_next(&rng);
+    assert_int_equal(ddp__net_write_full(fd, junk, sizeof junk, ddp_time_now() + 2, "rank 1"), 0);
+    /* 2: a connection that says nothing (bounded by the 2 s handshake limit) */
+    int fd3 = connect_to(port);
+    assert_true(fd3 >= 0);
+    /* 3: a well-formed handshake from another job */
+    int fd2 = connect_to(port);
+    assert_true(fd2 >= 0);
+    ddp__hs_ctx hs = {.rank = 0, .size = 2};
+    memset(hs.group_id, 0x5a, sizeof hs.group_id);
+    assert_true(ddp__hs_client(fd2, &hs, 1, ddp_time_now() + 8, "rank 1") < 0);
+    assert_true(contains(ddp_last_error(), "refused the connection"));
+    for (int r = 0; r < 2; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    close(fd);
+    close(fd2);
+    close(fd3);
+    ddp_store_destroy(st);
+    job_cleanup(&J);
+}
+
+/* ---- a rank with the wrong secret ------------------------------------ */
+
+static int secret_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_SECRET", rank == 0 ? "wrong" : "right", 1);
+    ddp_pg_t *pg = NULL;
+    int rc = ddp_init_process_group("tcp", J.url, rank, 2, 2.0, &pg);
+    CHILD_CHECK(rc < 0 && pg == NULL);
+    if (rank == 0) /* the connecting side learns the server does not know its secret */
+        CHILD_CHECK(rc == DDP_ERR_AUTH && contains(ddp_last_error(), "shared secret"));
+    else
+        CHILD_CHECK(rc == DDP_ERR_TIMEOUT &&
+                    contains(ddp_last_error(), "rank 0 did not connect to rank 1"));
+    return 0;
+}
+
+static void test_wrong_secret_cannot_join(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, secret_rank, NULL, 30), 0);
+    job_cleanup(&J);
+}
+
+/* ---- secret from a file ---------------------------------------------- */
+
+static int secret_file_rank(int rank, void *arg)
+{
+    const char *path = arg;
+    unsetenv("DDP_SECRET");
+    setenv("DDP_SECRET_FILE", "/nonexistent/ddp-secret", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5.0, &pg) == DDP_ERR_IO);
+    CHILD_CHECK(contains(ddp_last_error(), "DDP_SECRET_FILE /nonexistent/ddp-secret"));
+    setenv("DDP_SECRET_FILE", path, 1);
+    ddp_store_t *st = NULL;
+    CHILD_CHECK(ddp_store_file_create(J.path, 2, &st) == 0);
+    CHILD_CHECK(ddp_init_process_group_store("tcp", st, rank, 2, 5.0, &pg) == 0);
+    CHILD_CHECK(allreduce_ok(pg, rank, 2) == 0);
+    ddp_pg_destroy(pg);
+    ddp_store_destroy(st);
+    return 0;
+}
+
+static void test_secret_file(void **state)
+{
+    (void)state;
+    job_init(&J);
+    char path[200];
+    snprintf(path, sizeof path, "%s/secret", J.dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("file secret\n", f);
+    fclose(f);
+    assert_int_equal(run_children(2, secret_file_rank, path, 30), 0);
+    unlink(path);
+    job_cleanup(&J);
+}
+
+/* ---- a malformed frame after setup ----------------------------------- */
+
+static int garbage_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5.0, &pg) == 0);
+    CHILD_CHECK(allreduce_ok(pg, rank, 2) == 0);
+    if (rank == 1) { /* write junk where a frame header belongs */
+        int fd = ddp__tcp_debug_fd(ddp__pg_transport(pg), 0);
+        const char junk[24] = "this is not a frame....";
+        CHILD_CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+    }
+    float x = 1;
+    int rc = ddp_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
+    if (rank == 1 && rc == 0) /* rank 0 may have sent its part before it read the junk */
+        rc = ddp_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
+    CHILD_CHECK(rc < 0);
+    if (rank == 1)
+        CHILD_CHECK(contains(ddp_last_error(), "rank 0"));
+    if (rank == 0)
+        CHILD_CHECK(contains(ddp_last_error(), "rank 1") &&
+                    contains(ddp_last_error(), "malformed frame"));
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_malformed_frame_drops_peer(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, garbage_rank, NULL, 30), 0);
+    job_cleanup(&J);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strangers_are_rejected),
+        cmocka_unit_test(test_wrong_secret_cannot_join),
+        cmocka_unit_test(test_secret_file),
+        cmocka_unit_test(test_malformed_frame_drops_peer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
