@@ -14,9 +14,10 @@
  * it builds it itself, claiming it if no worker has, or taking it over from
  * the worker building it (whose copy is then dropped) into a spare slot of
  * its own, after building one later batch in the meantime, which usually
- * gives the worker the time to finish.  A worker that the scheduler has preempted, or that is slow, thus
- * never delays training: ddp_loader_next costs at most one batch built
- * inline, what num_workers = 0 costs every time.
+ * gives the worker the time to finish.  A worker that the scheduler has
+ * preempted, or that is slow, thus never delays training: a call of
+ * ddp_loader_next builds at most two batches, and on average no more than
+ * num_workers = 0 builds.
  *
  * Epochs are generations: epoch_begin (and destroy) bump the generation and
  * wait for the batches being built to finish; a worker that finishes a batch
