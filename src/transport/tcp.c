@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -710,6 +711,8 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
             ms = left > 1e9 ? 1000000000 : (int)left;
         }
         int nev = epoll_wait(t->epfd, evs, 64, ms);
+        if (nev == 0 && ms == 0)
+            sched_yield(); /* spinning: let a peer sharing this core run */
         if (nev < 0) {
             if (errno == EINTR)
                 continue;
