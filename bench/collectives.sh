@@ -7,7 +7,7 @@
 #   sh bench/collectives.sh [MIN_BYTES MAX_BYTES FACTOR ITERS]
 #
 # Needs: make (libddp), mpicc/mpirun (openmpi-bin, libopenmpi-dev),
-# python3 with torch (python3-torch).  A missing reference is skipped.
+# python3 with torch (python3-torch; $PYTHON overrides).  A missing reference is skipped.
 set -e
 cd "$(dirname "$0")/.."
 MIN=${1:-4}
@@ -40,11 +40,13 @@ else
     : >"$OUT/mpi.txt"
 fi
 
-# torch.distributed gloo.
-if python3 -c 'import torch' 2>/dev/null; then
+# torch.distributed gloo (Debian's python3-torch lives in /usr/bin/python3).
+PY=${PYTHON:-python3}
+[ -x /usr/bin/python3 ] && [ -z "$PYTHON" ] && PY=/usr/bin/python3
+if "$PY" -c 'import torch' 2>/dev/null; then
     P=$(port 2)
-    python3 bench/gloo_allreduce.py 1 2 "$P" "$MIN" "$MAX" "$FACTOR" "$ITERS" >/dev/null &
-    python3 bench/gloo_allreduce.py 0 2 "$P" "$MIN" "$MAX" "$FACTOR" "$ITERS" |
+    "$PY" bench/gloo_allreduce.py 1 2 "$P" "$MIN" "$MAX" "$FACTOR" "$ITERS" >/dev/null &
+    "$PY" bench/gloo_allreduce.py 0 2 "$P" "$MIN" "$MAX" "$FACTOR" "$ITERS" |
         grep -v '^#' >"$OUT/gloo.txt"
     wait
 else
