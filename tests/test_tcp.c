@@ -263,6 +263,7 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
     hs.secret = (const uint8_t *)client_secret;
     hs.secret_len = client_secret ? strlen(client_secret) : 0;
     int rc = ddp__hs_client(sv[0], &hs, 1, ddp_time_now() + 5, "server");
+    close(sv[0]); /* a client that gave up hangs up: the server sees it at once */
     char in[300] = "";
     ssize_t n = read(pipefd[0], in, sizeof in - 1);
     in[n > 0 ? n : 0] = '\0';
@@ -270,7 +271,6 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
     sscanf(in, "%d %d %n", server_rc, &peer, &off);
     snprintf(server_msg, msg_len, "%s", in + off);
     waitpid(pid, NULL, 0);
-    close(sv[0]);
     close(pipefd[0]);
     return rc;
 }

@@ -485,6 +485,8 @@ static void rx_progress(tcp *t, peer *p)
         size_t need = p->rx_len - p->rx_off;
         if (need == 0) {
             body_done(t, p);
+            if (p->st_hi == p->st_lo)
+                return; /* epoll says when more comes: saves a recv that would fail */
             continue;
         }
         if (avail) {
