@@ -24,7 +24,7 @@ make -s -j2 "$BUILD/bin/ddp-bench-collectives" >/dev/null
 port() { echo $((20000 + ($$ + $1) % 30000)); }
 
 if command -v mpicc >/dev/null 2>&1; then
-    mpicc -O2 -o "$OUT/mpi_allreduce" bench/mpi_allreduce.c
+    mpicc -O2 -DDDP_WITH_MPI -o "$OUT/mpi_allreduce" bench/mpi_allreduce.c
 fi
 # torch.distributed gloo (Debian's python3-torch lives in /usr/bin/python3).
 PY=${PYTHON:-python3}
