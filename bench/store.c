@@ -1,7 +1,7 @@
 /* Store latency benchmark: mean microseconds per set, get (of an existing
  * key), add and check on a TCPStore over loopback (the rank-0 handle, whose
  * server runs in a thread of this process, as torch's master TCPStore does)
- * and on a FileStore.  bench/store.sh runs it beside torch's stores.
+ * on a HashStore (in memory) and on a FileStore.  bench/store.sh runs it beside torch's stores.
  *   usage: store [N=5000] [VALUE_BYTES=64]
  * Prints one line per store: "libddp <store> set_us=.. get_us=.. add_us=.. check_us=.."
  *   usage: store barrier RANKS ROUNDS
@@ -137,6 +137,12 @@ int main(int argc, char **argv)
     if (ddp_store_tcp_create("127.0.0.1", 0, 1, 1, 30, &s) < 0)
         return die("tcp store");
     int rc = run("tcp", s, n, vbytes);
+    ddp_store_destroy(s);
+    if (rc)
+        return rc;
+    if (ddp_store_hash_create(&s) < 0)
+        return die("hash store");
+    rc = run("hash", s, n, vbytes);
     ddp_store_destroy(s);
     if (rc)
         return rc;

@@ -2,7 +2,8 @@
 # Rendezvous store latency, libddp against torch.distributed (python3-torch
 # 1.13), side by side: ROUNDS alternating runs of bench/store.c and
 # bench/store_torch.py, each doing N set / get / add on a TCPStore (server
-# thread in the same process, client over loopback) and on a FileStore.
+# thread in the same process, client over loopback), a HashStore (memory)
+# and a FileStore.
 # Then store barriers among 2, 4 and 8 forked processes over a TCPStore
 # (BARRIERS rounds each).  Prints the median of the rounds per store and
 # operation, and the ratio torch / libddp (> 1: libddp is faster).
@@ -55,14 +56,14 @@ $2 == "barrier" {
 }
 END {
     printf "%-8s %-8s %10s %10s %8s\n", "store", "op", "libddp", "torch", "ratio"
-    split("tcp file barrier", stores, " ")
+    split("tcp hash file barrier", stores, " ")
     split("set get add check ranks=2 ranks=4 ranks=8", ops, " ")
-    for (s = 1; s <= 3; s++) for (o = 1; o <= 7; o++) {
+    for (s = 1; s <= 4; s++) for (o = 1; o <= 7; o++) {
         d = "libddp" SUBSEP stores[s] SUBSEP ops[o]
         t = "torch" SUBSEP stores[s] SUBSEP ops[o]
         if (!(d in cnt)) continue
         dm = median(d)
-        if (t in cnt) { tm = median(t); printf "%-8s %-8s %10.1f %10.1f %8.2f\n", stores[s], ops[o], dm, tm, tm / dm }
-        else printf "%-8s %-8s %10.1f %10s %8s\n", stores[s], ops[o], dm, "-", "-"
+        if (t in cnt) { tm = median(t); printf "%-8s %-8s %10.2f %10.2f %8.2f\n", stores[s], ops[o], dm, tm, tm / dm }
+        else printf "%-8s %-8s %10.2f %10s %8s\n", stores[s], ops[o], dm, "-", "-"
     }
 }' "$out"

@@ -72,6 +72,9 @@ def main():
     s = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timeout)
     run("tcp", s, n, vbytes)
     del s
+    s = dist.HashStore()
+    run("hash", s, n, vbytes)
+    del s
     path = "/tmp/ddp-bench-torch-filestore-%d" % os.getpid()
     if os.path.exists(path):
         os.unlink(path)

@@ -1,14 +1,19 @@
 #!/bin/sh
 # Single-process training-step throughput, libddp against PyTorch, side by
-# side (alternating runs, so that noise from other processes hits both):
-# Sequential(Linear(784,256), ReLU, Linear(256,10)), CrossEntropyLoss,
-# SGD(lr=0.01), synthetic data, one BLAS thread each.
-# Usage: sh bench/train_mlp.sh [BUILD_DIR] [ROUNDS]   (default: build 3)
+# side: Sequential(Linear(784,256), ReLU, Linear(256,10)), CrossEntropyLoss,
+# SGD(lr=0.01), synthetic data, one BLAS thread each.  Each round runs
+# libddp (step, then its GEMM roof) and then PyTorch for every batch size;
+# rounds alternate so that load from other processes hits both sides.
+# Usage: sh bench/train_mlp.sh [BUILD_DIR] [ROUNDS]   (default: build 5)
 # Env:   DDP_BENCH_SECONDS per measurement (default 2); PYTHON (default
-#        /usr/bin/python3, the Debian python with python3-torch).
+#        /usr/bin/python3, the Debian python with python3-torch);
+#        OPENBLAS_CORETYPE passes through to both sides.
+# Summary per batch size: best and median samples/s of each side over the
+# rounds, the libddp/torch ratio of the bests and the median of the
+# per-round ratios, and libddp's step as a share of its own GEMM roof.
 set -eu
 build=${1:-build}
-rounds=${2:-3}
+rounds=${2:-5}
 py=${PYTHON:-/usr/bin/python3}
 here=$(dirname "$0")
 bin="$build/bench/train_mlp"
@@ -21,23 +26,30 @@ if ! "$py" -c "import torch" 2>/dev/null; then
     py=""
 fi
 for r in $(seq "$rounds"); do
-    for batch in 64 256; do
-        "$bin" "$batch" | tee -a "$out"
-        [ -n "$py" ] && "$py" "$here/train_mlp_torch.py" "$batch" | tee -a "$out"
-    done
+    "$bin" 64 256 | sed "s/^/round=$r /" | tee -a "$out"
+    [ -n "$py" ] && "$py" "$here/train_mlp_torch.py" 64 256 | sed "s/^/round=$r /" | tee -a "$out"
 done
-# Median samples/s per (impl, batch) and the ratio.
 awk '
-{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-  k = $1 " " v["batch"]; n[k]++; s[k, n[k]] = v["samples_per_s"] }
+function med(a, m,   i, j, x) {  # median of a[1..m], by insertion sort
+  for (i = 2; i <= m; i++) { x = a[i]; j = i - 1
+    while (j >= 1 && a[j] + 0 > x + 0) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
+  return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+{ delete v; for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+  split($1, rr, "="); r = rr[2]; who = $2
+  val[who, v["batch"], r] = v["samples_per_s"]; seen[v["batch"]] = 1
+  if (r > nr) nr = r }
 END {
-  for (k in n) {  # median by insertion sort
-    m = n[k]; for (i = 2; i <= m; i++) { x = s[k, i]; j = i - 1
-      while (j >= 1 && s[k, j] + 0 > x + 0) { s[k, j + 1] = s[k, j]; j-- } s[k, j + 1] = x }
-    med[k] = (m % 2) ? s[k, (m + 1) / 2] : (s[k, m / 2] + s[k, m / 2 + 1]) / 2 }
-  for (b = 64; b <= 256; b *= 4) {
-    l = med["libddp " b]; t = med["torch " b]; r = med["roof " b]
-    printf("batch %d: libddp %.0f samples/s (%.0f%% of its GEMM roof %.0f)", b, l, 100 * l / r, r)
-    if (t) printf(", torch %.0f samples/s, ratio %.2fx", t, l / t)
+  for (b in seen) {
+    split("", L); split("", T); split("", R); split("", Q); nl = nt = nq = 0; bl = bt = br = 0
+    for (r = 1; r <= nr; r++) {
+      l = val["libddp", b, r]; t = val["torch", b, r]; f = val["roof", b, r]
+      if (l) { L[++nl] = l; if (l > bl) bl = l }
+      if (f) { if (f > br) br = f; if (l) Q[++nq] = l / f }
+      if (t) { T[++nt] = t; if (t > bt) bt = t; if (l) R[nt] = l / t }
+    }
+    printf("batch %d: libddp best %.0f, median %.0f samples/s (median %.0f%% of its GEMM roof, best roof %.0f)",
+           b, bl, med(L, nl), 100 * med(Q, nq), br)
+    if (nt) printf("; torch best %.0f, median %.0f samples/s; ratio of bests %.2fx, median ratio %.2fx",
+                   bt, med(T, nt), bl / bt, med(R, nt))
     printf("\n") }
-}' "$out"
+}' "$out" | sort -t' ' -k2 -n

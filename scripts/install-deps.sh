@@ -3,7 +3,7 @@
 # Idempotent and quiet: does nothing when every package is already there.
 # Usage: sh scripts/install-deps.sh [extra-package ...]
 set -eu
-pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libcmocka-dev
+pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libdeflate-dev libcmocka-dev
 dataset-fashion-mnist iproute2 procps $*"
 missing=""
 for p in $pkgs; do

@@ -18,8 +18,14 @@
 #include "ddp/store.h"
 #include "fork_children.h"
 
+/* Ranks of the multi-rank cases: forked processes, or threads when the
+ * including file defines STORE_RANKS_AS_THREADS to 1 (in-process stores). */
+#ifndef STORE_RANKS_AS_THREADS
+#define STORE_RANKS_AS_THREADS 0
+#endif
+
 /* Supplied by the including file: opens a fresh handle on the store under
- * test (in the parent or in a forked child), as member `rank` of world_size. */
+ * test (in the test or in a rank), as member `rank` of world_size. */
 static int open_store(int rank, int world_size, ddp_store_t **out);
 /* Called before each case: a fresh, empty store. */
 static void fresh_store(void);
@@ -237,16 +243,13 @@ static void case_wait_several_keys(void **state)
     ddp_store_t *s = NULL;
     assert_int_equal(open_store(0, 2, &s), 0);
     const char *keys[] = {"w1", "w2", "w3"};
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(set_later(0, NULL));
+    rank_group g;
     double t0 = ddp_time_now();
+    start_ranks(&g, STORE_RANKS_AS_THREADS, 1, set_later, NULL);
     assert_int_equal(ddp_store_wait(s, keys, 3, 10.0), 0);
     double dt = ddp_time_now() - t0;
     assert_true(dt >= 0.18 && dt < 5.0);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(join_ranks(&g, 20), 0);
     /* One key missing: times out naming it, within timeout + 0.5 s. */
     const char *keys2[] = {"w1", "nope", "w3"};
     t0 = ddp_time_now();
@@ -277,27 +280,17 @@ static int get_blocking(int rank, void *arg)
     return 0;
 }
 
-static int set_late(void *arg)
-{
-    ddp_store_t *s = arg;
-    sleep_s(0.1);
-    return ddp_store_set(s, "late", "here", 4);
-}
-
 static void case_get_waits_for_set(void **state)
 {
     (void)state;
     fresh_store();
     ddp_store_t *s = NULL;
     assert_int_equal(open_store(0, 3, &s), 0);
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(run_children(2, get_blocking, NULL, 20));
-    assert_int_equal(set_late(s), 0);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    rank_group g;
+    start_ranks(&g, STORE_RANKS_AS_THREADS, 2, get_blocking, NULL);
+    sleep_s(0.1);
+    assert_int_equal(ddp_store_set(s, "late", "here", 4), 0);
+    assert_int_equal(join_ranks(&g, 20), 0);
     ddp_store_destroy(s);
 }
 
@@ -331,7 +324,9 @@ static void case_concurrent_add(void **state)
     fresh_store();
     ddp_store_t *s = NULL;
     assert_int_equal(open_store(0, ADD_PROCS + 1, &s), 0);
-    assert_int_equal(run_children(ADD_PROCS, add_many, NULL, 60), 0);
+    rank_group g;
+    start_ranks(&g, STORE_RANKS_AS_THREADS, ADD_PROCS, add_many, NULL);
+    assert_int_equal(join_ranks(&g, 60), 0);
     int64_t r = -1;
     assert_int_equal(ddp_store_add(s, "counter", 0, &r), 0);
     assert_int_equal(r, ADD_PROCS * ADDS_EACH);
@@ -432,6 +427,7 @@ static void case_threads_share_a_handle(void **state)
     ddp_store_destroy(s);
 }
 
+#if !STORE_RANKS_AS_THREADS
 static int use_inherited(int rank, void *arg)
 {
     (void)rank;
@@ -458,6 +454,7 @@ static void case_fork_child_refuses_parent_handle(void **state)
     assert_value(s, "before", "1", 1);
     ddp_store_destroy(s);
 }
+#endif
 
 #define STORE_CASES                                         \
     cmocka_unit_test(case_set_get_overwrite),               \
@@ -470,7 +467,13 @@ static void case_fork_child_refuses_parent_handle(void **state)
     cmocka_unit_test(case_get_waits_for_set),               \
     cmocka_unit_test(case_concurrent_add),                  \
     cmocka_unit_test(case_prefix_isolation),                \
-    cmocka_unit_test(case_threads_share_a_handle),          \
-    cmocka_unit_test(case_fork_child_refuses_parent_handle)
+    cmocka_unit_test(case_threads_share_a_handle)          \
+    STORE_CASES_FORK
+
+#if STORE_RANKS_AS_THREADS
+#define STORE_CASES_FORK
+#else
+#define STORE_CASES_FORK , cmocka_unit_test(case_fork_child_refuses_parent_handle)
+#endif
 
 #endif

@@ -148,6 +148,48 @@ static double r_relu(double *const *x, void *ctx)
     return wsum(y, c);
 }
 
+static int b_sigmoid(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
+{
+    (void)c;
+    return ddp_op_sigmoid(t, in[0], y);
+}
+static double r_sigmoid(double *const *x, void *ctx)
+{
+    CTX;
+    double y[64];
+    for (int64_t i = 0; i < c->rlen; i++)
+        y[i] = 1.0 / (1.0 + exp(-x[0][i]));
+    return wsum(y, c);
+}
+
+static int b_tanh(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
+{
+    (void)c;
+    return ddp_op_tanh(t, in[0], y);
+}
+static double r_tanh(double *const *x, void *ctx)
+{
+    CTX;
+    double y[64];
+    for (int64_t i = 0; i < c->rlen; i++)
+        y[i] = tanh(x[0][i]);
+    return wsum(y, c);
+}
+
+static int b_mse(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
+{
+    (void)c;
+    return ddp_op_mse_loss(t, in[0], in[1], y);
+}
+static double r_mse(double *const *x, void *ctx)
+{
+    CTX;
+    double s = 0;
+    for (size_t i = 0; i < c->numel[0]; i++)
+        s += (x[0][i] - x[1][i]) * (x[0][i] - x[1][i]);
+    return s / (double)c->numel[0];
+}
+
 static int b_dropout(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
 {
     return ddp_op_dropout(t, in[0], c->p, 1, c->seed, y);
@@ -338,6 +380,12 @@ static void test_gradcheck_ops(void **state)
          .ref = r_scale, .rlen = 10},
         {.name = "relu", .nin = 1, .ndim = {2}, .shape = SHAPES({4, 6}), .build = b_relu,
          .ref = r_relu, .rlen = 24},
+        {.name = "sigmoid", .nin = 1, .ndim = {2}, .shape = SHAPES({3, 5}),
+         .build = b_sigmoid, .ref = r_sigmoid, .rlen = 15},
+        {.name = "tanh", .nin = 1, .ndim = {2}, .shape = SHAPES({3, 5}), .build = b_tanh,
+         .ref = r_tanh, .rlen = 15},
+        {.name = "mse_loss", .nin = 2, .ndim = {2, 2}, .shape = SHAPES({3, 4}, {3, 4}),
+         .build = b_mse, .ref = r_mse},
         {.name = "dropout", .nin = 1, .ndim = {2}, .shape = SHAPES({4, 8}), .build = b_dropout,
          .ref = r_dropout, .rlen = 32, .p = 0.3f, .seed = 99},
         {.name = "sum", .nin = 1, .ndim = {2}, .shape = SHAPES({3, 4}), .build = b_sum,
@@ -531,9 +579,13 @@ static void test_op_errors(void **state)
     assert_non_null(strstr(ddp_last_error(),
                            "linear: input of shape (4, 3) does not match weight of shape (5, 2)"));
     assert_int_equal(ddp_op_matmul(tape, x, w, &y), DDP_ERR_INVALID_ARG);
-    assert_non_null(strstr(ddp_last_error(), "matmul: shapes (4, 3) and (5, 2) cannot be multiplied"));
+    assert_non_null(
+        strstr(ddp_last_error(), "matmul: shapes (4, 3) and (5, 2) cannot be multiplied"));
     assert_int_equal(ddp_op_add(tape, x, w, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "add: shapes (4, 3) and (5, 2) differ"));
+    assert_int_equal(ddp_op_mse_loss(tape, x, w, &y), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(),
+                           "mse_loss: input of shape (4, 3) and target of shape (5, 2) differ"));
     assert_int_equal(ddp_op_mul(tape, x, b, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "mul: shapes (4, 3) and (4) differ"));
     assert_int_equal(ddp_op_relu(tape, foreign, &y), DDP_ERR_INVALID_ARG);
@@ -552,7 +604,8 @@ static void test_op_errors(void **state)
     assert_int_equal(ddp_tape_input(tape, &thuge, 0, &huge), 0);
     assert_int_equal(ddp_tape_input(tape, &tone, 1, &one), 0);
     assert_int_equal(ddp_op_linear(tape, huge, one, NULL, &y), DDP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(ddp_last_error(), "linear: input (2147483648, 1) and weight (1, 1) exceed BLAS's int dimensions"));
+    assert_non_null(strstr(ddp_last_error(), "linear: input (2147483648, 1) and weight (1, 1) "
+                                             "exceed BLAS's int dimensions"));
 
     int64_t labels[4] = {0, 2, 12, 1};
     assert_int_equal(ddp_op_cross_entropy(tape, x, labels, &y), DDP_ERR_INVALID_ARG);

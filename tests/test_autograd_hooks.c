@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -200,6 +201,47 @@ static void test_hooks_contract(void **state)
         }
         events_clear(&ev);
     }
+    /* the loss of an older tape, after another forward on a second tape:
+     * still each parameter once, used as on the older tape */
+    ddp_tape_t *t2;
+    ddp_var_t *loss2;
+    assert_int_equal(ddp_tape_create(&t2), 0);
+    ddp_tape_reset(t);
+    assert_int_equal(net_forward(&n, t, &loss), 0);
+    assert_int_equal(net_forward(&n, t2, &loss2), 0);
+    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_int_equal(ev.n, 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(ev.used[i], ev.index[i] != 5);
+    events_clear(&ev);
+    /* two leaf vars of one parameter on one tape (a second tape took the
+     * leaf cache in between): the hook still waits for both uses */
+    ddp_var_t *x, *wa, *wb, *ya, *yb, *s, *sa, *sb;
+    ddp_tensor xt;
+    ddp_tape_reset(t);
+    assert_int_equal(ddp_tensor_wrap(&xt, n.x, 2, (int64_t[]){B, IN}), 0);
+    assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+    assert_int_equal(ddp_tape_param(t, n.w1, &wa), 0);
+    ddp_tape_reset(t2);
+    assert_int_equal(ddp_tape_param(t2, n.w1, &wb), 0);
+    assert_int_equal(ddp_tape_param(t, n.w1, &wb), 0);
+    assert_true(wa != wb);
+    assert_int_equal(ddp_op_linear(t, x, wb, NULL, &yb), 0);
+    assert_int_equal(ddp_op_linear(t, x, wa, NULL, &ya), 0);
+    assert_int_equal(ddp_op_sum(t, ya, &sa), 0);
+    assert_int_equal(ddp_op_sum(t, yb, &sb), 0);
+    assert_int_equal(ddp_op_add(t, sa, sb, &s), 0);
+    ddp_model_zero_grad(n.m);
+    assert_int_equal(ddp_backward(t, s, n.m), 0);
+    assert_int_equal(ev.n, 6);
+    assert_int_equal(ev.index[5], 0);
+    assert_int_equal(ev.used[5], 1);
+    assert_memory_equal(ev.snap[5], n.w1->grad, n.w1->numel * sizeof(float));
+    for (size_t j = 0; j < n.w1->numel; j++) /* d/dW sum(x W^T) twice */
+        assert_true(n.w1->grad[j] != 0.0f);
+    events_clear(&ev);
+    ddp_tape_destroy(t2);
+
     /* a failing hook stops backward with its code and message */
     ev.fail_on = 2;
     ddp_tape_reset(t);
@@ -335,6 +377,104 @@ static void test_set_grad(void **state)
     ddp_model_destroy(n.m);
 }
 
+/* Random graphs over a pool of parameters (each used zero, one or several
+ * times, some only off the loss's path): every parameter is reported once,
+ * unused ones first and exactly those the loss does not depend on (computed
+ * here independently, as bit masks), used ones with their final gradient. */
+static void test_hooks_random_graphs(void **state)
+{
+    (void)state;
+    enum { D = 4, NB = 3, NP = 8, NOPS = 14, GRAPHS = 200 };
+    ddp_model_t *m;
+    ddp_param *ps[NP];
+    assert_int_equal(ddp_model_create(&m), 0);
+    for (int k = 0; k < NP; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", k);
+        assert_int_equal(ddp_model_add_param(m, name, 2, (int64_t[]){D, D}, &ps[k]), 0);
+    }
+    assert_int_equal(ddp_model_seal(m), 0);
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 2024);
+    for (int k = 0; k < NP; k++)
+        gc_fill(ps[k]->data, ps[k]->numel, &rng);
+    float xs[NB * D];
+    gc_fill(xs, NB * D, &rng);
+    events ev = {.fail_on = -1};
+    ddp_model_set_grad_ready_hook(m, record, &ev);
+    ddp_tape_t *t;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    for (int g = 0; g < GRAPHS; g++) {
+        ddp_var_t *vars[NOPS + 1];
+        unsigned deps[NOPS + 1]; /* bit k: depends on parameter k */
+        ddp_tensor xt;
+        ddp_tape_reset(t);
+        assert_int_equal(ddp_tensor_wrap(&xt, xs, 2, (int64_t[]){NB, D}), 0);
+        assert_int_equal(ddp_tape_input(t, &xt, 0, &vars[0]), 0);
+        deps[0] = 0;
+        int nv = 1;
+        for (int o = 0; o < NOPS; o++) {
+            int a = (int)ddp__rng_below(&rng, (uint64_t)nv);
+            int b = (int)ddp__rng_below(&rng, (uint64_t)nv);
+            int kind = (int)ddp__rng_below(&rng, 4);
+            ddp_var_t *w;
+            int k = (int)ddp__rng_below(&rng, NP);
+            switch (kind) {
+            case 0:
+            case 1: /* linear with a random (possibly repeated) parameter */
+                assert_int_equal(ddp_tape_param(t, ps[k], &w), 0);
+                assert_int_equal(ddp_op_linear(t, vars[a], w, NULL, &vars[nv]), 0);
+                deps[nv] = deps[a] | 1u << k;
+                break;
+            case 2:
+                assert_int_equal(ddp_op_add(t, vars[a], vars[b], &vars[nv]), 0);
+                deps[nv] = deps[a] | deps[b];
+                break;
+            default:
+                assert_int_equal(ddp_op_relu(t, vars[a], &vars[nv]), 0);
+                deps[nv] = deps[a];
+                break;
+            }
+            nv++;
+        }
+        /* the loss: the sum of a random non-empty subset of the op outputs */
+        ddp_var_t *loss = NULL;
+        unsigned used = 0;
+        for (int i = 1; i < nv; i++) {
+            if (ddp__rng_below(&rng, 3) != 0 && !(i == nv - 1 && !loss))
+                continue;
+            ddp_var_t *s;
+            assert_int_equal(ddp_op_sum(t, vars[i], &s), 0);
+            if (loss)
+                assert_int_equal(ddp_op_add(t, loss, s, &loss), 0);
+            else
+                loss = s;
+            used |= deps[i];
+        }
+        if (!used) /* nothing requires grad: backward refuses; skip */
+            continue;
+        ddp_model_zero_grad(m);
+        assert_int_equal(ddp_backward(t, loss, m), 0);
+        assert_int_equal(ev.n, NP);
+        int seen[NP] = {0}, saw_used = 0;
+        for (int i = 0; i < ev.n; i++) {
+            int k = ev.index[i];
+            seen[k]++;
+            assert_int_equal(ev.used[i], (used >> k) & 1);
+            if (ev.used[i])
+                saw_used = 1;
+            else
+                assert_false(saw_used); /* unused ones come first */
+            assert_memory_equal(ev.snap[i], ps[k]->grad, ps[k]->numel * sizeof(float));
+        }
+        for (int k = 0; k < NP; k++)
+            assert_int_equal(seen[k], 1);
+        events_clear(&ev);
+    }
+    ddp_tape_destroy(t);
+    ddp_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_hooks_contract),
         cmocka_unit_test(test_hooks_sequential),
         cmocka_unit_test(test_set_grad),
+        cmocka_unit_test(test_hooks_random_graphs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/reduce.h"
 #include "coll_ref.h"
 #include "ddp/dist.h"
 #include "dist/internal.h"
@@ -313,12 +314,47 @@ static void test_reference_orders(void **state)
     assert_memory_equal(&got, &want, 4);
 }
 
+/* The library's half/bfloat16 conversions against the compiler's _Float16
+ * and a direct bit-level bfloat16 rounding, over every 16-bit pattern and a
+ * million random floats (ties, subnormals, overflow included). */
+static void test_half_conversions(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ddp__half_to_float((uint16_t)h), g = ref_h2f((uint16_t)h);
+        if (f != f) { /* NaN stays NaN */
+            assert_true(g != g);
+            continue;
+        }
+        assert_memory_equal(&f, &g, 4);
+        assert_int_equal(ddp__float_to_half(f), h);
+        float b = ddp__bf16_to_float((uint16_t)h);
+        if (b == b)
+            assert_int_equal(ddp__float_to_bf16(b), h);
+    }
+    uint64_t x = 1;
+    for (int i = 0; i < 1000000; i++) {
+        x = ref_hash(x, (uint64_t)i, 5);
+        uint32_t bits = (uint32_t)x;
+        if (i % 3 == 0) /* concentrate on the half range, ties included */
+            bits = (bits & 0x80000000u) | (0x33000000u + (bits & 0x0fffffffu) % 0x14800000u);
+        float f;
+        memcpy(&f, &bits, 4);
+        if (f != f)
+            continue;
+        assert_int_equal(ddp__float_to_half(f), ref_f2h(f));
+        if (fabsf(f) < 3e38f)
+            assert_int_equal(ddp__float_to_bf16(f), ref_f2b(f));
+    }
+}
+
 int main(void)
 {
     /* TCP unless told otherwise (test_shm_coll runs this matrix over shm). */
     setenv("DDP_TRANSPORT", "tcp", 0);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reference_orders), cmocka_unit_test(test_world_1),
+        cmocka_unit_test(test_reference_orders), cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_world_1),
         cmocka_unit_test(test_world_2),          cmocka_unit_test(test_world_3),
         cmocka_unit_test(test_world_4),          cmocka_unit_test(test_world_5),
         cmocka_unit_test(test_world_8),

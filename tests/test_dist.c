@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -433,6 +434,67 @@ static void test_point_to_point(void **state)
     job_cleanup(&J);
 }
 
+/* ---- destroy gives everything back ----------------------------------- */
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static int release_rank(int rank, void *arg)
+{
+    (void)arg;
+    int fds0 = count_entries("/proc/self/fd"), threads0 = count_entries("/proc/self/task");
+    for (int round = 0; round < 2; round++) {
+        ddp_store_t *st = NULL;
+        char path[200];
+        snprintf(path, sizeof path, "%s.%d", J.path, round);
+        CHILD_CHECK(ddp_store_file_create(path, 2, &st) == 0);
+        ddp_pg_t *pg = NULL, *sub = NULL;
+        CHILD_CHECK(ddp_init_process_group_store("tcp", st, rank, 2, 10.0, &pg) == 0);
+        const int both[2] = {1, 0};
+        CHILD_CHECK(ddp_pg_new_group(pg, both, 2, &sub) == 0 && sub);
+        CHILD_CHECK(count_entries("/proc/self/task") == threads0 + 2);
+        float x[1000] = {0};
+        ddp_work_t *w = NULL;
+        CHILD_CHECK(ddp_all_reduce_async(pg, x, 1000, DDP_FLOAT32, DDP_SUM, &w) == 0);
+        CHILD_CHECK(ddp_all_reduce(sub, x, 1000, DDP_FLOAT32, DDP_SUM) == 0);
+        if (round == 1) /* destroy with the work still queued or running */
+            ddp_work_free(w);
+        ddp_pg_destroy(sub);
+        ddp_pg_destroy(pg); /* drains the queue first */
+        if (round == 0) { /* a handle outlives its group */
+            CHILD_CHECK(ddp_work_wait(w, 0) == 0);
+            ddp_work_free(w);
+        }
+        ddp_store_destroy(st);
+    }
+    CHILD_CHECK(count_entries("/proc/self/fd") == fds0);
+    CHILD_CHECK(count_entries("/proc/self/task") == threads0);
+    return 0;
+}
+
+static void test_destroy_releases_everything(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, release_rank, NULL, 60), 0);
+    char path[200];
+    for (int round = 0; round < 2; round++) {
+        snprintf(path, sizeof path, "%s.%d", J.path, round);
+        unlink(path);
+    }
+    job_cleanup(&J);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -447,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_mismatched_collectives_fail),
         cmocka_unit_test(test_new_group),
         cmocka_unit_test(test_point_to_point),
+        cmocka_unit_test(test_destroy_releases_everything),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -278,6 +278,63 @@ static void test_bad_dimensions_and_open_errors(void **state)
     assert_int_equal(ddp_idx_read(NULL, DDP_IDX_MAGIC_LABELS, &idx), DDP_ERR_INVALID_ARG);
 }
 
+/* Random damage to valid files, raw and gzip'ed (bytes flipped, cut,
+ * appended): every read either succeeds with the declared shape or fails
+ * with DDP_ERR_FORMAT naming the file; never a crash (ASan watches). */
+static void test_random_damage(void **state)
+{
+    const char *dir = *state;
+    int rounds = getenv("DDP_TEST_SANITIZER") ? 300 : 1000;
+    uint32_t dims[3] = {20, 7, 9};
+    uint8_t *p = payload(20 * 63);
+    size_t len, zlen;
+    uint8_t *raw = fx_idx_bytes(DDP_IDX_MAGIC_IMAGES, 3, dims, p, 20 * 63, &len);
+    uint8_t *gz = fx_gzip(raw, len, &zlen);
+    ddp__rng r;
+    ddp__rng_seed(&r, 2024);
+    int ok = 0, bad = 0;
+    uint8_t *buf = malloc(len + zlen + 64);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/damaged", dir);
+    for (int i = 0; i < rounds; i++) {
+        int use_gz = i & 1;
+        size_t n = use_gz ? zlen : len;
+        memcpy(buf, use_gz ? gz : raw, n);
+        switch (ddp__rng_below(&r, 3)) {
+        case 0: /* flip 1-3 bytes */
+            for (int f = 0, m = 1 + (int)ddp__rng_below(&r, 3); f < m; f++)
+                buf[ddp__rng_below(&r, n)] ^= (uint8_t)(1 + ddp__rng_below(&r, 255));
+            break;
+        case 1: /* cut */
+            n = ddp__rng_below(&r, n);
+            break;
+        default: /* append */
+            for (int a = 0, m = 1 + (int)ddp__rng_below(&r, 40); a < m; a++)
+                buf[n++] = (uint8_t)ddp__rng_next(&r);
+        }
+        fx_write(path, buf, n);
+        ddp_idx idx;
+        int rc = ddp_idx_read(path, DDP_IDX_MAGIC_IMAGES, &idx);
+        if (rc == 0) {
+            assert_int_equal(idx.count * idx.item_bytes, (size_t)idx.dims[0] * idx.dims[1] *
+                                                             idx.dims[2]);
+            ddp_idx_free(&idx);
+            ok++;
+        } else {
+            if (rc != DDP_ERR_FORMAT || !strstr(ddp_last_error(), path))
+                fail_msg("round %d: %s: %s", i, ddp_err_name(rc), ddp_last_error());
+            assert_null(idx.data);
+            bad++;
+        }
+    }
+    assert_true(bad > rounds / 2);
+    print_message("%d damaged files read, %d refused\n", ok, bad);
+    free(buf);
+    free(p);
+    free(raw);
+    free(gz);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +347,7 @@ int main(void)
         IN_TMPDIR(test_corrupt_gzip),
         IN_TMPDIR(test_trailing_data),
         IN_TMPDIR(test_bad_dimensions_and_open_errors),
+        IN_TMPDIR(test_random_damage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,6 +154,15 @@ static void test_dropout_modes(void **state)
     /* binomial(N, 0.25): sd = sqrt(N * 0.25 * 0.75) ~ 61 */
     assert_true(abs(zeros - N / 4) < 5 * 62);
     assert_true(differ > N / 10);
+    /* the same seed gives the same masks, forward after forward */
+    ddp_module_t *d2;
+    ddp_var_t *z1, *z2;
+    assert_int_equal(ddp_dropout_create(0.25f, 11, &d2), 0);
+    assert_int_equal(ddp_module_forward(t, d2, x, &z1), 0);
+    assert_int_equal(ddp_module_forward(t, d2, x, &z2), 0);
+    assert_memory_equal(ddp_var_tensor(z1)->data, a, N * sizeof(float));
+    assert_memory_equal(ddp_var_tensor(z2)->data, b, N * sizeof(float));
+    ddp_module_destroy(d2);
     ddp_module_train(d, 0);
     assert_int_equal(ddp_module_forward(t, d, x, &y1), 0);
     assert_ptr_equal(y1, x);
@@ -241,6 +250,114 @@ static void test_training_learns(void **state)
     ddp_model_destroy(m);
 }
 
+/* Against PyTorch (tests/data/mlp_reference.py printed the numbers):
+ * Sequential(Linear(3, 4), ReLU, Linear(4, 2)) with fixed parameters,
+ * CrossEntropyLoss over five samples: the loss, every gradient in state_dict
+ * order (the flat grad block), and the parameters after two steps of
+ * SGD(lr=0.1, momentum=0.9, weight_decay=0.01). */
+static void test_matches_torch(void **state)
+{
+    (void)state;
+    static const float params0[26] = {0.1f, -0.2f, 0.3f, 0.4f, 0.5f, -0.6f, -0.7f, 0.8f, 0.9f,
+                                      0.25f, -0.35f, 0.45f, 0.01f, -0.02f, 0.03f, 0.5f, 0.3f,
+                                      -0.1f, 0.2f, 0.6f, -0.5f, 0.4f, 0.7f, -0.2f, 0.05f, -0.05f};
+    static const float torch_loss = 1.113259315e+00f;
+    static const float torch_grads[26] = {
+        3.173106313e-01f, -1.929802597e-01f, 1.478393376e-01f, 8.294981718e-02f, 1.541474164e-01f,
+        -5.944536254e-02f, 8.559118211e-02f, 1.532440782e-01f, -1.240485832e-01f, 3.173106611e-01f,
+        -1.929802597e-01f, 1.478393525e-01f, 1.971722841e-01f, 1.103716865e-01f, -1.970604062e-04f,
+        1.971722841e-01f, 1.458133012e-01f, -2.874268293e-01f, 9.793639183e-02f, 3.899807334e-01f,
+        -1.458133161e-01f, 2.874268293e-01f, -9.793639928e-02f, -3.899807632e-01f, 1.722180843e-01f,
+        -1.722181141e-01f};
+    static const float torch_params[26] = {
+        1.079721935e-02f, -1.449741870e-01f, 2.578315437e-01f, 3.759036064e-01f, 4.560239315e-01f,
+        -5.820178986e-01f, -7.159107327e-01f, 7.674270868e-01f, 9.259881377e-01f, 1.679180562e-01f,
+        -2.990155220e-01f, 4.077570736e-01f, -4.464744404e-02f, -5.068856105e-02f, 3.653392568e-02f,
+        4.402392209e-01f, 2.600553632e-01f, -1.828729734e-02f, 1.710320711e-01f, 4.900848866e-01f,
+        -4.594755471e-01f, 3.174175918e-01f, 7.263588309e-01f, -9.124445170e-02f, 1.946605975e-03f,
+        -1.946603064e-03f};
+    float xs[15] = {1.0f, 2.0f, -1.0f, 0.5f, -0.3f, 0.8f, -1.2f, 0.7f, 0.1f,
+                    0.3f, 0.3f, 0.3f, 2.0f, -1.0f, 0.5f};
+    int64_t labels[5] = {0, 1, 1, 0, 1};
+    ddp_module_t *l[3], *seq;
+    ddp_model_t *m;
+    assert_int_equal(ddp_linear_create(3, 4, 1, 0, &l[0]), 0);
+    assert_int_equal(ddp_relu_create(&l[1]), 0);
+    assert_int_equal(ddp_linear_create(4, 2, 1, 0, &l[2]), 0);
+    assert_int_equal(ddp_sequential_create(l, 3, &seq), 0);
+    assert_int_equal(ddp_model_from_module(seq, &m), 0);
+    size_t n;
+    float *pb = ddp_model_param_block(m, &n), *gb = ddp_model_grad_block(m, NULL);
+    assert_int_equal(n, 26);
+    memcpy(pb, params0, sizeof params0);
+    ddp_sgd_options so = ddp_sgd_defaults(0.1);
+    so.momentum = 0.9;
+    so.weight_decay = 0.01;
+    ddp_optim_t *opt;
+    assert_int_equal(ddp_sgd_create(m, &so, &opt), 0);
+    ddp_tape_t *t;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    for (int step = 0; step < 2; step++) {
+        ddp_tensor xt;
+        ddp_var_t *x, *y, *loss;
+        ddp_tape_reset(t);
+        assert_int_equal(ddp_tensor_wrap(&xt, xs, 2, (int64_t[]){5, 3}), 0);
+        assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+        assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
+        assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
+        ddp_optim_zero_grad(opt);
+        assert_int_equal(ddp_backward(t, loss, m), 0);
+        if (step == 0) {
+            assert_true(fabsf(ddp_var_item(loss) - torch_loss) < 1e-6f);
+            for (int i = 0; i < 26; i++)
+                if (fabsf(gb[i] - torch_grads[i]) > 1e-6f)
+                    fail_msg("grad %d: %.9g, torch %.9g", i, (double)gb[i],
+                             (double)torch_grads[i]);
+        }
+        assert_int_equal(ddp_optim_step(opt), 0);
+    }
+    for (int i = 0; i < 26; i++)
+        if (fabsf(pb[i] - torch_params[i]) > 1e-6f)
+            fail_msg("param %d after two steps: %.9g, torch %.9g", i, (double)pb[i],
+                     (double)torch_params[i]);
+    ddp_tape_destroy(t);
+    ddp_optim_destroy(opt);
+    ddp_model_destroy(m);
+}
+
+/* clip_grad_norm: gradients (3, 4) and (12) have 2-norm 13 and inf-norm 12
+ * (torch.nn.utils.clip_grad_norm_'s total_norm); over max_norm they are
+ * scaled by max_norm / (norm + 1e-6), under it left alone. */
+static void test_clip_grad_norm(void **state)
+{
+    (void)state;
+    ddp_model_t *m;
+    ddp_param *a, *b;
+    assert_int_equal(ddp_model_create(&m), 0);
+    assert_int_equal(ddp_model_add_param(m, "a", 1, (int64_t[]){2}, &a), 0);
+    assert_int_equal(ddp_model_add_param(m, "b", 1, (int64_t[]){1}, &b), 0);
+    assert_int_equal(ddp_model_seal(m), 0);
+    double norm;
+    a->grad[0] = 3, a->grad[1] = -4, b->grad[0] = 12;
+    assert_int_equal(ddp_model_clip_grad_norm(m, 100.0, 2.0, &norm), 0);
+    assert_true(fabs(norm - 13.0) < 1e-9);
+    assert_true(a->grad[0] == 3 && a->grad[1] == -4 && b->grad[0] == 12); /* untouched */
+    assert_int_equal(ddp_model_clip_grad_norm(m, 6.5, 2.0, &norm), 0);
+    double c = 6.5 / (13.0 + 1e-6);
+    assert_true(fabs(a->grad[0] - 3 * c) < 1e-6 && fabs(a->grad[1] + 4 * c) < 1e-6);
+    assert_true(fabs(b->grad[0] - 12 * c) < 1e-6);
+    a->grad[0] = 3, a->grad[1] = -4, b->grad[0] = 12;
+    assert_int_equal(ddp_model_clip_grad_norm(m, 6.0, INFINITY, &norm), 0);
+    assert_true(norm == 12.0);
+    assert_true(fabs(b->grad[0] - 12 * 6.0 / (12.0 + 1e-6)) < 1e-6);
+    a->grad[0] = 3, a->grad[1] = -4, b->grad[0] = 12;
+    assert_int_equal(ddp_model_clip_grad_norm(m, 100.0, 1.0, &norm), 0);
+    assert_true(fabs(norm - 19.0) < 1e-9);
+    assert_int_equal(ddp_model_clip_grad_norm(m, 1.0, 0.0, &norm), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "norm_type 0 must be > 0 (or INFINITY)"));
+    ddp_model_destroy(m);
+}
+
 static void test_model_errors(void **state)
 {
     (void)state;
@@ -271,6 +388,15 @@ static void test_model_errors(void **state)
     assert_non_null(strstr(ddp_last_error(),
                            "model module \"fc\": ") && strstr(ddp_last_error(),
                            "linear: input of shape (2, 3) does not match weight of shape (2, 4)"));
+    /* a Sequential names the failing layer */
+    ddp_module_t *sl[2], *sq;
+    assert_int_equal(ddp_relu_create(&sl[0]), 0);
+    assert_int_equal(ddp_linear_create(5, 2, 1, 0, &sl[1]), 0);
+    assert_int_equal(ddp_sequential_create(sl, 2, &sq), 0);
+    assert_int_equal(ddp_module_forward(t, sq, x, &y), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "sequential layer 1: "));
+    assert_non_null(strstr(ddp_last_error(), "linear: input of shape (2, 3) does not match"));
+    ddp_module_destroy(sq);
     /* sealed: nothing more can be added */
     assert_int_equal(ddp_relu_create(&r), 0);
     assert_int_equal(ddp_model_add_module(m, "act", r), DDP_ERR_STATE);
@@ -312,6 +438,8 @@ int main(void)
         cmocka_unit_test(test_dropout_modes),
         cmocka_unit_test(test_reset_parameters),
         cmocka_unit_test(test_training_learns),
+        cmocka_unit_test(test_matches_torch),
+        cmocka_unit_test(test_clip_grad_norm),
         cmocka_unit_test(test_model_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -227,11 +227,124 @@ static void test_malformed_frame_drops_peer(void **state)
     job_cleanup(&J);
 }
 
+/* ---- the handshake alone, over a socket pair ------------------------- */
+
+/* Runs the server side in a child; returns the client's result and puts
+ * the server's (0, or the negative code) in *server_rc. */
+static int handshake_pair(const char *server_secret, const char *client_secret, int *server_rc,
+                          char *server_msg, size_t msg_len)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return -100;
+    int pipefd[2];
+    if (pipe(pipefd) != 0)
+        return -100;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        close(pipefd[0]);
+        ddp__hs_ctx hs = {.rank = 1, .size = 2};
+        memset(hs.group_id, 7, sizeof hs.group_id);
+        hs.secret = (const uint8_t *)server_secret;
+        hs.secret_len = server_secret ? strlen(server_secret) : 0;
+        unsigned char connected[2] = {0, 0};
+        int peer = -1;
+        int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "client", &peer);
+        char out[300];
+        snprintf(out, sizeof out, "%d %d %s", rc, peer, rc ? ddp_last_error() : "");
+        (void)!write(pipefd[1], out, strlen(out) + 1);
+        _exit(0);
+    }
+    close(sv[1]);
+    close(pipefd[1]);
+    ddp__hs_ctx hs = {.rank = 0, .size = 2};
+    memset(hs.group_id, 7, sizeof hs.group_id);
+    hs.secret = (const uint8_t *)client_secret;
+    hs.secret_len = client_secret ? strlen(client_secret) : 0;
+    int rc = ddp__hs_client(sv[0], &hs, 1, ddp_time_now() + 5, "server");
+    close(sv[0]); /* a client that gave up hangs up: the server sees it at once */
+    char in[300] = "";
+    ssize_t n = read(pipefd[0], in, sizeof in - 1);
+    in[n > 0 ? n : 0] = '\0';
+    int peer = -1, off = 0;
+    sscanf(in, "%d %d %n", server_rc, &peer, &off);
+    snprintf(server_msg, msg_len, "%s", in + off);
+    waitpid(pid, NULL, 0);
+    close(pipefd[0]);
+    return rc;
+}
+
+static void test_handshake_secret_check(void **state)
+{
+    (void)state;
+    int src = 1;
+    char smsg[300];
+    /* Same secret, and no secret at all: accepted. */
+    assert_int_equal(handshake_pair("k1", "k1", &src, smsg, sizeof smsg), 0);
+    assert_int_equal(src, 0);
+    assert_int_equal(handshake_pair(NULL, NULL, &src, smsg, sizeof smsg), 0);
+    assert_int_equal(src, 0);
+    /* The client holds another secret: it sees the server's proof fail. */
+    assert_int_equal(handshake_pair("k1", "k2", &src, smsg, sizeof smsg), DDP_ERR_AUTH);
+    assert_true(contains(ddp_last_error(), "failed to prove the shared secret"));
+    assert_true(src < 0);
+    /* A client without the secret against a server with one: same. */
+    assert_int_equal(handshake_pair("k1", NULL, &src, smsg, sizeof smsg), DDP_ERR_AUTH);
+    assert_true(src < 0);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A client that ignores the server's proof and answers with a made-up MAC
+ * (what an attacker without the secret can do): the server refuses it.
+ * The bytes follow docs/wire-format.md. */
+static void test_server_refuses_a_forged_proof(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    uint8_t hello[92] = {0}, chal[76], auth[44] = {0}, welcome[12];
+    put_u32(hello, 0x48504444u);
+    hello[4] = 1; /* version */
+    hello[6] = 1; /* HELLO */
+    put_u32(hello + 12, 2); /* world size */
+    put_u32(hello + 16, 0); /* client rank */
+    put_u32(hello + 20, 1); /* server rank */
+    memset(hello + 28, 7, 32); /* the right group identity */
+    assert_int_equal(write(sv[0], hello, sizeof hello), (ssize_t)sizeof hello);
+    put_u32(auth, 0x48504444u);
+    auth[4] = 1;
+    auth[6] = 3; /* AUTH with a zero MAC */
+    assert_int_equal(write(sv[0], auth, sizeof auth), (ssize_t)sizeof auth);
+    ddp__hs_ctx hs = {.rank = 1, .size = 2, .secret = (const uint8_t *)"k1", .secret_len = 2};
+    memset(hs.group_id, 7, sizeof hs.group_id);
+    unsigned char connected[2] = {0, 0};
+    int peer = -1;
+    int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "forger", &peer);
+    if (rc != DDP_ERR_AUTH)
+        fail_msg("%d: %s", rc, ddp_last_error());
+    assert_true(contains(ddp_last_error(), "forger (claiming rank 0): wrong shared secret"));
+    assert_int_equal(read(sv[0], chal, sizeof chal), (ssize_t)sizeof chal);
+    assert_int_equal(chal[6], 2);
+    assert_int_equal(read(sv[0], welcome, sizeof welcome), (ssize_t)sizeof welcome);
+    assert_int_equal(welcome[6], 4);
+    assert_int_equal(welcome[8], 4); /* status: authentication failed */
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setenv("DDP_TRANSPORT", "tcp", 1); /* one host would pick shm */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_handshake_secret_check),
+        cmocka_unit_test(test_server_refuses_a_forged_proof),
         cmocka_unit_test(test_strangers_are_rejected),
         cmocka_unit_test(test_wrong_secret_cannot_join),
         cmocka_unit_test(test_secret_file),

@@ -73,9 +73,10 @@ DDP_API void ddp_idx_free(ddp_idx *idx);
 /* What a dataset implements.  Samples are `sample_numel` float32 features
  * and one integer label.  get (and get_batch) may be called from several
  * loader threads at once, for different samples: keep them free of shared
- * mutable state.  A failing call returns a negative DDP_ERR_* code and may
- * leave a message for ddp_last_error() (through the public error API of
- * the caller's choice; the loader passes it on). */
+ * mutable state.  A failing call returns a negative DDP_ERR_* code; the
+ * library names the sample in the message ("dataset get(21) failed:
+ * input/output error", or the message a libddp call inside get left) and
+ * the loader passes it on with the batch number. */
 typedef struct ddp_dataset_ops {
     /* Number of samples. */
     size_t (*length)(void *self);
@@ -200,8 +201,9 @@ typedef struct ddp_loader_opts {
     int pin_memory;        /* accepted; a no-op (no GPU in libddp) */
     int label_type;        /* DDP_LABEL_INT64 (default) or DDP_LABEL_INT32 */
     ddp_sampler *sampler;  /* borrowed; NULL: chosen from shuffle and seed */
-    double timeout_s;      /* the longest ddp_loader_next waits for a worker
-                            * to deliver one batch (default 120 s) */
+    double timeout_s;      /* the longest ddp_loader_epoch_begin waits for the
+                            * workers to finish the batches they are building
+                            * (default 120 s); ddp_loader_next never waits */
 } ddp_loader_opts;
 
 /* Defaults: batch 1, no shuffle, seed 0, no drop_last, 0 workers, prefetch 4,
@@ -222,8 +224,9 @@ typedef struct ddp_batch {
 typedef struct ddp_loader ddp_loader;
 
 /* Creates a loader over ds (borrowed: keep it alive until the loader is
- * destroyed) and starts its worker threads.  Buffers for
- * max(1, num_workers * prefetch_factor) batches are allocated here, once. */
+ * destroyed) and starts its worker threads.  Buffers for 1 batch, or
+ * max(2, num_workers * prefetch_factor) + 1 with workers, are allocated
+ * here, once.  One consumer thread calls the loader. */
 DDP_API int ddp_loader_create(ddp_dataset *ds, const ddp_loader_opts *opts,
                               ddp_loader **out);
 /* Stops the workers (mid-epoch too: each finishes at most the batch it is
@@ -232,11 +235,13 @@ DDP_API void ddp_loader_destroy(ddp_loader *dl);
 /* Batches per epoch. */
 DDP_API size_t ddp_loader_length(const ddp_loader *dl);
 /* Starts an epoch: sets the sampler's epoch, takes its index order and lets
- * the workers start on it.  An unfinished previous epoch is abandoned. */
+ * the workers start on it.  An unfinished previous epoch is abandoned: its
+ * batches being built are waited for (DDP_ERR_TIMEOUT after timeout_s). */
 DDP_API int ddp_loader_epoch_begin(ddp_loader *dl, uint64_t epoch);
 /* The next batch of the epoch, in order: returns 1 and fills *batch, 0 at the
- * end of the epoch, or a negative code (a dataset error, DDP_ERR_TIMEOUT when
- * no batch came within timeout_s, DDP_ERR_STATE before epoch_begin). */
+ * end of the epoch, or a negative code (a dataset error, which ends the
+ * epoch; DDP_ERR_STATE before epoch_begin).  Never waits for a worker: a
+ * batch that is not ready is built here (see docs/data.md). */
 DDP_API int ddp_loader_next(ddp_loader *dl, ddp_batch *batch);
 
 #ifdef __cplusplus

@@ -99,6 +99,8 @@ typedef struct ddp_param {
         const void *tape;          /* leaf var cache: tape, generation, var */
         uint64_t tape_gen;
         ddp_var_t *var;
+        uint64_t used_pass;        /* the last backward pass that reached it */
+        int64_t pending;           /* its uses that pass has still to process */
     } priv;
 } ddp_param;
 
@@ -155,6 +157,9 @@ DDP_API int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t *
 DDP_API int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y);
 /* y = max(a, 0). */
 DDP_API int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
+/* y = 1 / (1 + exp(-a)) and y = tanh(a), element-wise. */
+DDP_API int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
+DDP_API int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 /* Inverted dropout: in training, each element is zeroed with probability p
  * and the rest scaled by 1/(1-p), the mask drawn from a generator seeded with
  * seed; with training == 0 or p == 0, y is x itself (no new var).  0 <= p <= 1. */
@@ -172,6 +177,10 @@ DDP_API int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 DDP_API int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 /* Mean negative log-likelihood: logp (B, C), labels[B] in [0, C) (copied). */
 DDP_API int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels,
+                            ddp_var_t **y);
+/* nn.MSELoss() (mean reduction): scalar mean((input - target)^2), same
+ * shapes; target may require grad too. */
+DDP_API int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target,
                             ddp_var_t **y);
 /* Cross-entropy with mean reduction = nll_loss(log_softmax(logits)), fused:
  * logits (B, C), labels[B] (copied).  A label outside [0, C) fails with
@@ -257,7 +266,9 @@ DDP_API size_t ddp_model_num_params(ddp_model_t *m);
 DDP_API ddp_param *ddp_model_param(ddp_model_t *m, size_t i);
 DDP_API ddp_param *ddp_model_find_param(ddp_model_t *m, const char *name);
 /* The flat blocks (borrowed; owned by the model) and their length in floats.
- * Parameter i occupies [p->offset, p->offset + p->numel) of each. */
+ * Parameter i occupies [p->offset, p->offset + p->numel) of each.  The grad
+ * block is the model's own: after ddp_model_set_grad_block or
+ * ddp_param_set_grad, gradients live where p->grad points instead. */
 DDP_API float *ddp_model_param_block(ddp_model_t *m, size_t *numel);
 DDP_API float *ddp_model_grad_block(ddp_model_t *m, size_t *numel);
 
@@ -270,6 +281,12 @@ DDP_API int ddp_param_set_grad(ddp_param *p, float *ptr);
 DDP_API int ddp_model_set_grad_block(ddp_model_t *m, float *block);
 /* Sets every parameter's gradient (wherever p->grad points) to zero. */
 DDP_API void ddp_model_zero_grad(ddp_model_t *m);
+/* torch.nn.utils.clip_grad_norm_: the norm of all gradients together (p-norm
+ * with norm_type p > 0, or INFINITY for the largest magnitude) goes to
+ * *total_norm (may be NULL); when it exceeds max_norm every gradient is
+ * scaled by max_norm / (norm + 1e-6).  Reads and writes through p->grad. */
+DDP_API int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double norm_type,
+                                     double *total_norm);
 /* Registers the grad-ready hook (replacing any earlier one; fn NULL removes
  * it).  DistributedDataParallel installs its own. */
 DDP_API void ddp_model_set_grad_ready_hook(ddp_model_t *m, ddp_grad_ready_fn fn, void *user);

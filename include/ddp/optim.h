@@ -85,6 +85,53 @@ DDP_API int ddp_optim_num_states(const ddp_optim_t *o);
 DDP_API int ddp_optim_state(ddp_optim_t *o, int i, const char **name, float **data,
                             size_t *numel);
 
+/* ==== learning-rate schedules ============================================
+ * torch.optim.lr_scheduler's StepLR, MultiStepLR, ExponentialLR,
+ * CosineAnnealingLR and LinearLR, in their closed forms.  The schedule's
+ * base lr is the optimizer's lr when the scheduler is created; creating it
+ * sets the epoch-0 lr (LinearLR: base * start_factor), and each
+ * ddp_lr_scheduler_step() (after the optimizer's step, as in PyTorch)
+ * advances last_epoch by one and sets the optimizer's lr. */
+
+typedef struct ddp_lr_scheduler ddp_lr_scheduler_t;
+
+enum ddp_lr_kind {
+    DDP_LR_STEP,        /* base * gamma^floor(epoch / step_size) */
+    DDP_LR_MULTISTEP,   /* base * gamma^(milestones <= epoch) */
+    DDP_LR_EXPONENTIAL, /* base * gamma^epoch */
+    DDP_LR_COSINE,      /* eta_min + (base - eta_min) (1 + cos(pi epoch / t_max)) / 2 */
+    DDP_LR_LINEAR,      /* base * (start + (end - start) min(epoch, total_iters) / total_iters) */
+};
+
+typedef struct ddp_lr_options {
+    int kind;                 /* enum ddp_lr_kind */
+    int step_size;            /* STEP, > 0 */
+    double gamma;             /* STEP, MULTISTEP, EXPONENTIAL */
+    const int *milestones;    /* MULTISTEP: increasing epochs (copied) */
+    int nmilestones;
+    int t_max;                /* COSINE, > 0 */
+    double eta_min;           /* COSINE */
+    double start_factor;      /* LINEAR, in (0, 1] */
+    double end_factor;        /* LINEAR, in [0, 1] */
+    int total_iters;          /* LINEAR, > 0 */
+} ddp_lr_options;
+
+/* Creates a schedule over opt (borrowed: it must outlive the scheduler) and
+ * sets the epoch-0 learning rate.  Invalid options fail with
+ * DDP_ERR_INVALID_ARG naming the option.  Caller destroys. */
+DDP_API int ddp_lr_scheduler_create(ddp_optim_t *opt, const ddp_lr_options *o,
+                                    ddp_lr_scheduler_t **out);
+/* NULL is a no-op. */
+DDP_API void ddp_lr_scheduler_destroy(ddp_lr_scheduler_t *s);
+/* last_epoch += 1; sets and returns the optimizer's new lr. */
+DDP_API double ddp_lr_scheduler_step(ddp_lr_scheduler_t *s);
+/* The lr the schedule set last (PyTorch's get_last_lr()). */
+DDP_API double ddp_lr_scheduler_get_last_lr(const ddp_lr_scheduler_t *s);
+/* Epochs stepped so far; set_last_epoch restores it from a checkpoint and
+ * sets the lr for that epoch. */
+DDP_API int64_t ddp_lr_scheduler_last_epoch(const ddp_lr_scheduler_t *s);
+DDP_API void ddp_lr_scheduler_set_last_epoch(ddp_lr_scheduler_t *s, int64_t epoch);
+
 #ifdef __cplusplus
 }
 #endif

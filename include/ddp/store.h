@@ -41,6 +41,15 @@ DDP_API int ddp_store_tcp_create(const char *host, int port, int is_server, int 
 /* Port the TCPStore server listens on (after port 0). */
 DDP_API int ddp_store_tcp_port(const ddp_store_t *store);
 
+/* HashStore: an in-memory store for the threads of one process (ranks as
+ * threads in tests, single-process runs).  Waits sleep on a condition
+ * variable.  Caller destroys *out. */
+DDP_API int ddp_store_hash_create(ddp_store_t **out);
+/* Another handle (with its own timeout) on the same HashStore as store;
+ * the table lives until its last handle is destroyed.  Caller destroys
+ * *out. */
+DDP_API int ddp_store_hash_attach(ddp_store_t *store, ddp_store_t **out);
+
 /* PrefixStore: every key of the view becomes "PREFIX/key" in base.  Borrows
  * base, which must outlive the view.  Caller destroys *out. */
 DDP_API int ddp_store_prefix_create(const char *prefix, ddp_store_t *base, ddp_store_t **out);

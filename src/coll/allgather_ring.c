@@ -12,33 +12,48 @@
 #include "base/error.h"
 #include "coll/coll.h"
 
-int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t es,
-                         unsigned phase)
+/* Block received at step s, unit k's extent. */
+#define RB(s) ((size_t)(((long)c->rank - (long)(s) - 1 + 2L * c->size) % c->size))
+#define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
+
+size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t es)
 {
-    const int n = c->size, r = c->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
     size_t maxlen = 0;
-    for (int b = 0; b < n; b++)
+    for (int b = 0; b < c->size; b++)
         maxlen = bl->len[b] > maxlen ? bl->len[b] : maxlen;
     const size_t S = c->chunk / es ? c->chunk / es : 1;
-    const size_t K = (maxlen + S - 1) / S, steps = (size_t)n - 1, U = steps * K;
+    return (maxlen + S - 1) / S;
+}
+
+int ddp__ring_all_gather_post(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t es,
+                              unsigned phase, ddp__req *rreq, size_t u)
+{
+    const size_t S = c->chunk / es ? c->chunk / es : 1, K = ddp__ring_units(c, bl, es);
+    size_t b = RB(u / K), k = u % K, len = ULEN(b, k);
+    if (!len || rreq[u].kind)
+        return 0;
+    return ddp__tp_irecv(c->tp, &rreq[u], (c->rank + c->size - 1) % c->size,
+                         ddp__tag(c, phase, u), (uint8_t *)buf + (bl->off[b] + k * S) * es,
+                         len * es);
+}
+
+int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t es,
+                         unsigned phase, ddp__req *pre)
+{
+    const int n = c->size, r = c->rank, next = (r + 1) % n;
+    const size_t S = c->chunk / es ? c->chunk / es : 1;
+    const size_t K = ddp__ring_units(c, bl, es), steps = (size_t)n - 1, U = steps * K;
     if (U == 0)
         return 0;
     int rc = 0;
     uint8_t *base = buf;
-    ddp__req *sreq = calloc(U, sizeof *sreq), *rreq = calloc(U, sizeof *rreq);
+    ddp__req *sreq = calloc(U, sizeof *sreq), *rreq = pre ? pre : calloc(U, sizeof *rreq);
     DDP_FAIL_OUT(!sreq || !rreq, DDP_ERR_NOMEM, "out of memory");
     DDP_FAIL_OUT(U > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks",
                  c->chunk);
-
-#define RB(s) ((size_t)(((long)r - (long)(s) - 1 + 2L * n) % n))
-#define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
     /* Every receive lands in its own place: post them all at once. */
-    for (size_t u = 0; u < U; u++) {
-        size_t b = RB(u / K), k = u % K, len = ULEN(b, k);
-        if (len)
-            DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[u], prev, ddp__tag(c, phase, u),
-                                      base + (bl->off[b] + k * S) * es, len * es));
-    }
+    for (size_t u = 0; u < U; u++)
+        DDP_TRY_OUT(ddp__ring_all_gather_post(c, buf, bl, es, phase, rreq, u));
     for (size_t k = 0; k < K; k++) {
         size_t b = (size_t)r, len = ULEN(b, k);
         if (len)
@@ -55,10 +70,11 @@ int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, siz
     }
     DDP_TRY_OUT(ddp__coll_wait_array(c, rreq, U));
     DDP_TRY_OUT(ddp__coll_wait_array(c, sreq, U));
-#undef RB
-#undef ULEN
 out:
     free(sreq);
-    free(rreq);
+    if (!pre)
+        free(rreq);
     return rc;
 }
+#undef RB
+#undef ULEN

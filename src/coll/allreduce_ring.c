@@ -10,8 +10,27 @@
  * Cost: 2(n-1) * alpha + 2(n-1)/n * B * beta + (n-1)/n * B * gamma.  Each
  * rank sends 2(n-1)/n * B bytes: the bandwidth optimum, hence nccl-tests'
  * bus bandwidth 2(n-1)/n * B / t. */
+#include <stdlib.h>
+
 #include "base/error.h"
 #include "coll/coll.h"
+
+typedef struct early_ag {
+    ddp__coll_ctx *c;
+    void *buf;
+    const ddp__blocks *bl;
+    size_t es;
+    ddp__req *rreq;
+} early_ag;
+
+/* Reduce-scatter unit u was sent from the block that all-gather unit u
+ * overwrites: from now on its receive can wait in place, so the peer's
+ * all-gather data never finds the socket unread. */
+static int post_early(void *arg, size_t u)
+{
+    early_ag *e = arg;
+    return ddp__ring_all_gather_post(e->c, e->buf, e->bl, e->es, 1, e->rreq, u);
+}
 
 int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                         ddp_reduce_op op)
@@ -20,13 +39,20 @@ int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
     DDP_TRY(ddp__blocks_split(&bl, count, c->size));
     size_t es = ddp_dtype_size(dt);
     uint8_t *own = (uint8_t *)buf + bl.off[c->rank] * es;
+    size_t U = ddp__ring_units(c, &bl, es) * (size_t)(c->size - 1);
+    ddp__req *ag = calloc(U ? U : 1, sizeof *ag);
+    int rc = 0;
+    DDP_FAIL_OUT(!ag, DDP_ERR_NOMEM, "out of memory");
+    early_ag e = {c, buf, &bl, es, ag};
+    ddp__ring_hook hook = {post_early, &e};
     /* Phase 1: reduce-scatter, partial results in place. */
-    int rc = ddp__ring_reduce_scatter(c, buf, buf, own, &bl, dt, op, 0);
-    if (rc == 0 && op == DDP_AVG)
+    DDP_TRY_OUT(ddp__ring_reduce_scatter(c, buf, buf, own, &bl, dt, op, 0, &hook));
+    if (op == DDP_AVG)
         ddp__reduce_divide(own, bl.len[c->rank], dt, c->size);
     /* Phase 2: all-gather of the final blocks. */
-    if (rc == 0)
-        rc = ddp__ring_all_gather(c, buf, &bl, es, 1);
+    DDP_TRY_OUT(ddp__ring_all_gather(c, buf, &bl, es, 1, ag));
+out:
+    free(ag);
     ddp__blocks_free(&bl);
     return rc;
 }

@@ -222,7 +222,7 @@ static int reduce_scatter(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
     }
     ddp__blocks bl;
     DDP_TRY(ddp__blocks_equal(&bl, a->count, c->size));
-    int rc = ddp__ring_reduce_scatter(c, a->send, NULL, a->recv, &bl, a->dtype, a->op, 0);
+    int rc = ddp__ring_reduce_scatter(c, a->send, NULL, a->recv, &bl, a->dtype, a->op, 0, NULL);
     ddp__blocks_free(&bl);
     if (rc == 0 && a->op == DDP_AVG)
         ddp__reduce_divide(a->recv, a->count, a->dtype, c->size);
@@ -238,7 +238,7 @@ static int all_gather(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
         return 0;
     ddp__blocks bl;
     DDP_TRY(ddp__blocks_equal(&bl, a->count, c->size));
-    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0);
+    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0, NULL);
     ddp__blocks_free(&bl);
     return rc;
 }

@@ -117,12 +117,26 @@ int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
  * in ring order b+1, b+2, ..., b (mod size); rank r's block lands in out.
  * acc: same layout as in, receives the partial results (in place for
  * all-reduce), or NULL to keep partials in scratch. */
+/* sent (may be NULL) is called, in unit order, once the send of each unit
+ * u = step * units_per_step + k has completed: the all-reduce uses it to
+ * post the all-gather's receive of the same unit into that place early. */
+typedef struct ddp__ring_hook {
+    int (*sent)(void *arg, size_t unit);
+    void *arg;
+} ddp__ring_hook;
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
                              const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
-                             unsigned phase);
-/* Ring all-gather in place: buf holds block r (blocks bl); fills the rest. */
+                             unsigned phase, const ddp__ring_hook *hook);
+/* Ring all-gather in place: buf holds block r (blocks bl); fills the rest.
+ * rreq (may be NULL): (n-1) * units receive requests, some already posted
+ * with ddp__ring_all_gather_post; the rest are posted here. */
 int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t esize,
-                         unsigned phase);
+                         unsigned phase, ddp__req *rreq);
+/* Units per step of a ring over blocks bl (both ring engines agree). */
+size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t esize);
+/* Posts the all-gather's receive of unit u into buf (no-op if empty). */
+int ddp__ring_all_gather_post(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t esize,
+                              unsigned phase, ddp__req *rreq, size_t u);
 int ddp__broadcast_tree(ddp__coll_ctx *c, void *buf, size_t bytes, int root);
 int ddp__reduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                        ddp_reduce_op op, int root);

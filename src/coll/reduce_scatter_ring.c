@@ -25,7 +25,7 @@
 
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
                              const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
-                             unsigned phase)
+                             unsigned phase, const ddp__ring_hook *hook)
 {
     const int n = c->size, r = c->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
     const size_t es = ddp_dtype_size(dt);
@@ -72,9 +72,14 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
     }
     /* Phase 2: reduce each unit as it arrives, pass it on, and post the
      * receive of the same unit of the next step into the freed place. */
+    size_t reported = 0; /* units whose completed send the hook has seen */
     for (size_t u = 0; u < U; u++) {
         size_t s = u / K, k = u % K, b = RB(s), len = ULEN(b, k);
         int last = s == steps - 1;
+        /* Sends of units below K + u are posted; report the completed ones. */
+        while (hook && reported < U && reported < K + u &&
+               (!sreq[reported].kind || sreq[reported].status == 1))
+            DDP_TRY_OUT(hook->sent(hook->arg, reported++));
         if (len) {
             DDP_TRY_OUT(ddp__coll_wait1(c, &rreq[u]));
             size_t at = (bl->off[b] + k * S) * es;
@@ -96,6 +101,8 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
         }
     }
     DDP_TRY_OUT(ddp__coll_wait_array(c, sreq, U));
+    while (hook && reported < U)
+        DDP_TRY_OUT(hook->sent(hook->arg, reported++));
 #undef RB
 #undef SB
 #undef ULEN

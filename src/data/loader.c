@@ -7,8 +7,17 @@
  * contents of a batch depend only on the sampler's order: the same batches
  * for any num_workers.  A worker may claim batch k only once batch
  * k - n_slots has been handed back (the consumer gives back its batch on the
- * next call), so at most n_slots batches exist and every buffer is allocated
- * once, at creation.
+ * next call) and its slot is free, so at most n_slots batches exist and
+ * every buffer is allocated once, at creation.
+ *
+ * The consumer never waits for a worker: if the batch it needs is not ready
+ * it builds it itself, claiming it if no worker has, or taking it over from
+ * the worker building it (whose copy is then dropped) into a spare slot of
+ * its own, after building one later batch in the meantime, which usually
+ * gives the worker the time to finish.  A worker that the scheduler has
+ * preempted, or that is slow, thus never delays training: a call of
+ * ddp_loader_next builds at most two batches, and on average no more than
+ * num_workers = 0 builds.
  *
  * Epochs are generations: epoch_begin (and destroy) bump the generation and
  * wait for the batches being built to finish; a worker that finishes a batch
@@ -16,6 +25,7 @@
  * time with no lock held, so that wait is bounded by one batch's work. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +44,8 @@ typedef struct slot {
     int64_t *y64;       /* (batch_size) */
     int32_t *y32;       /* (batch_size), only for DDP_LABEL_INT32 */
     int state;
-    size_t batch;       /* which batch of the epoch it holds when READY */
+    int stolen;         /* the consumer took this batch over: drop the worker's copy */
+    size_t batch;       /* which batch of the epoch it holds (BUSY or READY) */
     size_t size;        /* samples in it */
     int rc;             /* the worker's result, and its message */
     char err[ERR_BYTES];
@@ -49,12 +60,12 @@ struct ddp_loader {
     size_t n_idx;               /* indices per epoch */
     size_t *order;              /* (n_idx) the epoch's order */
     size_t n_batches;
-    slot *slots;
+    slot *slots;                /* (n_slots) the ring */
     size_t n_slots;
+    slot *spare;                /* the consumer's own slot (workers only) */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;     /* workers: a batch may be claimed, or stop */
-    pthread_cond_t ready_cv;    /* consumer: a slot became READY */
     pthread_cond_t idle_cv;     /* epoch_begin/destroy: busy dropped to 0 */
     int sync_ready;             /* mu and the condition variables exist */
     pthread_t *threads;
@@ -66,8 +77,8 @@ struct ddp_loader {
     size_t next_claim;          /* next batch a worker may take */
     size_t next_out;            /* next batch to deliver */
     size_t released;            /* batches the consumer has handed back */
-    int holding;                /* the consumer holds batch next_out - 1 */
-    int busy;                   /* batches being built */
+    slot *held;                 /* the slot of batch next_out - 1, or NULL */
+    int busy;                   /* batches being built by workers */
     int sleeping;               /* workers waiting on work_cv */
     size_t wake_at;             /* half the ring: a worker naps until that many are free */
     double period;              /* seconds between ddp_loader_next calls (moving average) */
@@ -126,41 +137,12 @@ static void deadline_in(struct timespec *ts, double seconds)
 static int claimable(const ddp_loader *dl)
 {
     return dl->active && !dl->failed && dl->next_claim < dl->n_batches &&
-           dl->next_claim < dl->released + dl->n_slots;
+           dl->next_claim < dl->released + dl->n_slots &&
+           dl->slots[dl->next_claim % dl->n_slots].state == SLOT_FREE;
 }
 
-/* Claims the next batch and builds it (mu held on entry and on return,
- * released while building).  Workers call it, and so does the consumer
- * while the batch it waits for is not ready. */
-static void claim_and_build(ddp_loader *dl)
-{
-    size_t k = dl->next_claim++;
-    slot *s = &dl->slots[k % dl->n_slots];
-    uint64_t gen = dl->gen;
-    s->state = SLOT_BUSY;
-    dl->busy++;
-    pthread_mutex_unlock(&dl->mu);
-
-    int rc = build(dl, k, s);
-
-    pthread_mutex_lock(&dl->mu);
-    dl->busy--;
-    if (gen == dl->gen && !dl->stop) {
-        s->rc = rc;
-        if (rc < 0)
-            snprintf(s->err, sizeof s->err, "%s", ddp_last_error());
-        s->batch = k;
-        s->state = SLOT_READY;
-        pthread_cond_signal(&dl->ready_cv);
-    } else {
-        s->state = SLOT_FREE; /* an abandoned epoch's batch */
-    }
-    if (dl->busy == 0)
-        pthread_cond_broadcast(&dl->idle_cv);
-}
-
-/* The epoch has batches left but every slot is taken: the consumer is the
- * bottleneck. */
+/* The epoch has batches left but no slot to build them in: the consumer is
+ * the bottleneck. */
 static int ring_full(const ddp_loader *dl)
 {
     return dl->active && !dl->failed && dl->next_claim < dl->n_batches &&
@@ -179,9 +161,48 @@ static double nap_seconds(const ddp_loader *dl)
     return t < 100e-6 ? 100e-6 : t > 20e-3 ? 20e-3 : t;
 }
 
+/* Claims the next batch and builds it into its slot (mu held on entry and
+ * on return, released while building).  Workers call it, and so does the
+ * consumer while a worker builds the batch it needs. */
+static void claim_and_build(ddp_loader *dl)
+{
+    size_t k = dl->next_claim++;
+    slot *s = &dl->slots[k % dl->n_slots];
+    uint64_t gen = dl->gen;
+    s->state = SLOT_BUSY;
+    s->batch = k;
+    s->stolen = 0;
+    dl->busy++;
+    pthread_mutex_unlock(&dl->mu);
+
+    int rc = build(dl, k, s);
+
+    pthread_mutex_lock(&dl->mu);
+    dl->busy--;
+    if (gen == dl->gen && !dl->stop && !s->stolen) {
+        s->rc = rc;
+        if (rc < 0)
+            snprintf(s->err, sizeof s->err, "%s", ddp_last_error());
+        s->state = SLOT_READY;
+    } else {
+        s->state = SLOT_FREE; /* an abandoned epoch's batch, or taken over */
+        s->stolen = 0;
+    }
+    if (dl->busy == 0)
+        pthread_cond_broadcast(&dl->idle_cv);
+}
+
 static void *worker_main(void *arg)
 {
     ddp_loader *dl = arg;
+    /* Background work: SCHED_BATCH keeps a worker's wake-ups from preempting
+     * the training thread when other processes load every core (the
+     * consumer builds what a worker has not; see ddp_loader_next).  Best
+     * effort: a refusal changes nothing else. */
+#ifdef SCHED_BATCH
+    struct sched_param sp = {.sched_priority = 0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
     pthread_mutex_lock(&dl->mu);
     for (;;) {
         while (!dl->stop && !claimable(dl)) {
@@ -219,10 +240,12 @@ static int quiesce(ddp_loader *dl)
                              "after %g s (a dataset get that does not return?)",
                              dl->busy, dl->o.timeout_s);
     }
-    for (size_t i = 0; i < dl->n_slots; i++)
+    for (size_t i = 0; i < dl->n_slots; i++) {
         dl->slots[i].state = SLOT_FREE;
+        dl->slots[i].stolen = 0;
+    }
     dl->next_claim = dl->next_out = dl->released = 0;
-    dl->holding = 0;
+    dl->held = NULL;
     dl->failed = 0;
     dl->last_call = 0; /* the pause between epochs is not the consumer's pace */
     return 0;
@@ -230,14 +253,11 @@ static int quiesce(ddp_loader *dl)
 
 /* ------------------------------------------------------------------ life cycle */
 
-static void free_slots(ddp_loader *dl)
+static void free_slot(slot *s)
 {
-    for (size_t i = 0; dl->slots && i < dl->n_slots; i++) {
-        ddp__free_aligned(dl->slots[i].x);
-        ddp__free_aligned(dl->slots[i].y64);
-        ddp__free_aligned(dl->slots[i].y32);
-    }
-    free(dl->slots);
+    ddp__free_aligned(s->x);
+    ddp__free_aligned(s->y64);
+    ddp__free_aligned(s->y32);
 }
 
 void ddp_loader_destroy(ddp_loader *dl)
@@ -254,12 +274,16 @@ void ddp_loader_destroy(ddp_loader *dl)
         for (int i = 0; i < dl->n_threads; i++)
             pthread_join(dl->threads[i], NULL);
         pthread_cond_destroy(&dl->work_cv);
-        pthread_cond_destroy(&dl->ready_cv);
         pthread_cond_destroy(&dl->idle_cv);
         pthread_mutex_destroy(&dl->mu);
     }
     free(dl->threads);
-    free_slots(dl);
+    for (size_t i = 0; dl->slots && i < dl->n_slots; i++)
+        free_slot(&dl->slots[i]);
+    free(dl->slots);
+    if (dl->spare)
+        free_slot(dl->spare);
+    free(dl->spare);
     free(dl->order);
     ddp_sampler_destroy(dl->own_sampler);
     free(dl);
@@ -271,9 +295,15 @@ static int init_sync(ddp_loader *dl)
     DDP_FAIL_IF(pthread_condattr_init(&ca) != 0, DDP_ERR_SYSTEM, "loader: condattr_init");
     /* Timed waits on the monotonic clock: immune to wall-clock jumps. */
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int ok = pthread_mutex_init(&dl->mu, NULL) == 0;
+    /* Adaptive: a thread that finds the lock taken spins briefly before
+     * sleeping, so that releasing it rarely has to wake a sleeper (a wake-up
+     * costs the waker ~40 us here, the critical sections ~100 ns). */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    int ok = pthread_mutex_init(&dl->mu, &ma) == 0;
+    pthread_mutexattr_destroy(&ma);
     ok = ok && pthread_cond_init(&dl->work_cv, &ca) == 0;
-    ok = ok && pthread_cond_init(&dl->ready_cv, &ca) == 0;
     ok = ok && pthread_cond_init(&dl->idle_cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
     /* glibc's init of these cannot fail; treat a failure as fatal for us. */
@@ -282,22 +312,26 @@ static int init_sync(ddp_loader *dl)
     return 0;
 }
 
+/* Ring slots plus, with workers, the consumer's spare. */
 static int alloc_slots(ddp_loader *dl)
 {
     size_t B = dl->o.batch_size;
     DDP_FAIL_IF(dl->numel > SIZE_MAX / sizeof(float) / B, DDP_ERR_INVALID_ARG,
                 "loader: batch_size %zu x %zu features overflows", B, dl->numel);
+    size_t total = dl->n_slots + (dl->o.num_workers > 0);
     dl->slots = calloc(dl->n_slots, sizeof *dl->slots);
-    DDP_FAIL_IF(!dl->slots, DDP_ERR_NOMEM, "loader: out of memory");
-    for (size_t i = 0; i < dl->n_slots; i++) {
-        slot *s = &dl->slots[i];
+    dl->spare = dl->o.num_workers > 0 ? calloc(1, sizeof *dl->spare) : NULL;
+    DDP_FAIL_IF(!dl->slots || (dl->o.num_workers > 0 && !dl->spare), DDP_ERR_NOMEM,
+                "loader: out of memory");
+    for (size_t i = 0; i < total; i++) {
+        slot *s = i < dl->n_slots ? &dl->slots[i] : dl->spare;
         s->x = ddp__alloc_aligned(B * dl->numel * sizeof(float));
         s->y64 = ddp__alloc_aligned(B * sizeof(int64_t));
         if (dl->o.label_type == DDP_LABEL_INT32)
             s->y32 = ddp__alloc_aligned(B * sizeof(int32_t));
         DDP_FAIL_IF(!s->x || !s->y64 || (dl->o.label_type == DDP_LABEL_INT32 && !s->y32),
                     DDP_ERR_NOMEM, "loader: out of memory for %zu batch buffers of %zu "
-                    "x %zu floats", dl->n_slots, B, dl->numel);
+                    "x %zu floats", total, B, dl->numel);
     }
     return 0;
 }
@@ -390,18 +424,27 @@ int ddp_loader_epoch_begin(ddp_loader *dl, uint64_t epoch)
     return 0;
 }
 
-/* num_workers = 0: build batch next_out in the one slot, here. */
-static int next_inline(ddp_loader *dl, ddp_batch *batch)
+/* Batch k is not ready: build it here (mu held on entry and return).  It
+ * goes into its ring slot when no worker has claimed it and the slot is
+ * free, else into the spare; a worker building it has its copy dropped. */
+static int build_here(ddp_loader *dl, size_t k, slot **out)
 {
-    size_t k = dl->next_out;
-    int rc = build(dl, k, &dl->slots[0]);
-    if (rc < 0) {
-        dl->failed = rc;
-        return ddp__error_context(rc, "loader: batch %zu", k);
+    slot *s = &dl->slots[k % dl->n_slots], *dst = dl->spare;
+    if (dl->next_claim == k) { /* unclaimed: claim it */
+        dl->next_claim++;
+        if (s->state == SLOT_FREE) {
+            dst = s;
+            s->state = SLOT_BUSY;
+            s->batch = k;
+        }
+    } else { /* a worker is on it (BUSY): take it over */
+        s->stolen = 1;
     }
-    dl->next_out++;
-    fill_batch(dl, &dl->slots[0], k, batch);
-    return 1;
+    pthread_mutex_unlock(&dl->mu);
+    int rc = build(dl, k, dst);
+    pthread_mutex_lock(&dl->mu);
+    *out = dst;
+    return rc;
 }
 
 int ddp_loader_next(ddp_loader *dl, ddp_batch *batch)
@@ -412,9 +455,10 @@ int ddp_loader_next(ddp_loader *dl, ddp_batch *batch)
     DDP_FAIL_OUT(!dl->active, DDP_ERR_STATE, "ddp_loader_next: call ddp_loader_epoch_begin "
                  "first");
     DDP_FAIL_OUT(dl->failed, dl->failed, "loader: this epoch already failed; start another");
-    if (dl->holding) { /* hand back the previous batch */
-        dl->slots[(dl->next_out - 1) % dl->n_slots].state = SLOT_FREE;
-        dl->holding = 0;
+    if (dl->held) { /* hand back the previous batch */
+        if (dl->held != dl->spare)
+            dl->held->state = SLOT_FREE;
+        dl->held = NULL;
         dl->released++;
         /* Workers nap on a timer (nap_seconds); wake one only when the
          * queue runs low. */
@@ -423,39 +467,31 @@ int ddp_loader_next(ddp_loader *dl, ddp_batch *batch)
     }
     if (dl->next_out >= dl->n_batches)
         goto out; /* rc 0: end of the epoch */
-    if (dl->n_threads == 0) {
-        pthread_mutex_unlock(&dl->mu);
-        return next_inline(dl, batch);
-    }
-    size_t k = dl->next_out;
-    slot *s = &dl->slots[k % dl->n_slots];
     double now = ddp_time_now();
     if (dl->last_call > 0)
         dl->period = dl->period > 0 ? 0.875 * dl->period + 0.125 * (now - dl->last_call)
                                     : now - dl->last_call;
     dl->last_call = now;
-    struct timespec deadline;
-    deadline_in(&deadline, dl->o.timeout_s);
-    while (!(s->state == SLOT_READY && s->batch == k)) {
-        if (claimable(dl)) {
-            /* Rather than sit idle, build the next unclaimed batch here: so
-             * workers never make the loader slower than num_workers = 0. */
-            claim_and_build(dl);
-            deadline_in(&deadline, dl->o.timeout_s); /* the wait starts now */
-            continue;
+
+    size_t k = dl->next_out;
+    slot *s = &dl->slots[k % dl->n_slots];
+    if (s->state == SLOT_BUSY && claimable(dl))
+        claim_and_build(dl); /* a worker is on batch k: build a later one meanwhile */
+    if (s->state == SLOT_READY && s->batch == k) {
+        if (s->rc < 0) {
+            dl->failed = s->rc;
+            rc = DDP_ERROR(s->rc, "loader: batch %zu: %s", k, s->err);
+            goto out;
         }
-        int e = pthread_cond_timedwait(&dl->ready_cv, &dl->mu, &deadline);
-        DDP_FAIL_OUT(e == ETIMEDOUT && !(s->state == SLOT_READY && s->batch == k),
-                     DDP_ERR_TIMEOUT, "loader: batch %zu of %zu not ready after %g s "
-                     "(%d worker(s) building)", k, dl->n_batches, dl->o.timeout_s, dl->busy);
-    }
-    if (s->rc < 0) {
-        dl->failed = s->rc;
-        rc = DDP_ERROR(s->rc, "loader: batch %zu: %s", k, s->err);
+    } else if ((rc = build_here(dl, k, &s)) < 0) {
+        dl->failed = rc;
+        if (s != dl->spare)
+            s->state = SLOT_FREE;
+        rc = ddp__error_context(rc, "loader: batch %zu", k);
         goto out;
     }
     dl->next_out++;
-    dl->holding = 1;
+    dl->held = s;
     fill_batch(dl, s, k, batch);
     rc = 1;
 out:

@@ -22,6 +22,9 @@ enum ddp__op {
     DDP_OP_LOG_SOFTMAX,
     DDP_OP_NLL,
     DDP_OP_CROSS_ENTROPY,
+    DDP_OP_SIGMOID,
+    DDP_OP_TANH,
+    DDP_OP_MSE,
 };
 
 #define DDP_VAR_MAX_IN 3

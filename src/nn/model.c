@@ -1,6 +1,7 @@
 /* Models: modules and free parameters in registration order, sealed into one
  * flat parameter block and one flat gradient block (STYLE.md rule 8), the
  * grad-ready hook, zero_grad, train/eval, gradient re-pointing for DDP. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "nn/module.h"
+#include "tensor/kernels.h"
 
 typedef struct entry {
     char name[DDP_PARAM_NAME_MAX];
@@ -321,6 +323,36 @@ void ddp_model_zero_grad(ddp_model_t *m)
     size_t n = ddp_model_num_params(m);
     for (size_t i = 0; i < n; i++)
         memset(m->params[i]->grad, 0, m->params[i]->numel * sizeof(float));
+}
+
+int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double norm_type,
+                             double *total_norm)
+{
+    DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "clip_grad_norm: model is NULL");
+    DDP_FAIL_IF(!(norm_type > 0), DDP_ERR_INVALID_ARG,
+                "clip_grad_norm: norm_type %g must be > 0 (or INFINITY)", norm_type);
+    DDP_FAIL_IF(!(max_norm >= 0), DDP_ERR_INVALID_ARG,
+                "clip_grad_norm: max_norm %g must be >= 0", max_norm);
+    size_t n = ddp_model_num_params(m);
+    double acc = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const float *g = m->params[i]->grad;
+        for (size_t j = 0; j < m->params[i]->numel; j++) {
+            double a = fabs((double)g[j]);
+            if (isinf(norm_type))
+                acc = a > acc ? a : acc;
+            else
+                acc += norm_type == 2.0 ? a * a : pow(a, norm_type);
+        }
+    }
+    double norm = isinf(norm_type) ? acc : norm_type == 2.0 ? sqrt(acc) : pow(acc, 1 / norm_type);
+    if (total_norm)
+        *total_norm = norm;
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) /* torch multiplies by min(coef, 1): a no-op above 1 */
+        for (size_t i = 0; i < n; i++)
+            ddp__vec_scale_inplace(m->params[i]->grad, (float)coef, m->params[i]->numel);
+    return 0;
 }
 
 void ddp_model_set_grad_ready_hook(ddp_model_t *m, ddp_grad_ready_fn fn, void *user)

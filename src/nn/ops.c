@@ -192,6 +192,35 @@ int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
     return 0;
 }
 
+static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
+    DDP_TRY(check_var(tape, a, name, "input"));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, op, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    const float *x = a->t.data;
+    float *o = v->t.data;
+    size_t n = (size_t)a->t.numel;
+    if (op == DDP_OP_SIGMOID)
+        for (size_t i = 0; i < n; i++)
+            o[i] = 1.0f / (1.0f + expf(-x[i]));
+    else
+        for (size_t i = 0; i < n; i++)
+            o[i] = tanhf(x[i]);
+    *y = v;
+    return 0;
+}
+
+int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return unary_op(tape, a, DDP_OP_SIGMOID, "sigmoid", y);
+}
+
+int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return unary_op(tape, a, DDP_OP_TANH, "tanh", y);
+}
+
 int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64_t seed,
                    ddp_var_t **y)
 {
@@ -305,6 +334,27 @@ int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, dd
     for (int64_t r = 0; r < rows; r++)
         s -= logp->t.data[r * c + labels[r]];
     v->t.data[0] = (float)(s / (double)rows);
+    *y = v;
+    return 0;
+}
+
+int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target, ddp_var_t **y)
+{
+    SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mse_loss: NULL tape or output");
+    DDP_TRY(check_var(tape, input, "mse_loss", "input"));
+    DDP_TRY(check_var(tape, target, "mse_loss", "target"));
+    DDP_FAIL_IF(!ddp_tensor_same_shape(&input->t, &target->t), DDP_ERR_INVALID_ARG,
+                "mse_loss: input of shape %s and target of shape %s differ", SHAPE(input, 0),
+                SHAPE(target, 1));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_MSE, 0, NULL, 1, input, target, NULL, &v));
+    double s = 0.0;
+    for (int64_t i = 0; i < input->t.numel; i++) {
+        double d = (double)input->t.data[i] - target->t.data[i];
+        s += d * d;
+    }
+    v->t.data[0] = (float)(s / (double)input->t.numel);
     *y = v;
     return 0;
 }
@@ -448,6 +498,21 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
     size_t n = (size_t)a->t.numel;
     const float *dy = v->grad;
     int acc;
+    if (v->op == DDP_OP_MSE) { /* d/da = 2 (a - b) / n, d/db = -d/da */
+        float k = 2.0f * dy[0] / (float)n;
+        for (int side = 0; side < 2; side++) {
+            ddp_var_t *t = side ? b : a;
+            if (!t->requires_grad)
+                continue;
+            TARGET(dt, t);
+            float ks = side ? -k : k;
+            for (size_t i = 0; i < n; i++) {
+                float g = ks * (a->t.data[i] - b->t.data[i]);
+                dt[i] = acc ? dt[i] + g : g;
+            }
+        }
+        return 0;
+    }
     if (v->op == DDP_OP_ADD || v->op == DDP_OP_ADD_ROWS || v->op == DDP_OP_MUL) {
         if (a->requires_grad) {
             TARGET(da, a);
@@ -486,6 +551,14 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
         return 0;
     case DDP_OP_RESHAPE:
         ddp__vec_acc_to(da, dy, n, acc);
+        return 0;
+    case DDP_OP_SIGMOID: /* dy * y (1 - y) */
+    case DDP_OP_TANH:    /* dy * (1 - y^2) */
+        for (size_t i = 0; i < n; i++) {
+            float yi = v->t.data[i];
+            float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
+            da[i] = acc ? da[i] + g : g;
+        }
         return 0;
     default:
         return DDP_ERROR(DDP_ERR_STATE, "backward: unknown op %d on the tape", v->op);

@@ -211,11 +211,14 @@ int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v)
     return 0;
 }
 
-/* Is p's leaf on this tape and on a path to the loss? */
-static int param_used(const ddp_tape_t *tape, const ddp_param *p)
+/* One more reachable use of p in backward pass `pass` (the first resets). */
+static void count_use(ddp_param *p, uint64_t pass, int uses)
 {
-    return p->priv.tape == tape && p->priv.tape_gen == tape->gen && p->priv.var &&
-           p->priv.var->reachable;
+    if (p->priv.used_pass != pass) {
+        p->priv.used_pass = pass;
+        p->priv.pending = 0;
+    }
+    p->priv.pending += uses;
 }
 
 int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
@@ -245,7 +248,12 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         v->grad_written = 0;
         v->pending = 0;
     }
+    /* Parameters count their reachable uses themselves (over all their leaf
+     * vars, should a tape hold two), stamped with this pass's id. */
+    uint64_t pass = atomic_fetch_add(&next_gen, 1);
     loss->reachable = 1;
+    if (loss->param)
+        count_use(loss->param, pass, 0);
     for (size_t i = loss->index + 1; i-- > 0;) {
         ddp_var_t *v = tape->vars[i];
         if (!v->reachable)
@@ -255,6 +263,8 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             if (in->requires_grad) {
                 in->reachable = 1;
                 in->pending++;
+                if (in->param)
+                    count_use(in->param, pass, 1);
             }
         }
     }
@@ -263,7 +273,7 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
     size_t np = model ? ddp_model_num_params(model) : 0;
     for (size_t i = 0; hook && i < np; i++) {
         ddp_param *p = ddp_model_param(model, i);
-        if (!param_used(tape, p))
+        if (p->priv.used_pass != pass)
             DDP_TRY(hook(p, 0, user));
     }
 
@@ -284,10 +294,12 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             DDP_TRY(ddp__op_backward(tape, v));
         for (int j = v->nin - 1; j >= 0; j--) { /* reverse argument order */
             ddp_var_t *in = v->in[j];
-            if (!in->requires_grad || --in->pending != 0)
+            if (!in->requires_grad)
                 continue;
-            if (in->param && hook && in->param->priv.model == model)
-                DDP_TRY(hook(in->param, 1, user));
+            in->pending--;
+            ddp_param *p = in->param;
+            if (p && --p->priv.pending == 0 && hook && p->priv.model == model)
+                DDP_TRY(hook(p, 1, user));
         }
     }
     return 0;

@@ -360,6 +360,8 @@ static void maybe_compact(file_store *fs)
     if (rc == 0 && rename(tmp, fs->path) < 0)
         rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: rename %s", fs->base.desc, tmp);
     if (rc < 0) {
+        /* Try again only when the log has doubled: no warning per append. */
+        fs->compact_bytes = 2 * fs->offset;
         DDP_WARN("%s: compaction skipped: %s", fs->base.desc, ddp_last_error());
         if (fs->fd >= 0) {
             close(fs->fd);
@@ -439,14 +441,14 @@ static int lock_fresh(file_store *fs, int op, double timeout_s)
     return DDP_ERROR(DDP_ERR_IO, "%s: the file keeps being replaced under us", fs->base.desc);
 }
 
-/* Runs the body with the handle mutex and the file lock held and the cache
- * fresh; `rc` carries the result. */
-#define LOCKED(fs, op, body)                                               \
+/* Runs the body (which may hold commas) with the handle mutex and the file
+ * lock held and the cache fresh; `rc` carries the result. */
+#define LOCKED(fs, op, ...)                                                \
     do {                                                                   \
         pthread_mutex_lock(&(fs)->mu);                                     \
         rc = lock_fresh((fs), (op), (fs)->base.timeout_s);                 \
         if (rc == 0) {                                                     \
-            body;                                                          \
+            __VA_ARGS__;                                                   \
             unlock_file(fs);                                               \
         }                                                                  \
         pthread_mutex_unlock(&(fs)->mu);                                   \
@@ -500,20 +502,13 @@ static int fs_add(ddp_store_t *s, const char *key, int64_t delta, int64_t *resul
     file_store *fs = (file_store *)s;
     int rc;
     LOCKED(fs, LOCK_EX, {
-        int64_t v = 0;
-        ddp__kv_entry *e = ddp__kv_find(&fs->cache, key, strlen(key));
-        if (e && ddp__kv_parse_int(e->value, e->vlen, &v) < 0) {
-            rc = DDP_ERROR(DDP_ERR_FORMAT, "%s: add to key '%s': its value '%.40s' is not an integer",
-                           fs->base.desc, key, (const char *)e->value);
-        } else if (__builtin_add_overflow(v, delta, &v)) {
-            rc = DDP_ERROR(DDP_ERR_INVALID_ARG, "%s: add to key '%s' overflows int64",
-                           fs->base.desc, key);
-        } else {
-            char num[32];
-            size_t n = ddp__store_format_int(num, v);
+        size_t klen = strlen(key), n = 0;
+        char num[32];
+        rc = ddp__kv_add(ddp__kv_find(&fs->cache, key, klen), key, klen, delta, result, num, &n);
+        if (rc == 0)
             rc = append(fs, REC_SET, key, num, n);
-            *result = v;
-        }
+        else
+            ddp__error_context(rc, "%s", fs->base.desc);
     });
     return rc;
 }
@@ -526,7 +521,7 @@ static int fs_compare_set(ddp_store_t *s, const char *key, const void *expected,
     LOCKED(fs, LOCK_EX, {
         size_t klen = strlen(key);
         ddp__kv_entry *e = ddp__kv_find(&fs->cache, key, klen);
-        if ((!e && elen == 0) || (e && e->vlen == elen && memcmp(e->value, expected, elen) == 0))
+        if (ddp__kv_cas_matches(e, expected, elen))
             rc = append(fs, REC_SET, key, desired, dlen);
         e = ddp__kv_find(&fs->cache, key, klen);
         if (rc == 0 && e) {

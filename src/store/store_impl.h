@@ -36,7 +36,8 @@ typedef struct ddp__store_ops {
 struct ddp_store {
     const ddp__store_ops *ops;
     double timeout_s;
-    int pid; /* the process that created the handle; a fork's child may not use it */
+    int pid;               /* the process that created the handle (for messages) */
+    unsigned fork_epoch;   /* forks seen when it was made: a fork's child may not use it */
     char desc[160]; /* "file store /tmp/x", "tcp store 10.0.0.1:29500": for messages */
 };
 
@@ -65,8 +66,5 @@ int ddp__store_timeout_error(const ddp_store_t *s, const char *const *keys, size
  * listen_host instead of host (NULL: host); clients still use host. */
 int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
                         int world_size, double timeout_s, ddp_store_t **out);
-
-/* Formats an integer value as add stores it (decimal ASCII); returns length. */
-size_t ddp__store_format_int(char buf[32], int64_t v);
 
 #endif

@@ -374,20 +374,16 @@ static void handle(ddp__ts_server *s, conn *c, const ddp__ts_header *h, const ui
         key = get_key(&r, &klen);
         if (r.err || r.pos != r.len)
             break;
-        ent = ddp__kv_find(&s->kv, key, klen);
-        if (ent && ddp__kv_parse_int(ent->value, ent->vlen, &cur) < 0) {
-            answer_error(s, c, h->opcode, DDP_ERR_FORMAT,
-                         "add to key '%.*s': its value '%.40s' is not an integer", (int)klen, key,
-                         (const char *)ent->value);
-            return;
-        }
-        if (__builtin_add_overflow(cur, delta, &cur)) {
-            answer_error(s, c, h->opcode, DDP_ERR_INVALID_ARG,
-                         "add to key '%.*s' overflows int64", (int)klen, key);
-            return;
-        }
         char num[32];
-        if (ddp__kv_set(&s->kv, key, klen, num, ddp__store_format_int(num, cur)) < 0) {
+        size_t nlen = 0;
+        int rc = ddp__kv_add(ddp__kv_find(&s->kv, key, klen), key, klen, delta, &cur, num, &nlen);
+        if (rc < 0) {
+            /* The client adds its own location: send the message without ours. */
+            const char *msg = strstr(ddp_last_error(), ": ");
+            answer_error(s, c, h->opcode, rc, "%s", msg ? msg + 2 : ddp_last_error());
+            return;
+        }
+        if (ddp__kv_set(&s->kv, key, klen, num, nlen) < 0) {
             answer_error(s, c, h->opcode, DDP_ERR_NOMEM, "server out of memory");
             return;
         }
@@ -404,7 +400,7 @@ static void handle(ddp__ts_server *s, conn *c, const ddp__ts_header *h, const ui
         if (r.err || r.pos != r.len)
             break;
         ent = ddp__kv_find(&s->kv, key, klen);
-        int swap = (!ent && elen == 0) || (ent && ent->vlen == elen && memcmp(ent->value, e, elen) == 0);
+        int swap = ddp__kv_cas_matches(ent, e, elen);
         if (swap) {
             if (ddp__kv_set(&s->kv, key, klen, v, vlen) < 0) {
                 answer_error(s, c, h->opcode, DDP_ERR_NOMEM, "server out of memory");

@@ -49,6 +49,12 @@ DDP_KERNEL void ddp__vec_scale_to(float *restrict y, float alpha, const float *r
     }
 }
 
+DDP_KERNEL void ddp__vec_scale_inplace(float *restrict y, float alpha, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] *= alpha;
+}
+
 DDP_KERNEL void ddp__vec_add(float *restrict y, const float *restrict a, const float *restrict b,
                              size_t n)
 {

@@ -38,6 +38,8 @@ void ddp__vec_axpy(float *restrict y, float alpha, const float *restrict x, size
 /* y (=|+=) alpha * x */
 void ddp__vec_scale_to(float *restrict y, float alpha, const float *restrict x, size_t n,
                        int acc);
+/* y *= alpha (in place) */
+void ddp__vec_scale_inplace(float *restrict y, float alpha, size_t n);
 /* y = a + b */
 void ddp__vec_add(float *restrict y, const float *restrict a, const float *restrict b,
                   size_t n);

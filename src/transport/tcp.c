@@ -89,7 +89,9 @@ typedef struct tcp {
     int epfd;
     int ndead;
     int first_dead; /* the peer that failed first: the cause, usually */
-    double spin_s;
+    double spin_max; /* DDP_TCP_SPIN_US */
+    double spin_s;   /* current spin budget, adapted (see adapt_spin) */
+    unsigned spin_skips;
 } tcp;
 
 /* ------------------------------------------------------------------ */
@@ -484,6 +486,8 @@ static void rx_progress(tcp *t, peer *p)
         size_t need = p->rx_len - p->rx_off;
         if (need == 0) {
             body_done(t, p);
+            if (p->st_hi == p->st_lo)
+                return; /* epoll says when more comes: saves a recv that would fail */
             continue;
         }
         if (avail) {
@@ -678,10 +682,27 @@ static int timeout_error(tcp *t, ddp__req *const *reqs, int n, double waited)
     return DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s", waited);
 }
 
+/* The spin pays when the peer runs on another core and answers within
+ * microseconds; when it shares our core (or computes), every microsecond
+ * spun delays it.  So: a wait that ended while spinning restores the full
+ * budget; one that had to sleep anyway halves it, down to zero; at zero,
+ * every 64th wait probes with the full budget again. */
+static void adapt_spin(tcp *t, int polled_empty, int slept)
+{
+    if (slept) {
+        t->spin_s = t->spin_s < 1e-6 ? 0 : t->spin_s / 2;
+    } else if (polled_empty) {
+        t->spin_s = t->spin_max;
+    }
+    if (t->spin_s == 0 && ++t->spin_skips % 64 == 0)
+        t->spin_s = t->spin_max;
+}
+
 static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, int flags)
 {
     tcp *t = (tcp *)tp;
     double start = ddp_time_now();
+    int polled_empty = 0, slept = 0;
     struct epoll_event evs[64];
     for (;;) {
         int pending = 0;
@@ -695,8 +716,10 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
             }
             pending += reqs[i]->status == 0;
         }
-        if (!pending)
+        if (!pending) {
+            adapt_spin(t, polled_empty, slept);
             return 0;
+        }
         if ((flags & DDP__WAIT_ANY_PEER) && t->ndead)
             return fail_all(t, peer_error(failed_peer(t)));
         double now = ddp_time_now();
@@ -708,8 +731,10 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
         if (now - start >= t->spin_s) {
             double left = (deadline - now) * 1000.0 + 1.0;
             ms = left > 1e9 ? 1000000000 : (int)left;
+            slept = 1;
         }
         int nev = epoll_wait(t->epfd, evs, 64, ms);
+        polled_empty |= nev == 0 && ms == 0;
         if (nev < 0) {
             if (errno == EINTR)
                 continue;
@@ -914,7 +939,8 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     t->epfd = -1;
     t->first_dead = -1;
     const char *spin = getenv("DDP_TCP_SPIN_US");
-    t->spin_s = (spin && *spin ? atof(spin) : DEFAULT_SPIN_US) * 1e-6;
+    t->spin_max = (spin && *spin ? atof(spin) : DEFAULT_SPIN_US) * 1e-6;
+    t->spin_s = t->spin_max;
     t->peers = calloc((size_t)size, sizeof *t->peers);
     DDP_FAIL_OUT(!t->peers, DDP_ERR_NOMEM, "out of memory");
     for (int r = 0; r < size; r++) {

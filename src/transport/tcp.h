@@ -7,9 +7,10 @@
  * listening socket: no connection is accepted after setup.
  *
  * The progress engine runs on whichever thread calls wait (the process
- * group's executor): it spins for DDP_TCP_SPIN_US microseconds (default 20)
- * polling epoll without blocking, then sleeps in epoll_wait until a socket
- * is ready or the deadline passes. */
+ * group's executor): it polls epoll without blocking for at most
+ * DDP_TCP_SPIN_US microseconds (default 20, adapted to whether spinning
+ * pays), then sleeps in epoll_wait until a socket is ready or the deadline
+ * passes. */
 #ifndef DDP_TRANSPORT_TCP_H
 #define DDP_TRANSPORT_TCP_H
 

@@ -34,4 +34,6 @@ for cls, name, kw in configs:
         p.grad = torch.tensor(g, dtype=torch.float32)
         opt.step()
         rows.append(", ".join("%.9ef" % v for v in p.detach().tolist()))
-    print("    {\"%s\", {%s}}," % (name, ", ".join("{%s}" % r for r in rows)))
+    print("    {\"%s\"," % name)
+    for i, r in enumerate(rows):
+        print(("     {{%s}" if i == 0 else "      {%s}") % r + ("}}," if i == len(rows) - 1 else ","))
