@@ -18,6 +18,8 @@ FACTOR=${3:-4}
 ITERS=${4:-50}
 REPEAT=${5:-3}
 BUILD=${BUILD:-build}
+# TCP even on one host, where libddp would pick shared memory (collectives_shm.sh).
+export DDP_TRANSPORT=${DDP_TRANSPORT:-tcp}
 OUT=bench/out
 mkdir -p "$OUT"
 make -s -j2 "$BUILD/bin/ddp-bench-collectives" >/dev/null

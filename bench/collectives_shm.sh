@@ -21,9 +21,9 @@ step=${STEP:-4}
 bench="$build/bin/ddp-bench-collectives"
 [ -x "$bench" ] || { echo "build first (make)" >&2; exit 1; }
 tmp=$(mktemp -d)
-trap "cat $tmp/*.1; rm -rf $tmp" EXIT
+trap 'rm -rf "$tmp"' EXIT
 mpi="$tmp/mpi_allreduce"
-mpicc -O2 -o "$mpi" bench/mpi_allreduce.c
+mpicc -O2 -DDDP_WITH_MPI -o "$mpi" bench/mpi_allreduce.c
 
 # ddp TRANSPORT OUT: one sweep of libddp on 2 ranks through a file store.
 ddp() {

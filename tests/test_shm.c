@@ -55,6 +55,8 @@ typedef struct sel_arg {
     const char *host[4];    /* DDP_HOST_ID per rank (NULL: unset) */
     const char *want;       /* transport name, or NULL when init must fail */
     const char *msg;        /* expected part of the error */
+    const char *rank_msg[4]; /* per rank, where it differs from msg */
+    double timeout;         /* of the group (default 10 s) */
     int n;
 } sel_arg;
 
@@ -70,9 +72,11 @@ static int sel_rank(int rank, void *arg)
     else
         unsetenv("DDP_HOST_ID");
     ddp_pg_t *pg = NULL;
-    int rc = ddp_init_process_group("tcp", J.url, rank, a->n, 10.0, &pg);
+    int rc = ddp_init_process_group("tcp", J.url, rank, a->n, a->timeout > 0 ? a->timeout : 10.0,
+                                    &pg);
     if (!a->want) {
-        CHILD_CHECK(rc < 0 && contains(ddp_last_error(), a->msg));
+        CHILD_CHECK(rc < 0 &&
+                    contains(ddp_last_error(), a->rank_msg[rank] ? a->rank_msg[rank] : a->msg));
         return 0;
     }
     CHILD_CHECK(rc == 0);
@@ -133,8 +137,12 @@ static void test_shm_forced_across_hosts_fails(void **state)
 static void test_ranks_disagree_on_transport(void **state)
 {
     (void)state;
+    /* Rank 0 goes straight to TCP (a tcp rank never waits for the others'
+     * choice) and times out waiting for rank 1, which names the cause. */
     sel_arg a = {.n = 2,
                  .mode = {"tcp", "shm"},
+                 .timeout = 1.0,
+                 .rank_msg = {"rank 1 did not join within 1.0 s"},
                  .msg = "ranks disagree on DDP_TRANSPORT: rank 0 says tcp, rank 1 says shm"};
     run_sel(&a);
 }

@@ -70,9 +70,20 @@ int ddp__transport_select(ddp_store_t *store, const char *prefix, int rank, int 
     DDP_TRY(read_mode(&mode));
     int n = snprintf(rec, sizeof rec, "%s ", mode_names[mode]);
     DDP_TRY(ddp__host_id(rec + n, sizeof rec - (size_t)n));
+    snprintf(key, sizeof key, "%s/transport", prefix);
+    if (mode == MODE_TCP) {
+        /* Nothing to wait for: tcp whatever the others say.  The record (in
+         * rendezvous.c's "<world size>\n<record>" form) tells ranks left on
+         * auto to follow, and fails ranks forced to shm.  No join claim, no
+         * wait: the TCP rendezvous checks ranks, and this rank starts
+         * listening at once (as before there was a choice). */
+        char full[400], rkey[340];
+        int len = snprintf(full, sizeof full, "%d\n%s", size, rec);
+        snprintf(rkey, sizeof rkey, "%s/rank/%d", key, rank);
+        return ddp_store_set(store, rkey, full, (size_t)len);
+    }
     recs = calloc((size_t)(size > 0 ? size : 1), sizeof *recs);
     DDP_FAIL_IF(!recs, DDP_ERR_NOMEM, "out of memory");
-    snprintf(key, sizeof key, "%s/transport", prefix);
     DDP_TRY_OUT(ddp__rdzv_exchange(store, key, rank, size, rec, strlen(rec), timeout_s, recs));
 
     /* Same rule everywhere: any tcp -> tcp; shm forced -> one host or fail. */

@@ -60,6 +60,7 @@ enum { MSG_DATA = 1, MSG_RTS = 2 };
 #define WHY_LEN 1024
 #define DEFAULT_RING (1u << 20)
 #define DEFAULT_CMA_MIN (32u << 10)   /* RTS (one copy) from this many bytes */
+#define STREAM_CHUNK (64u << 10)      /* a large message's counters move every this many bytes */
 #define EAGER_MAX (64u << 10)         /* unexpected messages up to this are copied at once */
 #define DEFAULT_SPIN_US 20.0
 #define DEFAULT_YIELD_US 200.0
@@ -376,13 +377,20 @@ static int tx_progress(shm *s, peer *p)
         size_t k = r->len - r->done;
         if (k > room)
             k = (size_t)room;
+        if (k > STREAM_CHUNK) /* let the consumer start on the first part */
+            k = STREAM_CHUNK;
         if (k) {
             ring_put(p->tx_data, s->mask, p->tx_head, (const uint8_t *)r->buf + r->done, k);
             p->tx_head += k;
             r->done += k;
+            if (r->done < r->len)
+                atomic_store_explicit(&p->tx->head, p->tx_head, memory_order_release);
         }
-        if (r->done < r->len)
+        if (r->done < r->len) {
+            if (k)
+                continue;
             break;
+        }
         r->status = 1; /* copied into the ring: the buffer is free again */
         p->sq_head = r->next;
         if (!p->sq_head)
@@ -602,12 +610,16 @@ static int rx_progress(shm *s, peer *p)
         size_t k = p->rx_len - p->rx_off;
         if (k > avail)
             k = (size_t)avail;
+        if (k > STREAM_CHUNK)
+            k = STREAM_CHUNK;
         if (k == 0)
             break;
         uint8_t *dst = p->rx_req ? p->rx_req->buf : p->rx_ux->data;
         ring_get(p->rx_data, s->mask, p->rx_tail, dst + p->rx_off, k);
         p->rx_tail += k;
         p->rx_off += k;
+        if (p->rx_off < p->rx_len) /* give the producer the room back now */
+            atomic_store_explicit(&p->rx_ring->tail, p->rx_tail, memory_order_release);
         if (p->rx_req)
             p->rx_req->done = p->rx_off;
         if (p->rx_off == p->rx_len)
