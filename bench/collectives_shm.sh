@@ -64,6 +64,6 @@ awk '
     { b[++n] = $1; shm[$1] = $2 }
     END { for (i = 1; i <= n; i++) { k = b[i]
         printf "%10d %12.2f %9.2f %12.2f %9.2f %12.2f %9.2f %8.2fx\n", k, shm[k], bw(k, shm[k]),
-               mpi[k], bw(k, mpi[k]), tcp[k], bw(k, tcp[k]), shm[k] > 0 ? mpi[k] / shm[k] : 0 } }
+               mpi[k], bw(k, mpi[k]), tcp[k], bw(k, tcp[k]), (shm[k] > 0 ? mpi[k] / shm[k] : 0) } }
 ' "$tmp/m.mpi" "$tmp/m.tcp" "$tmp/m.shm"
 echo "(GB/s: bus bandwidth, bytes x 2(n-1)/n / time = bytes / time for 2 ranks)"

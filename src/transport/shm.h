@@ -40,7 +40,8 @@ int ddp__host_id(char *out, size_t len);
 int ddp__transport_select(ddp_store_t *store, const char *prefix, int rank, int size,
                           double timeout_s, int *use_shm);
 
-/* Tests: the segment's name (empty once unlinked... kept for inspection). */
+/* Tests: the name the segment had ("/ddp-<pid>-<hex>"; unlinked once every
+ * rank attached), NULL when tp is not a shm transport. */
 const char *ddp__shm_debug_name(ddp__tp *tp);
 
 #endif
