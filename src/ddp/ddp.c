@@ -428,6 +428,10 @@ int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
     }
     DDP_TRY(wrc);
     dm->synced_iterations++;
+    /* The rebuild's broadcast comes first: every rank takes part in it,
+     * whether or not it is about to report unused parameters. */
+    if (rebuild_due(dm))
+        DDP_TRY(rebuild_buckets(dm));
     if (missing[0])
         return DDP_ERROR(DDP_ERR_STATE,
                          "DDP: parameters %s received no gradient in this iteration; pass "
@@ -435,8 +439,6 @@ int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
                          "in every iteration (PyTorch: \"Expected to have finished reduction "
                          "in the prior iteration\")",
                          missing);
-    if (rebuild_due(dm))
-        DDP_TRY(rebuild_buckets(dm));
     return 0;
 }
 
