@@ -189,6 +189,13 @@ float *ddp__grad_target(ddp_tape_t *tape, ddp_var_t *v, int *acc)
         *acc = 1; /* parameters accumulate across backward calls */
         return v->param->grad;
     }
+    if (v->op == DDP_OP_RESHAPE) {
+        /* A view's gradient is its input's, seen through the view: writers
+         * go straight there and the view's backward has nothing to copy. */
+        v->grad = ddp__grad_target(tape, v->in[0], acc);
+        v->grad_written = 1;
+        return v->grad;
+    }
     if (!v->grad) {
         v->grad = ddp__tape_alloc(tape, (size_t)v->t.numel * sizeof(float));
         if (!v->grad)
