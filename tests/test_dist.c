@@ -463,10 +463,10 @@ static int release_rank(int rank, void *arg)
         const int both[2] = {1, 0};
         CHILD_CHECK(ddp_pg_new_group(pg, both, 2, &sub) == 0 && sub);
         CHILD_CHECK(count_entries("/proc/self/task") == threads0 + 2);
-        float x[1000] = {0};
+        float x[1000] = {0}, y[1000] = {0};
         ddp_work_t *w = NULL;
         CHILD_CHECK(ddp_all_reduce_async(pg, x, 1000, DDP_FLOAT32, DDP_SUM, &w) == 0);
-        CHILD_CHECK(ddp_all_reduce(sub, x, 1000, DDP_FLOAT32, DDP_SUM) == 0);
+        CHILD_CHECK(ddp_all_reduce(sub, y, 1000, DDP_FLOAT32, DDP_SUM) == 0);
         if (round == 1) /* destroy with the work still queued or running */
             ddp_work_free(w);
         ddp_pg_destroy(sub);
