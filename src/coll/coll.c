@@ -238,7 +238,7 @@ static int all_gather(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
         return 0;
     ddp__blocks bl;
     DDP_TRY(ddp__blocks_equal(&bl, a->count, c->size));
-    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0, NULL);
+    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0, NULL, NULL);
     ddp__blocks_free(&bl);
     return rc;
 }

@@ -122,16 +122,20 @@ int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
  * post the all-gather's receive of the same unit into that place early. */
 typedef struct ddp__ring_hook {
     int (*sent)(void *arg, size_t unit);
+    /* Unit k of this rank's own block is final (at out + offset, len
+     * elements): the all-reduce starts its all-gather with it at once. */
+    int (*final)(void *arg, size_t k, void *at, size_t len);
     void *arg;
 } ddp__ring_hook;
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
                              const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
                              unsigned phase, const ddp__ring_hook *hook);
 /* Ring all-gather in place: buf holds block r (blocks bl); fills the rest.
- * rreq (may be NULL): (n-1) * units receive requests, some already posted
- * with ddp__ring_all_gather_post; the rest are posted here. */
+ * rreq and sreq (each may be NULL): (n-1) * units requests, some already
+ * posted (receives with ddp__ring_all_gather_post, step-0 sends of the own
+ * block's units); the rest are posted here. */
 int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t esize,
-                         unsigned phase, ddp__req *rreq);
+                         unsigned phase, ddp__req *rreq, ddp__req *sreq);
 /* Units per step of a ring over blocks bl (both ring engines agree). */
 size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t esize);
 /* Posts the all-gather's receive of unit u into buf (no-op if empty). */
