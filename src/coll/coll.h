@@ -84,7 +84,8 @@ static inline uint64_t ddp__tag(const ddp__coll_ctx *c, unsigned phase, uint64_t
            (idx & 0xffffff);
 }
 
-/* Waits for every non-NULL... all n requests, failing on any peer's death. */
+/* Waits for all n requests (or one), failing as soon as any peer of the
+ * group dies: every rank takes part in a collective. */
 static inline int ddp__coll_wait(ddp__coll_ctx *c, ddp__req *const *reqs, int n)
 {
     return ddp__tp_wait(c->tp, reqs, n, c->deadline, DDP__WAIT_ANY_PEER);
