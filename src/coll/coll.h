@@ -63,8 +63,9 @@ typedef struct ddp__coll_ctx {
 } ddp__coll_ctx;
 
 /* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|auto,
- * DDP_CHUNK_BYTES, DDP_ALLREDUCE_SMALL_BYTES.  Sets the error on bad values. */
-int ddp__coll_ctx_init(ddp__coll_ctx *c, ddp__tp *tp);
+ * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES.  Sets
+ * the error on bad values.  The caller sets c->tp afterwards. */
+int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
 void ddp__coll_ctx_free(ddp__coll_ctx *c);
 /* Checks the arguments of an operation (before it is queued). */
 int ddp__coll_check(const ddp__coll_args *a, int rank, int size);
