@@ -13,11 +13,11 @@
  * with the same sizes.  Asynchronous operations run on the group's
  * communication thread in issue order; a blocking call issued while none is
  * pending runs on the caller's thread.  Several threads may share a group:
- * their operations are serialised in issue order.  Results are bitwise identical on
- * every rank and from run to run (docs/algorithms.md gives each algorithm's
- * reduction order).  Any failure (a peer dying, a timeout, a protocol
- * error) leaves the group broken: later operations fail at once with the
- * original reason; destroy it.
+ * their operations are serialised in issue order.  Results are bitwise
+ * identical on every rank and from run to run (docs/algorithms.md gives
+ * each algorithm's reduction order).  Any failure (a peer dying, a
+ * timeout, a protocol error) leaves the group broken: later operations fail
+ * at once with the original reason; destroy it.
  */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H

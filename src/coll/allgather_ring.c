@@ -14,7 +14,7 @@
 
 /* Block received at step s, unit k's extent. */
 #define RB(s) ((size_t)(((long)c->rank - (long)(s) - 1 + 2L * c->size) % c->size))
-#define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
+#define ULEN(b, k) ddp__unit_len(bl, (b), (k), S)
 
 size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t es)
 {

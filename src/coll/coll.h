@@ -107,6 +107,12 @@ typedef struct ddp__blocks {
 int ddp__blocks_split(ddp__blocks *b, size_t count, int size);
 int ddp__blocks_equal(ddp__blocks *b, size_t count, int size);
 void ddp__blocks_free(ddp__blocks *b);
+/* Elements of unit k of block b when blocks are cut into units of S. */
+static inline size_t ddp__unit_len(const ddp__blocks *bl, size_t b, size_t k, size_t S)
+{
+    size_t len = bl->len[b], at = k * S;
+    return len > at ? (len - at < S ? len - at : S) : 0;
+}
 
 /* ---- algorithms (one file each) ---- */
 int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,

@@ -52,7 +52,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
 /* Block received (rb) and sent (sb) at step s, unit k's extent, its slot. */
 #define RB(s) ((size_t)(((long)r - (long)(s) - 2 + 2L * n) % n))
 #define SB(s) ((size_t)(((long)r - (long)(s) - 1 + 2L * n) % n))
-#define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
+#define ULEN(b, k) ddp__unit_len(bl, (b), (k), S)
 #define SLOT(u) (scratch + ((u) / K % regions) * region + ((u) % K) * S * es)
 
     const uint8_t *inb = in;

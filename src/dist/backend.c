@@ -67,8 +67,8 @@ static int tp_set_option(void *impl, const char *key, const char *value)
                 b->ctx.allreduce_algo = i; /* DDP__AR_* order */
                 return 0;
             }
-        return DDP_ERROR(DDP_ERR_INVALID_ARG, "allreduce_algo '%s': expected auto, ring, rd or direct",
-                         value);
+        return DDP_ERROR(DDP_ERR_INVALID_ARG,
+                         "allreduce_algo '%s': expected auto, ring, rd or direct", value);
     }
     if (strcmp(key, "chunk_bytes") == 0) {
         long long v = atoll(value);
