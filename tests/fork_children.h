@@ -1,9 +1,10 @@
-/* Multi-process test helpers: run a function in forked children and
- * collect their exit codes, with a time limit.  Header-only (static), for
- * the cmocka test files that include it. */
+/* Multi-process test helpers: run a function as ranks (forked children, or
+ * threads) and collect their results, with a time limit for processes.
+ * Header-only (static), for the cmocka test files that include it. */
 #ifndef DDP_TESTS_FORK_CHILDREN_H
 #define DDP_TESTS_FORK_CHILDREN_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
@@ -18,32 +19,69 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* Runs fn(rank, arg) in n forked children; returns how many failed (exit
- * code != 0, or still running after limit_s, then killed).  Children report
- * with return codes and stderr: cmocka asserts must not run in a child. */
-static int run_children(int n, int (*fn)(int rank, void *arg), void *arg, double limit_s)
-{
+/* A group of ranks running fn(rank, arg): forked processes, or threads
+ * (for stores that live in one process).  Ranks report with return codes
+ * and stderr: cmocka asserts must not run in them. */
+typedef struct rank_group {
+    int n, threads;
     pid_t pids[64];
-    if (n > 64)
-        return n;
-    for (int i = 0; i < n; i++) {
+    pthread_t tids[64];
+    struct rank_arg {
+        int (*fn)(int rank, void *arg);
+        void *arg;
+        int rank, rc;
+    } args[64];
+} rank_group;
+
+static void *rank_thread(void *p)
+{
+    struct rank_arg *a = p;
+    a->rc = a->fn(a->rank, a->arg);
+    return NULL;
+}
+
+static void start_ranks(rank_group *g, int threads, int n, int (*fn)(int rank, void *arg),
+                        void *arg)
+{
+    g->n = n > 64 ? 64 : n;
+    g->threads = threads;
+    for (int i = 0; i < g->n; i++) {
+        g->args[i] = (struct rank_arg){fn, arg, i, 1};
+        if (threads) {
+            if (pthread_create(&g->tids[i], NULL, rank_thread, &g->args[i]) != 0)
+                g->tids[i] = 0;
+            continue;
+        }
         fflush(NULL);
-        pids[i] = fork();
-        if (pids[i] == 0)
+        g->pids[i] = fork();
+        if (g->pids[i] == 0)
             _exit(fn(i, arg) == 0 ? 0 : 1);
     }
+}
+
+/* Waits for the group; returns how many ranks failed.  Processes still
+ * running after limit_s are killed and count as failed; threads cannot be,
+ * so their functions must bound their own waits. */
+static int join_ranks(rank_group *g, double limit_s)
+{
     int failed = 0;
     double deadline = ddp_time_now() + limit_s;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < g->n; i++) {
+        if (g->threads) {
+            if (g->tids[i])
+                pthread_join(g->tids[i], NULL);
+            failed += g->args[i].rc != 0;
+            continue;
+        }
         int status = 0;
         for (;;) {
-            pid_t r = waitpid(pids[i], &status, WNOHANG);
-            if (r == pids[i])
+            pid_t r = waitpid(g->pids[i], &status, WNOHANG);
+            if (r == g->pids[i])
                 break;
             if (ddp_time_now() > deadline) {
-                fprintf(stderr, "child %d still running after %.1f s: killed\n", i, limit_s);
-                kill(pids[i], SIGKILL);
-                waitpid(pids[i], &status, 0);
+                fprintf(stderr, "rank %d still running after %.1f s: killed\n", i, limit_s);
+                kill(g->pids[i], SIGKILL);
+                waitpid(g->pids[i], &status, 0);
                 status = 1;
                 break;
             }
@@ -53,6 +91,16 @@ static int run_children(int n, int (*fn)(int rank, void *arg), void *arg, double
             failed++;
     }
     return failed;
+}
+
+/* Runs fn(rank, arg) in n forked children; returns how many failed. */
+__attribute__((unused)) static int run_children(int n, int (*fn)(int rank, void *arg), void *arg, double limit_s)
+{
+    if (n > 64)
+        return n;
+    rank_group g;
+    start_ranks(&g, 0, n, fn, arg);
+    return join_ranks(&g, limit_s);
 }
 
 #define CHILD_CHECK(cond)                                                                  \

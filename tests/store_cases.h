@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,14 @@
 #include "ddp/store.h"
 #include "fork_children.h"
 
+/* Ranks of the multi-rank cases: forked processes, or threads when the
+ * including file defines STORE_RANKS_AS_THREADS to 1 (in-process stores). */
+#ifndef STORE_RANKS_AS_THREADS
+#define STORE_RANKS_AS_THREADS 0
+#endif
+
 /* Supplied by the including file: opens a fresh handle on the store under
- * test (in the parent or in a forked child), as member `rank` of world_size. */
+ * test (in the test or in a rank), as member `rank` of world_size. */
 static int open_store(int rank, int world_size, ddp_store_t **out);
 /* Called before each case: a fresh, empty store. */
 static void fresh_store(void);
@@ -209,6 +216,9 @@ static void case_get_timeout_names_key(void **state)
     assert_true(dt >= 0.29 && dt < 0.8);
     assert_null(v);
     assert_non_null(strstr(ddp_last_error(), "key 'missing/key' not set within 0.3 s"));
+    /* The handle stays usable after a timeout. */
+    assert_int_equal(ddp_store_set(s, "missing/key", "late", 4), 0);
+    assert_value(s, "missing/key", "late", 4);
     ddp_store_destroy(s);
 }
 
@@ -233,16 +243,13 @@ static void case_wait_several_keys(void **state)
     ddp_store_t *s = NULL;
     assert_int_equal(open_store(0, 2, &s), 0);
     const char *keys[] = {"w1", "w2", "w3"};
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(set_later(0, NULL));
+    rank_group g;
     double t0 = ddp_time_now();
+    start_ranks(&g, STORE_RANKS_AS_THREADS, 1, set_later, NULL);
     assert_int_equal(ddp_store_wait(s, keys, 3, 10.0), 0);
     double dt = ddp_time_now() - t0;
     assert_true(dt >= 0.18 && dt < 5.0);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(join_ranks(&g, 20), 0);
     /* One key missing: times out naming it, within timeout + 0.5 s. */
     const char *keys2[] = {"w1", "nope", "w3"};
     t0 = ddp_time_now();
@@ -273,27 +280,17 @@ static int get_blocking(int rank, void *arg)
     return 0;
 }
 
-static int set_late(void *arg)
-{
-    ddp_store_t *s = arg;
-    sleep_s(0.1);
-    return ddp_store_set(s, "late", "here", 4);
-}
-
 static void case_get_waits_for_set(void **state)
 {
     (void)state;
     fresh_store();
     ddp_store_t *s = NULL;
     assert_int_equal(open_store(0, 3, &s), 0);
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(run_children(2, get_blocking, NULL, 20));
-    assert_int_equal(set_late(s), 0);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    rank_group g;
+    start_ranks(&g, STORE_RANKS_AS_THREADS, 2, get_blocking, NULL);
+    sleep_s(0.1);
+    assert_int_equal(ddp_store_set(s, "late", "here", 4), 0);
+    assert_int_equal(join_ranks(&g, 20), 0);
     ddp_store_destroy(s);
 }
 
@@ -327,7 +324,9 @@ static void case_concurrent_add(void **state)
     fresh_store();
     ddp_store_t *s = NULL;
     assert_int_equal(open_store(0, ADD_PROCS + 1, &s), 0);
-    assert_int_equal(run_children(ADD_PROCS, add_many, NULL, 60), 0);
+    rank_group g;
+    start_ranks(&g, STORE_RANKS_AS_THREADS, ADD_PROCS, add_many, NULL);
+    assert_int_equal(join_ranks(&g, 60), 0);
     int64_t r = -1;
     assert_int_equal(ddp_store_add(s, "counter", 0, &r), 0);
     assert_int_equal(r, ADD_PROCS * ADDS_EACH);
@@ -397,6 +396,66 @@ static void case_prefix_isolation(void **state)
     ddp_store_destroy(s);
 }
 
+
+/* ---- threads and fork --------------------------------------------------- */
+
+static void *add_from_thread(void *arg)
+{
+    ddp_store_t *s = arg;
+    for (int i = 0; i < 100; i++)
+        if (ddp_store_add(s, "threads", 1, NULL) < 0)
+            return (void *)1;
+    return NULL;
+}
+
+static void case_threads_share_a_handle(void **state)
+{
+    (void)state;
+    fresh_store();
+    ddp_store_t *s = open_one();
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, add_from_thread, s), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = (void *)1;
+        pthread_join(t[i], &r);
+        assert_null(r);
+    }
+    int64_t n = 0;
+    assert_int_equal(ddp_store_add(s, "threads", 0, &n), 0);
+    assert_int_equal(n, 400);
+    ddp_store_destroy(s);
+}
+
+#if !STORE_RANKS_AS_THREADS
+static int use_inherited(int rank, void *arg)
+{
+    (void)rank;
+    ddp_store_t *inherited = arg, *p = NULL, *own = NULL;
+    CHILD_CHECK(ddp_store_set(inherited, "x", "1", 1) == DDP_ERR_STATE);
+    CHILD_CHECK(strstr(ddp_last_error(), "used in process") != NULL);
+    CHILD_CHECK(strstr(ddp_last_error(), "create a new handle in the child") != NULL);
+    CHILD_CHECK(ddp_store_prefix_create("p", inherited, &p) == DDP_ERR_STATE);
+    ddp_store_destroy(inherited); /* releases the child's copy only */
+    CHILD_CHECK(open_store(1, 2, &own) == 0);
+    CHILD_CHECK(ddp_store_set(own, "child_ok", "yes", 3) == 0);
+    ddp_store_destroy(own);
+    return 0;
+}
+
+static void case_fork_child_refuses_parent_handle(void **state)
+{
+    (void)state;
+    fresh_store();
+    ddp_store_t *s = open_one();
+    assert_int_equal(ddp_store_set(s, "before", "1", 1), 0);
+    assert_int_equal(run_children(1, use_inherited, s, 20), 0);
+    assert_value(s, "child_ok", "yes", 3);
+    assert_value(s, "before", "1", 1);
+    ddp_store_destroy(s);
+}
+#endif
+
 #define STORE_CASES                                         \
     cmocka_unit_test(case_set_get_overwrite),               \
     cmocka_unit_test(case_bad_arguments),                   \
@@ -407,6 +466,14 @@ static void case_prefix_isolation(void **state)
     cmocka_unit_test(case_wait_several_keys),               \
     cmocka_unit_test(case_get_waits_for_set),               \
     cmocka_unit_test(case_concurrent_add),                  \
-    cmocka_unit_test(case_prefix_isolation)
+    cmocka_unit_test(case_prefix_isolation),                \
+    cmocka_unit_test(case_threads_share_a_handle)          \
+    STORE_CASES_FORK
+
+#if STORE_RANKS_AS_THREADS
+#define STORE_CASES_FORK
+#else
+#define STORE_CASES_FORK , cmocka_unit_test(case_fork_child_refuses_parent_handle)
+#endif
 
 #endif

@@ -3,9 +3,12 @@
  * by the last member, corrupt and foreign files, compaction. */
 #include "store_cases.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+
+#include "base/rng.h"
 
 static char store_path[256];
 
@@ -152,6 +155,57 @@ static void test_corrupt_records_reported(void **state)
     unlink(store_path);
 }
 
+/* Random damage to a good file (flipped bytes, cut tails): opening it
+ * either works or says FORMAT; nothing crashes (ASan checks the parser). */
+static void test_random_damage(void **state)
+{
+    (void)state;
+    fresh_store();
+    ddp_store_t *s = NULL;
+    assert_int_equal(ddp_store_file_create(store_path, 0, &s), 0);
+    assert_int_equal(ddp_store_set(s, "alpha", "one", 3), 0);
+    assert_int_equal(ddp_store_add(s, "beta", 7, NULL), 0);
+    assert_int_equal(ddp_store_set(s, "gamma", "three", 5), 0);
+    assert_int_equal(ddp_store_delete_key(s, "alpha", NULL), 0);
+    ddp_store_destroy(s);
+    uint8_t good[512];
+    int fd = open(store_path, O_RDONLY);
+    ssize_t size = read(fd, good, sizeof good);
+    close(fd);
+    assert_true(size > 32 && size < (ssize_t)sizeof good);
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 5);
+    int opened = 0, rejected = 0;
+    for (int i = 0; i < 300; i++) {
+        uint8_t bad[512];
+        memcpy(bad, good, (size_t)size);
+        size_t len = (size_t)size;
+        if (i % 3 == 0) {
+            len = (size_t)ddp__rng_below(&rng, (uint64_t)size);
+        } else {
+            int flips = 1 + (int)ddp__rng_below(&rng, 3);
+            for (int f = 0; f < flips; f++)
+                bad[ddp__rng_below(&rng, len)] ^= (uint8_t)(1 + ddp__rng_below(&rng, 255));
+        }
+        write_file(store_path, bad, len, 0);
+        int rc = ddp_store_file_create(store_path, 0, &s);
+        if (rc == 0) {
+            opened++;
+            int64_t n = -1;
+            assert_int_equal(ddp_store_num_keys(s, &n), 0);
+            assert_true(n >= 0 && n <= 3);
+            ddp_store_destroy(s);
+        } else {
+            rejected++;
+            assert_int_equal(rc, DDP_ERR_FORMAT);
+            assert_non_null(strstr(ddp_last_error(), store_path));
+        }
+    }
+    assert_true(rejected > 200); /* header-count flips and cuts at 0 still open */
+    assert_true(opened > 0);
+    unlink(store_path);
+}
+
 static void test_open_errors(void **state)
 {
     (void)state;
@@ -178,6 +232,12 @@ static void test_compaction_keeps_values(void **state)
     unsetenv("DDP_FILESTORE_COMPACT_BYTES");
     assert_int_equal(ddp_store_set(a, "keep", "kept", 4), 0);
     assert_value(b, "keep", "kept", 4); /* b has read the first generation */
+    /* A second link keeps the old file's link count above 0 after the
+     * rename (as NFS's silly rename does): b must see the superseded mark. */
+    char keep[300];
+    snprintf(keep, sizeof keep, "%s.keep", store_path);
+    unlink(keep);
+    assert_int_equal(link(store_path, keep), 0);
     for (int i = 0; i < 2000; i++)
         assert_int_equal(ddp_store_add(a, "n", 1, NULL), 0);
     assert_int_equal(ddp_store_set(a, "gone", "x", 1), 0);
@@ -192,9 +252,104 @@ static void test_compaction_keeps_values(void **state)
     int64_t n = 0;
     assert_int_equal(ddp_store_num_keys(b, &n), 0);
     assert_int_equal(n, 2);
+    /* The old file was marked, and is no longer where the store lives. */
+    int fd = open(keep, O_RDONLY);
+    uint8_t h[32];
+    assert_int_equal(read(fd, h, 32), 32);
+    close(fd);
+    for (int i = 16; i < 24; i++)
+        assert_int_equal(h[i], 0xff);
+    struct stat st_keep;
+    assert_int_equal(stat(keep, &st_keep), 0);
+    assert_int_equal(stat(store_path, &st), 0);
+    assert_true(st.st_ino != st_keep.st_ino);
+    unlink(keep);
     ddp_store_destroy(a);
     ddp_store_destroy(b);
     unlink(store_path);
+}
+
+static int warnings;
+
+static void count_warning(int level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == DDP_LOG_WARN && strstr(msg, "compaction skipped"))
+        warnings++;
+}
+
+/* A compaction that cannot write its new file leaves the log as it was,
+ * warns once, and does not try again on every append. */
+static void test_compaction_failure_harmless(void **state)
+{
+    (void)state;
+    fresh_store();
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.compact.%d", store_path, (int)getpid());
+    assert_int_equal(mkdir(tmp, 0700), 0); /* in the way of the new file */
+    setenv("DDP_FILESTORE_COMPACT_BYTES", "4096", 1);
+    ddp_store_t *s = NULL;
+    assert_int_equal(ddp_store_file_create(store_path, 0, &s), 0);
+    unsetenv("DDP_FILESTORE_COMPACT_BYTES");
+    warnings = 0;
+    ddp_log_set_callback(count_warning, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    for (int i = 0; i < 400; i++)
+        assert_int_equal(ddp_store_add(s, "n", 1, NULL), 0);
+    ddp_log_set_callback(NULL, NULL);
+    ddp_log_set_level(DDP_LOG_OFF);
+    assert_true(warnings >= 1 && warnings <= 3); /* the log doubles between tries */
+    int64_t n = 0;
+    assert_int_equal(ddp_store_add(s, "n", 0, &n), 0);
+    assert_int_equal(n, 400);
+    ddp_store_destroy(s);
+    rmdir(tmp);
+    unlink(store_path);
+}
+
+static int add_compacting(int rank, void *arg)
+{
+    (void)arg;
+    ddp_store_t *s = NULL;
+    CHILD_CHECK(ddp_store_file_create(store_path, 4, &s) == 0);
+    char key[16];
+    snprintf(key, sizeof key, "mine/%d", rank);
+    for (int i = 0; i < 300; i++) {
+        CHILD_CHECK(ddp_store_add(s, "n", 1, NULL) == 0);
+        CHILD_CHECK(ddp_store_set(s, key, &i, sizeof i) == 0);
+    }
+    int64_t n = 0;
+    CHILD_CHECK(ddp_store_add(s, "finished", 1, &n) == 0);
+    const char *all = "all";
+    if (n == 4)
+        CHILD_CHECK(ddp_store_set(s, all, "", 0) == 0);
+    CHILD_CHECK(ddp_store_wait(s, &all, 1, 20) == 0);
+    CHILD_CHECK(ddp_store_add(s, "n", 0, &n) == 0 && n == 1200);
+    ddp_store_destroy(s);
+    return 0;
+}
+
+/* Four processes adding while the log is compacted again and again. */
+static void test_concurrent_compaction(void **state)
+{
+    (void)state;
+    fresh_store();
+    setenv("DDP_FILESTORE_COMPACT_BYTES", "2048", 1);
+    assert_int_equal(run_children(4, add_compacting, NULL, 60), 0);
+    unsetenv("DDP_FILESTORE_COMPACT_BYTES");
+    assert_false(exists_path(store_path)); /* the last of 4 removed it */
+    /* No compaction left a temporary file behind. */
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.compact.", store_path);
+    DIR *d = opendir("/tmp");
+    assert_non_null(d);
+    struct dirent *e;
+    int stray = 0;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, tmp + 5, strlen(tmp + 5)) == 0)
+            stray++;
+    closedir(d);
+    assert_int_equal(stray, 0);
 }
 
 int main(void)
@@ -205,8 +360,11 @@ int main(void)
         cmocka_unit_test(test_last_member_removes_file),
         cmocka_unit_test(test_foreign_file_rejected),
         cmocka_unit_test(test_corrupt_records_reported),
+        cmocka_unit_test(test_random_damage),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_compaction_keeps_values),
+        cmocka_unit_test(test_concurrent_compaction),
+        cmocka_unit_test(test_compaction_failure_harmless),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(store_path);

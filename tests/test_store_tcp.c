@@ -179,6 +179,47 @@ static void test_hostile_clients(void **state)
     stop_server();
 }
 
+/* Well-formed headers over random payloads, each on its own connection:
+ * every one is answered or dropped, none crashes or stalls the server
+ * (run under ASan, this checks the payload parsers' bounds). */
+static void test_random_payloads(void **state)
+{
+    (void)state;
+    fresh_store();
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 11);
+    int iters = getenv("DDP_TEST_SANITIZER") ? 150 : 300;
+    for (int i = 0; i < iters; i++) {
+        uint8_t msg[DDP__TS_HEADER + 96];
+        uint32_t len = (uint32_t)ddp__rng_below(&rng, 97);
+        int op = DDP__TS_SET + (int)ddp__rng_below(&rng, DDP__TS_OP_END - DDP__TS_SET);
+        ddp__ts_header_encode(msg, op, len, 0);
+        for (uint32_t j = 0; j < len; j++) {
+            /* Small numbers often, so length fields sometimes fit. */
+            uint64_t r = ddp__rng_next(&rng);
+            msg[DDP__TS_HEADER + j] = (uint8_t)(r & 1 ? r >> 8 & 7 : r >> 8);
+        }
+        int fd = raw_connect(server_port);
+        struct timeval tv = {2, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        uint8_t hello[DDP__TS_HEADER + 1 + DDP__TS_NONCE];
+        assert_int_equal(recv(fd, hello, sizeof hello, MSG_WAITALL), (ssize_t)sizeof hello);
+        send_bytes(fd, msg, DDP__TS_HEADER + len);
+        /* An answer, or the connection closed: not silence (a GET/WAIT
+         * with a random timeout may be parked: it gets closed below). */
+        uint8_t ans[DDP__TS_HEADER];
+        ssize_t n = recv(fd, ans, sizeof ans, MSG_WAITALL);
+        if (n > 0) {
+            assert_int_equal(n, (ssize_t)sizeof ans);
+        } else if (n < 0) {
+            assert_true(op == DDP__TS_GET || op == DDP__TS_WAIT);
+        }
+        close(fd);
+    }
+    assert_store_works();
+    stop_server();
+}
+
 /* ---- shared secret ------------------------------------------------------ */
 
 static void test_secret(void **state)
@@ -337,6 +378,46 @@ static void test_connect_errors(void **state)
     waitpid(pid, NULL, 0);
 }
 
+/* A peer that says HELLO and then never answers: calls fail at their
+ * deadline (the store timeout; get's timeout plus a grace period) and the
+ * handle stops using the connection. */
+static void test_silent_server(void **state)
+{
+    (void)state;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    socklen_t sl = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = accept(lfd, NULL, NULL);
+        uint8_t hello[DDP__TS_HEADER + 1 + DDP__TS_NONCE] = {0};
+        ddp__ts_header_encode(hello, DDP__TS_HELLO, 1 + DDP__TS_NONCE, 0);
+        if (send(fd, hello, sizeof hello, MSG_NOSIGNAL) < 0)
+            _exit(1);
+        sleep_s(10);
+        _exit(0);
+    }
+    ddp_store_t *c = NULL;
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", ntohs(a.sin_port), 0, 2, 5, &c), 0);
+    ddp_store_set_timeout(c, 0.3);
+    double t0 = ddp_time_now();
+    assert_int_equal(ddp_store_set(c, "k", "v", 1), DDP_ERR_TIMEOUT);
+    double dt = ddp_time_now() - t0;
+    assert_true(dt >= 0.29 && dt < 1.0);
+    assert_non_null(strstr(ddp_last_error(), "set 'k': no answer in time"));
+    assert_int_equal(ddp_store_num_keys(c, &(int64_t){0}), DDP_ERR_CONNECTION);
+    assert_non_null(strstr(ddp_last_error(), "connection closed after an earlier error (" ));
+    assert_non_null(strstr(ddp_last_error(), "set 'k': no answer in time"));
+    ddp_store_destroy(c);
+    close(lfd);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 static void test_listens_on_given_address_only(void **state)
 {
     (void)state;
@@ -371,15 +452,59 @@ static void test_listens_on_given_address_only(void **state)
     }
 }
 
+static int destroy_inherited_server(int rank, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    ddp_store_destroy(server); /* the child's copy: the parent's server runs on */
+    return 0;
+}
+
+static void test_child_destroying_inherited_server(void **state)
+{
+    (void)state;
+    fresh_store();
+    assert_int_equal(run_children(1, destroy_inherited_server, NULL, 20), 0);
+    assert_int_equal(ddp_store_set(server, "still", "here", 4), 0);
+    assert_store_works();
+    stop_server();
+}
+
+static void test_unauthenticated_client_dropped_in_time(void **state)
+{
+    (void)state;
+    stop_server();
+    setenv("DDP_SECRET", "s3cret", 1);
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", 0, 1, 1, 0.3, &server), 0);
+    unsetenv("DDP_SECRET");
+    log_text[0] = 0;
+    ddp_log_set_callback(capture, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    int fd = raw_connect(ddp_store_tcp_port(server));
+    double t0 = ddp_time_now();
+    assert_true(closed_by_server(fd));
+    double dt = ddp_time_now() - t0;
+    close(fd);
+    assert_true(dt > 0.25 && dt < 1.5);
+    assert_true(logged_soon("did not authenticate in time"));
+    ddp_log_set_callback(NULL, NULL);
+    ddp_log_set_level(DDP_LOG_OFF);
+    stop_server();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         STORE_CASES,
         cmocka_unit_test(test_hostile_clients),
+        cmocka_unit_test(test_random_payloads),
         cmocka_unit_test(test_secret),
         cmocka_unit_test(test_server_shutdown_fails_waiters),
         cmocka_unit_test(test_connect_errors),
+        cmocka_unit_test(test_silent_server),
         cmocka_unit_test(test_listens_on_given_address_only),
+        cmocka_unit_test(test_child_destroying_inherited_server),
+        cmocka_unit_test(test_unauthenticated_client_dropped_in_time),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     stop_server();

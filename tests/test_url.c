@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "ddp/store.h"
 #include "fork_children.h"
 
@@ -120,6 +121,40 @@ static void test_parse_bad(void **state)
     assert_int_equal(ddp_init_url_parse("env://", NULL), DDP_ERR_INVALID_ARG);
 }
 
+/* Random strings over URL characters: accepted or rejected with a message
+ * quoting them, never a crash (ASan checks the parser). */
+static void test_parse_random(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "filetcpenv:/[]?&=%0123456789abAZ._-@#localhostrank";
+    static const char *starts[] = {"", "file://", "tcp://", "env://", "tcp://[", "file:///"};
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 3);
+    int good = 0;
+    for (int i = 0; i < 5000; i++) {
+        char url[64];
+        size_t n = (size_t)snprintf(url, sizeof url, "%s", starts[i % 6]);
+        size_t extra = (size_t)ddp__rng_below(&rng, 24);
+        for (size_t j = 0; j < extra; j++)
+            url[n++] = alphabet[ddp__rng_below(&rng, sizeof alphabet - 1)];
+        url[n] = 0;
+        ddp_init_url u;
+        int rc = ddp_init_url_parse(url, &u);
+        if (rc == 0) {
+            good++;
+            assert_true(u.kind >= DDP_INIT_FILE && u.kind <= DDP_INIT_ENV);
+            if (u.kind == DDP_INIT_TCP)
+                assert_true(u.port >= 1 && u.port <= 65535 && u.host[0]);
+            if (u.kind == DDP_INIT_FILE)
+                assert_true(u.path[0] == '/');
+        } else {
+            assert_int_equal(rc, DDP_ERR_INVALID_ARG);
+            assert_true(strstr(ddp_last_error(), url) != NULL || !url[0]);
+        }
+    }
+    assert_true(good > 0);
+}
+
 /* ---- environment -------------------------------------------------------- */
 
 static void clear_env(void)
@@ -156,6 +191,11 @@ static void test_env_read(void **state)
     assert_int_equal(ddp_init_env_read(&e), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "RANK='three' is not an integer"));
     setenv("RANK", "3", 1);
+    setenv("MASTER_ADDR", "node 1", 1);
+    assert_int_equal(ddp_init_env_read(&e), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(),
+                           "MASTER_ADDR='node 1' is not a host name or address (bad character ' ')"));
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
     setenv("MASTER_PORT", "99999", 1);
     assert_int_equal(ddp_init_env_read(&e), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "MASTER_PORT='99999' is not an integer in 1-65535"));
@@ -293,16 +333,42 @@ static void test_rendezvous_env(void **state)
     clear_env();
 }
 
+static void test_store_bind_override(void **state)
+{
+    (void)state;
+    /* Rank 0 listens where DDP_STORE_BIND says, not on the URL's host. */
+    snprintf(url, sizeof url, "tcp://127.0.0.2:%d?world_size=2", free_port());
+    setenv("DDP_STORE_BIND", "127.0.0.1", 1);
+    ddp_store_t *s0 = NULL, *s1 = NULL;
+    assert_int_equal(ddp_store_from_url(url, 0, -1, 5, &s0, NULL, NULL), 0);
+    unsetenv("DDP_STORE_BIND");
+    assert_int_equal(ddp_store_set(s0, "k", "v", 1), 0);
+    assert_int_equal(ddp_store_from_url(url, 1, -1, 0.3, &s1, NULL, NULL), DDP_ERR_TIMEOUT);
+    assert_non_null(strstr(ddp_last_error(), "as rank 1 of 2: "));
+    assert_non_null(strstr(ddp_last_error(), "Connection refused"));
+    int port = ddp_store_tcp_port(s0);
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", port, 0, 2, 5, &s1), 0);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(ddp_store_get(s1, "k", &v, &len), 0);
+    assert_int_equal(len, 1);
+    free(v);
+    ddp_store_destroy(s1);
+    ddp_store_destroy(s0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_good),
         cmocka_unit_test(test_parse_bad),
+        cmocka_unit_test(test_parse_random),
         cmocka_unit_test(test_env_read),
         cmocka_unit_test(test_from_url_errors),
         cmocka_unit_test(test_rendezvous_file),
         cmocka_unit_test(test_rendezvous_tcp),
         cmocka_unit_test(test_rendezvous_env),
+        cmocka_unit_test(test_store_bind_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

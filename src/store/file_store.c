@@ -12,15 +12,18 @@
  * The header counts the handles open on the file and the handles that have
  * left; the last of world_size members to leave removes the file.  When the
  * log grows past DDP_FILESTORE_COMPACT_BYTES (1 MiB) and is mostly dead
- * records, the writer rewrites it in place and bumps the header's
- * generation, so other handles know to reread from the start.  The format is
- * in docs/store.md.  A file that breaks the format is reported (FORMAT
- * error naming the path and offset), never trusted. */
+ * records, the writer writes the live records to a new file, renames it
+ * over the path and marks the old file superseded; other handles find the
+ * mark (or the old file's link count at 0) under the lock and reopen the
+ * path.  A crash during compaction leaves at worst a stray PATH.compact.PID
+ * file.  The format is in docs/store.md.  A file that breaks the format is
+ * reported (FORMAT error naming the path and offset), never trusted. */
 #include "store/store_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -40,6 +43,8 @@
 #define POLL_MAX_S 0.010
 #define LOCK_POLL_MAX_S 0.002
 #define DEFAULT_COMPACT_BYTES (1u << 20)
+#define GEN_SUPERSEDED UINT64_MAX /* header generation of a file compacted away */
+#define SUPERSEDED 1              /* refresh(): reopen the path and retry */
 
 static const char MAGIC[8] = {'D', 'D', 'P', 'F', 'S', 'T', 'O', 'R'};
 
@@ -187,24 +192,27 @@ static int read_header(file_store *fs, header *h)
     return 0;
 }
 
-static int write_header(file_store *fs, const header *h)
+static void encode_header(uint8_t b[HEADER_SIZE], const header *h)
 {
-    uint8_t b[HEADER_SIZE];
     memcpy(b, MAGIC, sizeof MAGIC);
     put32(b + 8, FORMAT_VERSION);
     put32(b + 12, HEADER_SIZE);
     put64(b + 16, h->generation);
     put32(b + 24, (uint32_t)h->members);
     put32(b + 28, (uint32_t)h->finished);
+}
+
+static int write_header(file_store *fs, const header *h)
+{
+    uint8_t b[HEADER_SIZE];
+    encode_header(b, h);
     return full_pwrite(fs, b, sizeof b, 0);
 }
 
-static int file_size(file_store *fs, uint64_t *size)
+static int stat_fd(file_store *fs, struct stat *st)
 {
-    struct stat st;
-    if (fstat(fs->fd, &st) < 0)
+    if (fstat(fs->fd, st) < 0)
         return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: fstat", fs->base.desc);
-    *size = (uint64_t)st.st_size;
     return 0;
 }
 
@@ -255,17 +263,24 @@ static int apply_records(file_store *fs, const uint8_t *buf, size_t len)
     return 0;
 }
 
-/* Brings the cache up to date with the file.  Caller holds the file lock. */
+/* Brings the cache up to date with the file.  Caller holds the file lock.
+ * Returns SUPERSEDED when a compaction has replaced the file. */
 static int refresh(file_store *fs)
 {
-    uint64_t size = 0;
-    DDP_TRY(file_size(fs, &size));
+    struct stat st;
+    DDP_TRY(stat_fd(fs, &st));
+    if (st.st_nlink == 0)
+        return SUPERSEDED; /* renamed over (or removed): the path is the truth */
+    uint64_t size = (uint64_t)st.st_size;
     DDP_FAIL_IF(size < HEADER_SIZE, DDP_ERR_FORMAT,
                 "%s: file is %llu bytes, shorter than the %d-byte FileStore header "
                 "(truncated or not a FileStore)",
                 fs->base.desc, (unsigned long long)size, HEADER_SIZE);
     header h;
     DDP_TRY(read_header(fs, &h));
+    if (h.generation == GEN_SUPERSEDED)
+        return SUPERSEDED; /* marked by the compaction, for file systems
+                            * (NFS) where the old file keeps a link */
     if (h.generation != fs->generation) {
         ddp__kv_free(&fs->cache);
         fs->generation = h.generation;
@@ -309,31 +324,69 @@ static int compact_entry(const ddp__kv_entry *e, void *arg)
     return 0;
 }
 
-/* Rewrites the log as one SET per live key when it is mostly dead records.
- * Caller holds the exclusive lock and a fresh cache.  Failure leaves the
- * log as it was (the rewrite is only attempted when the buffer is ready). */
-static int maybe_compact(file_store *fs)
+/* Replaces the log with one SET per live key when it is mostly dead
+ * records: writes PATH.compact.PID, renames it over PATH, marks the old file
+ * superseded and moves this handle to the new one.  Caller holds the
+ * exclusive lock on the old file and a fresh cache.  Compaction is an
+ * optimisation: when it fails the old log stays, with a warning. */
+static void maybe_compact(file_store *fs)
 {
     size_t live = fs->cache.count * RECORD_HEADER + fs->cache.bytes;
     if (fs->offset < fs->compact_bytes || (fs->offset - HEADER_SIZE) < 4 * live)
-        return 0;
-    DDP_TRY(reserve(fs, live));
+        return;
     header h;
-    DDP_TRY(read_header(fs, &h));
-    uint64_t old = fs->offset;
-    fill f = {fs->buf, 0};
-    ddp__kv_foreach(&fs->cache, compact_entry, &f);
-    size_t len = f.len;
-    DDP_TRY(full_pwrite(fs, fs->buf, len, HEADER_SIZE));
-    if (ftruncate(fs->fd, (off_t)(HEADER_SIZE + len)) < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: ftruncate", fs->base.desc);
+    if (reserve(fs, HEADER_SIZE + live) < 0 || read_header(fs, &h) < 0) {
+        DDP_WARN("%s: compaction skipped: %s", fs->base.desc, ddp_last_error());
+        return;
+    }
+    uint64_t old_size = fs->offset;
     h.generation++;
-    DDP_TRY(write_header(fs, &h));
-    DDP_DEBUG("%s: compacted log from %llu to %zu bytes", fs->base.desc,
-              (unsigned long long)old, HEADER_SIZE + len);
+    encode_header(fs->buf, &h);
+    fill f = {fs->buf, HEADER_SIZE};
+    ddp__kv_foreach(&fs->cache, compact_entry, &f);
+
+    size_t plen = strlen(fs->path) + 32;
+    char *tmp = malloc(plen);
+    if (!tmp)
+        return;
+    snprintf(tmp, plen, "%s.compact.%d", fs->path, (int)getpid());
+    int old_fd = fs->fd;
+    /* A file by this name is stale: left by a dead process with our pid
+     * (compactions of one store exclude each other through the lock). */
+    unlink(tmp);
+    fs->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int rc = fs->fd < 0 ? DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: open %s", fs->base.desc, tmp)
+                        : full_pwrite(fs, fs->buf, f.len, 0);
+    if (rc == 0 && rename(tmp, fs->path) < 0)
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: rename %s", fs->base.desc, tmp);
+    if (rc < 0) {
+        /* Try again only when the log has doubled: no warning per append. */
+        fs->compact_bytes = 2 * fs->offset;
+        DDP_WARN("%s: compaction skipped: %s", fs->base.desc, ddp_last_error());
+        if (fs->fd >= 0) {
+            close(fs->fd);
+            unlink(tmp);
+        }
+        fs->fd = old_fd;
+        free(tmp);
+        return;
+    }
+    free(tmp);
+    /* The path names the new file now.  Mark the old one for the handles
+     * that have it open, then let go of it (and of its lock). */
+    header gone = {GEN_SUPERSEDED, 0, 0};
+    uint8_t b[HEADER_SIZE];
+    encode_header(b, &gone);
+    int new_fd = fs->fd;
+    fs->fd = old_fd;
+    if (full_pwrite(fs, b, sizeof b, 0) < 0)
+        DDP_WARN("%s: compaction: %s", fs->base.desc, ddp_last_error());
+    close(old_fd);
+    fs->fd = new_fd;
     fs->generation = h.generation;
-    fs->offset = HEADER_SIZE + len;
-    return 0;
+    fs->offset = f.len;
+    DDP_DEBUG("%s: compacted the log from %llu to %zu bytes", fs->base.desc,
+              (unsigned long long)old_size, f.len);
 }
 
 /* Appends one record at the end of the (fresh) log and applies it.  Caller
@@ -351,22 +404,51 @@ static int append(file_store *fs, int type, const char *key, const void *value, 
         return rc;
     }
     DDP_TRY(apply_records(fs, fs->buf, rlen));
-    return maybe_compact(fs);
+    maybe_compact(fs);
+    return 0;
 }
 
 /* ---- operations --------------------------------------------------------- */
 
-/* Runs the body between lock and unlock of both the handle mutex and the
- * file lock; `rc` carries the result. */
-#define LOCKED(fs, op, body)                                               \
+/* Opens the path again (after a compaction replaced the file); the cache
+ * is rebuilt from the new file.  create: for joining, where the file may
+ * also have been removed by the last member of an earlier job. */
+static int reopen(file_store *fs, int create)
+{
+    int fd = open(fs->path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+    if (fd < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: reopen", fs->base.desc);
+    close(fs->fd);
+    fs->fd = fd;
+    fs->generation = 0;
+    return 0;
+}
+
+/* Takes the file lock on the store's current file with a fresh cache. */
+static int lock_fresh(file_store *fs, int op, double timeout_s)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        DDP_TRY(lock_file(fs, op, timeout_s));
+        int rc = refresh(fs);
+        if (rc <= 0) {
+            if (rc < 0)
+                unlock_file(fs);
+            return rc;
+        }
+        unlock_file(fs);
+        DDP_TRY(reopen(fs, 0));
+    }
+    return DDP_ERROR(DDP_ERR_IO, "%s: the file keeps being replaced under us", fs->base.desc);
+}
+
+/* Runs the body (which may hold commas) with the handle mutex and the file
+ * lock held and the cache fresh; `rc` carries the result. */
+#define LOCKED(fs, op, ...)                                                \
     do {                                                                   \
         pthread_mutex_lock(&(fs)->mu);                                     \
-        rc = lock_file((fs), (op), (fs)->base.timeout_s);                  \
+        rc = lock_fresh((fs), (op), (fs)->base.timeout_s);                 \
         if (rc == 0) {                                                     \
-            rc = refresh(fs);                                              \
-            if (rc == 0) {                                                 \
-                body;                                                      \
-            }                                                              \
+            __VA_ARGS__;                                                   \
             unlock_file(fs);                                               \
         }                                                                  \
         pthread_mutex_unlock(&(fs)->mu);                                   \
@@ -420,20 +502,13 @@ static int fs_add(ddp_store_t *s, const char *key, int64_t delta, int64_t *resul
     file_store *fs = (file_store *)s;
     int rc;
     LOCKED(fs, LOCK_EX, {
-        int64_t v = 0;
-        ddp__kv_entry *e = ddp__kv_find(&fs->cache, key, strlen(key));
-        if (e && ddp__kv_parse_int(e->value, e->vlen, &v) < 0) {
-            rc = DDP_ERROR(DDP_ERR_FORMAT, "%s: add to key '%s': its value '%.40s' is not an integer",
-                           fs->base.desc, key, (const char *)e->value);
-        } else if (__builtin_add_overflow(v, delta, &v)) {
-            rc = DDP_ERROR(DDP_ERR_INVALID_ARG, "%s: add to key '%s' overflows int64",
-                           fs->base.desc, key);
-        } else {
-            char num[32];
-            size_t n = ddp__store_format_int(num, v);
+        size_t klen = strlen(key), n = 0;
+        char num[32];
+        rc = ddp__kv_add(ddp__kv_find(&fs->cache, key, klen), key, klen, delta, result, num, &n);
+        if (rc == 0)
             rc = append(fs, REC_SET, key, num, n);
-            *result = v;
-        }
+        else
+            ddp__error_context(rc, "%s", fs->base.desc);
     });
     return rc;
 }
@@ -446,7 +521,7 @@ static int fs_compare_set(ddp_store_t *s, const char *key, const void *expected,
     LOCKED(fs, LOCK_EX, {
         size_t klen = strlen(key);
         ddp__kv_entry *e = ddp__kv_find(&fs->cache, key, klen);
-        if ((!e && elen == 0) || (e && e->vlen == elen && memcmp(e->value, expected, elen) == 0))
+        if (ddp__kv_cas_matches(e, expected, elen))
             rc = append(fs, REC_SET, key, desired, dlen);
         e = ddp__kv_find(&fs->cache, key, klen);
         if (rc == 0 && e) {
@@ -541,7 +616,11 @@ static void fs_destroy(ddp_store_t *s)
 {
     file_store *fs = (file_store *)s;
     double t = fs->base.timeout_s < 30 ? fs->base.timeout_s : 30;
-    if (lock_file(fs, LOCK_EX, t) == 0) {
+    if (ddp__store_foreign(s)) {
+        free_handle(fs); /* a fork's copy: the parent is still the member */
+        return;
+    }
+    if (lock_fresh(fs, LOCK_EX, t) == 0) {
         header h;
         if (read_header(fs, &h) == 0) {
             h.members = h.members > 0 ? h.members - 1 : 0;
@@ -576,26 +655,22 @@ static const ddp__store_ops file_ops = {
     .destroy = fs_destroy,
 };
 
-/* Opens the file and joins as a member, under the exclusive lock. */
+/* Opens the file (creating it when absent or empty) and joins as a member,
+ * under the exclusive lock. */
 static int join(file_store *fs)
 {
+    fs->fd = open(fs->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fs->fd < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: open", fs->base.desc);
     for (int attempt = 0; attempt < 100; attempt++) {
-        fs->fd = open(fs->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fs->fd < 0)
-            return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: open", fs->base.desc);
         DDP_TRY(lock_file(fs, LOCK_EX, fs->base.timeout_s));
         struct stat st;
-        int rc = 0;
         header h = {1, 0, 0}; /* generation 0 means "nothing read" in a handle */
-        if (fstat(fs->fd, &st) < 0) {
-            rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: fstat", fs->base.desc);
-        } else if (st.st_nlink == 0) {
-            rc = 1; /* the last member of an earlier job removed it: reopen */
-        } else if (st.st_size == 0) {
+        int rc = stat_fd(fs, &st);
+        if (rc == 0 && st.st_nlink > 0 && st.st_size == 0)
             rc = write_header(fs, &h); /* the first member creates the log */
-        }
         if (rc == 0)
-            rc = refresh(fs);
+            rc = st.st_nlink == 0 ? SUPERSEDED : refresh(fs);
         if (rc == 0)
             rc = read_header(fs, &h);
         if (rc == 0) {
@@ -605,10 +680,11 @@ static int join(file_store *fs)
         unlock_file(fs);
         if (rc <= 0)
             return rc;
-        close(fs->fd);
-        fs->fd = -1;
+        /* Removed by the last member of an earlier job, or compacted away
+         * between our open and our lock: take what the path names now. */
+        DDP_TRY(reopen(fs, 1));
     }
-    return DDP_ERROR(DDP_ERR_IO, "%s: the file keeps being removed under us", fs->base.desc);
+    return DDP_ERROR(DDP_ERR_IO, "%s: the file keeps being replaced under us", fs->base.desc);
 }
 
 int ddp_store_file_create(const char *path, int world_size, ddp_store_t **out)

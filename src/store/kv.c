@@ -2,10 +2,12 @@
 #include "store/kv.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ddp/base.h"
+#include "base/error.h"
 
 static uint64_t fnv1a(const char *s, size_t n)
 {
@@ -165,4 +167,26 @@ int ddp__kv_parse_int(const void *value, size_t vlen, int64_t *out)
         return DDP_ERR_FORMAT;
     *out = (int64_t)v;
     return 0;
+}
+
+int ddp__kv_add(const ddp__kv_entry *e, const char *key, size_t klen, int64_t delta,
+                int64_t *result, char num[32], size_t *nlen)
+{
+    int64_t v = 0;
+    DDP_FAIL_IF(e && ddp__kv_parse_int(e->value, e->vlen, &v) < 0, DDP_ERR_FORMAT,
+                "add to key '%.*s': its value '%.40s' is not an integer", (int)klen, key,
+                (const char *)e->value);
+    DDP_FAIL_IF(__builtin_add_overflow(v, delta, &v), DDP_ERR_INVALID_ARG,
+                "add to key '%.*s' overflows int64", (int)klen, key);
+    int n = snprintf(num, 32, "%" PRId64, v);
+    *nlen = n < 0 ? 0 : (size_t)n;
+    *result = v;
+    return 0;
+}
+
+int ddp__kv_cas_matches(const ddp__kv_entry *e, const void *expected, size_t elen)
+{
+    if (!e)
+        return elen == 0;
+    return e->vlen == elen && (elen == 0 || memcmp(e->value, expected, elen) == 0);
 }

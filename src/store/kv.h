@@ -35,4 +35,15 @@ int ddp__kv_foreach(const ddp__kv *kv, int (*fn)(const ddp__kv_entry *e, void *a
 /* Parses a whole decimal int64 value (what add stores); 0 or DDP_ERR_FORMAT. */
 int ddp__kv_parse_int(const void *value, size_t vlen, int64_t *out);
 
+/* The stores' shared semantics of add: the value of entry e (NULL: absent,
+ * counts as 0) plus delta in *result, and as decimal text in num (*nlen
+ * bytes, NUL-terminated).  Fails, leaving a message naming the key, with
+ * DDP_ERR_FORMAT when e holds no integer and DDP_ERR_INVALID_ARG on
+ * overflow. */
+int ddp__kv_add(const ddp__kv_entry *e, const char *key, size_t klen, int64_t delta,
+                int64_t *result, char num[32], size_t *nlen);
+/* compare_set's rule: 1 when desired replaces entry e, that is when e holds
+ * expected, or is absent (NULL) and expected is empty. */
+int ddp__kv_cas_matches(const ddp__kv_entry *e, const void *expected, size_t elen);
+
 #endif

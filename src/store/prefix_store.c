@@ -151,6 +151,10 @@ int ddp_store_prefix_create(const char *prefix, ddp_store_t *base, ddp_store_t *
     DDP_FAIL_IF(!base, DDP_ERR_INVALID_ARG, "prefix store: base store is NULL");
     DDP_FAIL_IF(!prefix || !*prefix, DDP_ERR_INVALID_ARG, "prefix store over %s: empty prefix",
                 base->desc);
+    DDP_FAIL_IF(ddp__store_foreign(base), DDP_ERR_STATE,
+                "prefix store over %s: the base handle belongs to process %d (inherited "
+                "through fork)",
+                base->desc, base->pid);
     size_t plen = strnlen(prefix, DDP__STORE_MAX_KEY);
     DDP_FAIL_IF(plen >= DDP__STORE_MAX_KEY - 1, DDP_ERR_INVALID_ARG,
                 "prefix store over %s: prefix longer than %d bytes", base->desc,

@@ -226,26 +226,35 @@ int ddp__sock_send_all(int fd, const void *buf, size_t len, double deadline, con
     return 0;
 }
 
+int ddp__sock_recv_some(int fd, void *buf, size_t cap, double deadline, const char *what,
+                        size_t *got)
+{
+    for (;;) {
+        /* Poll first: the caller expects an answer that is usually not
+         * there yet, and a speculative recv would only return EAGAIN. */
+        if (!wait_fd(fd, POLLIN, deadline))
+            return DDP_ERROR(DDP_ERR_TIMEOUT, "%s: no answer in time", what);
+        ssize_t n = recv(fd, buf, cap, 0);
+        if (n > 0) {
+            *got = (size_t)n;
+            return 0;
+        }
+        if (n == 0)
+            return DDP_ERROR(DDP_ERR_CONNECTION, "%s: connection closed by the peer", what);
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+            continue; /* interrupted, or a spurious wake-up */
+        return DDP_ERROR_ERRNO(DDP_ERR_CONNECTION, errno, "%s: recv", what);
+    }
+}
+
 int ddp__sock_recv_all(int fd, void *buf, size_t len, double deadline, const char *what)
 {
     char *p = buf;
     while (len) {
-        ssize_t n = recv(fd, p, len, 0);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n == 0)
-            return DDP_ERROR(DDP_ERR_CONNECTION, "%s: connection closed by the peer", what);
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (!wait_fd(fd, POLLIN, deadline))
-                return DDP_ERROR(DDP_ERR_TIMEOUT, "%s: no answer in time", what);
-            continue;
-        }
-        return DDP_ERROR_ERRNO(DDP_ERR_CONNECTION, errno, "%s: recv", what);
+        size_t got = 0;
+        DDP_TRY(ddp__sock_recv_some(fd, p, len, deadline, what, &got));
+        p += got;
+        len -= got;
     }
     return 0;
 }

@@ -21,6 +21,9 @@ int ddp__sock_connect(const char *host, int port, double deadline, const char *w
 /* Whole-buffer transfers on a non-blocking socket: 0, DDP_ERR_TIMEOUT, or
  * DDP_ERR_CONNECTION (closed by the peer, reset, ...). */
 int ddp__sock_send_all(int fd, const void *buf, size_t len, double deadline, const char *what);
+/* Waits for data, then receives what is there (1..cap bytes) into buf. */
+int ddp__sock_recv_some(int fd, void *buf, size_t cap, double deadline, const char *what,
+                        size_t *got);
 int ddp__sock_recv_all(int fd, void *buf, size_t len, double deadline, const char *what);
 int ddp__sock_set_nonblock(int fd);
 int ddp__sock_set_nodelay(int fd);

@@ -27,6 +27,8 @@ typedef struct ddp__store_ops {
     int (*check)(ddp_store_t *s, const char *const *keys, size_t n, int *exists);
     int (*delete_key)(ddp_store_t *s, const char *key, int *deleted);
     int (*num_keys)(ddp_store_t *s, int64_t *n);
+    /* Closes and frees.  In a forked child (ddp__store_foreign), only
+     * releases this process's copies: no server stop, no membership change. */
     void (*destroy)(ddp_store_t *s);
 } ddp__store_ops;
 
@@ -34,12 +36,17 @@ typedef struct ddp__store_ops {
 struct ddp_store {
     const ddp__store_ops *ops;
     double timeout_s;
+    int pid;               /* the process that created the handle (for messages) */
+    unsigned fork_epoch;   /* forks seen when it was made: a fork's child may not use it */
     char desc[160]; /* "file store /tmp/x", "tcp store 10.0.0.1:29500": for messages */
 };
 
 /* Fills the common header (timeout = DDP_STORE_DEFAULT_TIMEOUT_S). */
 void ddp__store_init(ddp_store_t *s, const ddp__store_ops *ops, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* 1 when the handle was inherited through fork (owned by the parent). */
+int ddp__store_foreign(const ddp_store_t *s);
 
 /* Back-off for polling waits: sleeps 50 us, doubling up to max_s, never past
  * the deadline.  Returns 0 after sleeping, DDP_ERR_TIMEOUT at the deadline. */
@@ -55,7 +62,9 @@ int ddp__backoff_sleep(ddp__backoff *b);
 int ddp__store_timeout_error(const ddp_store_t *s, const char *const *keys, size_t n,
                              const int *present, double timeout_s);
 
-/* Formats an integer value as add stores it (decimal ASCII); returns length. */
-size_t ddp__store_format_int(char buf[32], int64_t v);
+/* ddp_store_tcp_create with the server (is_server) listening on
+ * listen_host instead of host (NULL: host); clients still use host. */
+int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
+                        int world_size, double timeout_s, ddp_store_t **out);
 
 #endif

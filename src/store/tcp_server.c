@@ -36,9 +36,10 @@
 #include "store/tcp_proto.h"
 
 #define MAX_CONNS 65536
-#define AUTH_TIMEOUT_S 30.0
+#define AUTH_TIMEOUT_MAX_S 30.0
 #define READ_CHUNK 65536
 #define READS_PER_EVENT 64 /* then let other connections have a turn */
+#define SHRINK_BYTES (1u << 20) /* buffers larger than this are freed when idle */
 
 typedef struct conn {
     struct conn *prev, *next;
@@ -71,6 +72,7 @@ struct ddp__ts_server {
     conn *conns;
     int nconns;
     int stop;
+    double auth_timeout_s;
 };
 
 /* Markers for the two non-client fds in epoll. */
@@ -141,6 +143,11 @@ static void flush(ddp__ts_server *s, conn *c)
     }
     c->out.len = 0;
     c->out_off = 0;
+    if (c->out.cap > SHRINK_BYTES) { /* after a big value: give the memory back */
+        free(c->out.buf);
+        c->out.buf = NULL;
+        c->out.cap = 0;
+    }
     set_want_out(s, c, 0);
     if (c->close_after)
         c->dead = 1;
@@ -367,20 +374,16 @@ static void handle(ddp__ts_server *s, conn *c, const ddp__ts_header *h, const ui
         key = get_key(&r, &klen);
         if (r.err || r.pos != r.len)
             break;
-        ent = ddp__kv_find(&s->kv, key, klen);
-        if (ent && ddp__kv_parse_int(ent->value, ent->vlen, &cur) < 0) {
-            answer_error(s, c, h->opcode, DDP_ERR_FORMAT,
-                         "add to key '%.*s': its value '%.40s' is not an integer", (int)klen, key,
-                         (const char *)ent->value);
-            return;
-        }
-        if (__builtin_add_overflow(cur, delta, &cur)) {
-            answer_error(s, c, h->opcode, DDP_ERR_INVALID_ARG,
-                         "add to key '%.*s' overflows int64", (int)klen, key);
-            return;
-        }
         char num[32];
-        if (ddp__kv_set(&s->kv, key, klen, num, ddp__store_format_int(num, cur)) < 0) {
+        size_t nlen = 0;
+        int rc = ddp__kv_add(ddp__kv_find(&s->kv, key, klen), key, klen, delta, &cur, num, &nlen);
+        if (rc < 0) {
+            /* The client adds its own location: send the message without ours. */
+            const char *msg = strstr(ddp_last_error(), ": ");
+            answer_error(s, c, h->opcode, rc, "%s", msg ? msg + 2 : ddp_last_error());
+            return;
+        }
+        if (ddp__kv_set(&s->kv, key, klen, num, nlen) < 0) {
             answer_error(s, c, h->opcode, DDP_ERR_NOMEM, "server out of memory");
             return;
         }
@@ -397,7 +400,7 @@ static void handle(ddp__ts_server *s, conn *c, const ddp__ts_header *h, const ui
         if (r.err || r.pos != r.len)
             break;
         ent = ddp__kv_find(&s->kv, key, klen);
-        int swap = (!ent && elen == 0) || (ent && ent->vlen == elen && memcmp(ent->value, e, elen) == 0);
+        int swap = ddp__kv_cas_matches(ent, e, elen);
         if (swap) {
             if (ddp__kv_set(&s->kv, key, klen, v, vlen) < 0) {
                 answer_error(s, c, h->opcode, DDP_ERR_NOMEM, "server out of memory");
@@ -478,6 +481,11 @@ static void process(ddp__ts_server *s, conn *c)
         memmove(c->in, c->in + pos, c->in_len - pos);
         c->in_len -= pos;
     }
+    if (c->in_len == 0 && c->in_cap > SHRINK_BYTES) {
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
 }
 
 static void on_readable(ddp__ts_server *s, conn *c)
@@ -518,6 +526,10 @@ static void on_readable(ddp__ts_server *s, conn *c)
         memcpy(c->in + c->in_len, chunk, (size_t)n);
         c->in_len += (size_t)n;
         process(s, c);
+        /* A short read drained the socket: skip the recv that would only
+         * say EAGAIN (epoll is level-triggered and reports what comes). */
+        if ((size_t)n < sizeof chunk)
+            break;
     }
 }
 
@@ -550,7 +562,7 @@ static void on_accept(ddp__ts_server *s)
         c->fd = fd;
         snprintf(c->peer, sizeof c->peer, "%s", peer);
         c->authed = s->secret == NULL;
-        c->auth_deadline = ddp_time_now() + AUTH_TIMEOUT_S;
+        c->auth_deadline = ddp_time_now() + s->auth_timeout_s;
         ddp__sock_set_nodelay(fd);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (ddp__random_bytes(c->nonce, sizeof c->nonce) < 0 ||
@@ -573,12 +585,24 @@ static void on_accept(ddp__ts_server *s)
     }
 }
 
+/* Closes the connections marked dead.  Only here, between batches of
+ * events: an event later in a batch may name a connection dropped earlier. */
+static void reap(ddp__ts_server *s)
+{
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->dead)
+            close_conn(s, c);
+    }
+}
+
 static void *server_main(void *arg)
 {
     ddp__ts_server *s = arg;
     struct epoll_event events[64];
     while (!s->stop) {
         int timeout_ms = expire(s);
+        reap(s); /* expire may have dropped some */
         int n = epoll_wait(s->epfd, events, 64, timeout_ms);
         if (n < 0) {
             if (errno == EINTR)
@@ -602,12 +626,7 @@ static void *server_main(void *arg)
                     process(s, c); /* requests that waited for the answer to go */
             }
         }
-        /* Closed only here: an event later in this batch may name c. */
-        for (conn *c = s->conns, *next; c; c = next) {
-            next = c->next;
-            if (c->dead)
-                close_conn(s, c);
-        }
+        reap(s);
     }
     while (s->conns)
         close_conn(s, s->conns);
@@ -631,10 +650,11 @@ static void free_server(ddp__ts_server *s)
 }
 
 int ddp__ts_server_start(const char *host, int port, const char *secret, size_t slen,
-                         ddp__ts_server **out, int *port_out)
+                         double timeout_s, ddp__ts_server **out, int *port_out)
 {
     ddp__ts_server *s = calloc(1, sizeof *s);
     DDP_FAIL_IF(!s, DDP_ERR_NOMEM, "tcp store server: out of memory");
+    s->auth_timeout_s = timeout_s < AUTH_TIMEOUT_MAX_S ? timeout_s : AUTH_TIMEOUT_MAX_S;
     s->listen_fd = s->epfd = s->wake_fd = -1;
     ddp__kv_init(&s->kv);
     int rc = 0;
@@ -667,6 +687,22 @@ out:
     if (rc < 0)
         free_server(s);
     return rc;
+}
+
+void ddp__ts_server_abandon(ddp__ts_server *s)
+{
+    if (!s)
+        return;
+    while (s->conns) {
+        conn *c = s->conns;
+        s->conns = c->next;
+        close(c->fd); /* our copy only: no EPOLL_CTL_DEL on the shared epoll */
+        unpark(c);
+        free(c->in);
+        free(c->out.buf);
+        free(c);
+    }
+    free_server(s);
 }
 
 void ddp__ts_server_stop(ddp__ts_server *s)

@@ -60,25 +60,36 @@ static int broken(tcp_store *ts, int rc)
     return rc;
 }
 
-/* Receives one answer to op into ts->ans: header checked, payload whole. */
+/* Receives one answer to op into ts->ans: header checked, payload whole.
+ * The first recv takes the header and a small payload together. */
 static int receive(tcp_store *ts, int op, double deadline, ddp__ts_header *h, const char *what)
 {
-    uint8_t hdr[DDP__TS_HEADER];
-    DDP_TRY(ddp__sock_recv_all(ts->fd, hdr, sizeof hdr, deadline, what));
+    uint8_t first[4096];
+    size_t have = 0, got = 0;
+    while (have < DDP__TS_HEADER) {
+        DDP_TRY(ddp__sock_recv_some(ts->fd, first + have, sizeof first - have, deadline, what,
+                                    &got));
+        have += got;
+    }
     const char *why;
     uint32_t max = op == DDP__TS_HELLO || op == DDP__TS_AUTH ? DDP__TS_MAX_AUTH_PAYLOAD
                                                              : DDP__TS_MAX_PAYLOAD;
-    if (ddp__ts_header_decode(hdr, max, h, &why) < 0)
+    if (ddp__ts_header_decode(first, max, h, &why) < 0)
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: bad answer from the server: %s", what, why);
     DDP_FAIL_IF(h->opcode != op, DDP_ERR_PROTOCOL,
                 "%s: the server answered '%s' to '%s'", what, op_name(h->opcode), op_name(op));
+    size_t body = have - DDP__TS_HEADER;
+    DDP_FAIL_IF(body > h->length, DDP_ERR_PROTOCOL,
+                "%s: the server sent more than its answer (%zu bytes over)", what,
+                body - h->length);
     if (h->length + 1 > ts->ans_cap) {
         uint8_t *b = realloc(ts->ans, h->length + 1);
         DDP_FAIL_IF(!b, DDP_ERR_NOMEM, "%s: out of memory for a %u-byte answer", what, h->length);
         ts->ans = b;
         ts->ans_cap = h->length + 1;
     }
-    DDP_TRY(ddp__sock_recv_all(ts->fd, ts->ans, h->length, deadline, what));
+    memcpy(ts->ans, first + DDP__TS_HEADER, body);
+    DDP_TRY(ddp__sock_recv_all(ts->fd, ts->ans + body, h->length - body, deadline, what));
     ts->ans[h->length] = 0;
     return 0;
 }
@@ -302,8 +313,12 @@ static void ts_destroy(ddp_store_t *s)
     tcp_store *ts = (tcp_store *)s;
     if (ts->fd >= 0)
         close(ts->fd);
-    /* Clients still connected see their connection closed and fail fast. */
-    ddp__ts_server_stop(ts->server);
+    /* Clients still connected see their connection closed and fail fast.
+     * In a forked child the server thread is the parent's: leave it be. */
+    if (ddp__store_foreign(s))
+        ddp__ts_server_abandon(ts->server);
+    else
+        ddp__ts_server_stop(ts->server);
     pthread_mutex_destroy(&ts->mu);
     if (ts->secret) {
         memset(ts->secret, 0, ts->slen);
@@ -372,6 +387,12 @@ static int handshake(tcp_store *ts, double deadline)
 int ddp_store_tcp_create(const char *host, int port, int is_server, int world_size,
                          double timeout_s, ddp_store_t **out)
 {
+    return ddp__store_tcp_open(host, NULL, port, is_server, world_size, timeout_s, out);
+}
+
+int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
+                        int world_size, double timeout_s, ddp_store_t **out)
+{
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "ddp_store_tcp_create: out is NULL");
     *out = NULL;
     DDP_FAIL_IF(!host || !*host, DDP_ERR_INVALID_ARG, "tcp store: empty host");
@@ -398,11 +419,16 @@ int ddp_store_tcp_create(const char *host, int port, int is_server, int world_si
     DDP_TRY_OUT(ddp__store_load_secret(&ts->secret, &ts->slen));
     const char *connect_host = host;
     if (is_server) {
-        DDP_TRY_OUT(ddp__ts_server_start(host, port, ts->secret, ts->slen, &ts->server, &ts->port));
-        /* Listening everywhere: reach it over loopback. */
-        if (strcmp(host, "0.0.0.0") == 0)
+        if (!listen_host || !*listen_host)
+            listen_host = host;
+        DDP_TRY_OUT(ddp__ts_server_start(listen_host, port, ts->secret, ts->slen, timeout_s,
+                                         &ts->server, &ts->port));
+        /* The server's own handle connects where it listens; listening
+         * everywhere, it goes over loopback. */
+        connect_host = listen_host;
+        if (strcmp(listen_host, "0.0.0.0") == 0)
             connect_host = "127.0.0.1";
-        else if (strcmp(host, "::") == 0)
+        else if (strcmp(listen_host, "::") == 0)
             connect_host = "::1";
         ddp__sock_hostport(host, ts->port, hp, sizeof hp);
         ddp__store_init(&ts->base, &tcp_ops, "tcp store %s", hp);

@@ -262,6 +262,10 @@ int ddp_init_env_read(ddp_init_env *out)
             snprintf(out->master_addr, sizeof out->master_addr, "%.*s", (int)(n - 2), addr + 1);
         else
             snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
+        for (const char *p = out->master_addr; *p; p++)
+            DDP_FAIL_IF(!valid_host_char(*p) && *p != ':', DDP_ERR_INVALID_ARG,
+                        "MASTER_ADDR='%.60s' is not a host name or address (bad character '%c')",
+                        addr, *p);
     }
     DDP_TRY(env_int("MASTER_PORT", 1, 65535, &out->master_port));
     DDP_TRY(env_int("RANK", 0, 1000000000, &out->rank));
@@ -321,7 +325,11 @@ int ddp_store_from_url(const char *url, int rank, int world_size, double timeout
             host = env.master_addr;
             port = env.master_port;
         }
-        rc = ddp_store_tcp_create(host, port, r == 0, ws, timeout_s, out);
+        /* DDP_STORE_BIND: where rank 0 listens when HOST is not an address
+         * of its own that the others can reach (a name that resolves to
+         * loopback on the master, say); "0.0.0.0" listens everywhere. */
+        rc = ddp__store_tcp_open(host, getenv("DDP_STORE_BIND"), port, r == 0, ws, timeout_s,
+                                 out);
     }
     if (rc < 0)
         return ddp__error_context(rc, "rendezvous at '%.300s' as rank %d of %d", url, r, ws);
