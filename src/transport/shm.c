@@ -44,6 +44,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "transport/handshake.h"
 #include "transport/net.h"
 #include "transport/rendezvous.h"
 
@@ -1151,6 +1152,16 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
     s->cma_min = v < 1 ? 1 : (size_t)v;
     size_t ring = 0;
     DDP_TRY_OUT(ring_size(&ring));
+    /* The segment needs no secret (mode 0600, a random name known only
+     * through the store), but a broken DDP_SECRET_FILE fails here as it
+     * would over TCP: configuration errors must not depend on placement. */
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    DDP_TRY_OUT(ddp__hs_load_secret(&secret, &secret_len));
+    if (secret) {
+        memset(secret, 0, secret_len);
+        free(secret);
+    }
     s->ring_bytes = ring;
     s->mask = ring - 1;
     s->peers = calloc((size_t)size, sizeof *s->peers);
