@@ -86,7 +86,9 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 test check: all
 	sh tests/run.sh $(BUILD)
 
-$(BUILD)/libddp.pc: Makefile
+# Written at every install: it records PREFIX, which may change between installs.
+.PHONY: $(BUILD)/libddp.pc
+$(BUILD)/libddp.pc:
 	@mkdir -p $(dir $@)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt\n' \
 	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' > $@
