@@ -16,7 +16,7 @@
  * - Dtypes.  float32/64, int32/64, uint8 map to MPI types and built-in ops;
  *   float16/bfloat16 travel as MPI_UINT16_T and reduce with user-defined ops
  *   around coll/'s kernels (float32 arithmetic, round to nearest even), as
- *   do uint8 SUM/PRODUCT (an Open MPI bug, below).  AVG
+ *   do uint8's (Open MPI and MPICH bugs, below).  AVG
  *   is SUM, then a division by the group size, like coll/.
  *
  * MPI itself is process-wide state, so this file keeps the one global the
@@ -163,18 +163,20 @@ USER_OP(bf16_prod, DDP_BFLOAT16, DDP_PRODUCT)
 USER_OP(bf16_min, DDP_BFLOAT16, DDP_MIN)
 USER_OP(bf16_max, DDP_BFLOAT16, DDP_MAX)
 /* uint8: Open MPI 4.1.4's AVX op component saturates MPI_UINT8_T sums at
- * 255 from 32 elements on (measured here; --mca op ^avx avoids it), where
- * the API promises wrap-around: libddp's own kernels instead.  (MIN/MAX
- * take the built-in ops.) */
+ * 255 from 32 elements on (--mca op ^avx avoids it), and MPICH 4.0.2 gets
+ * MPI_UINT8_T MIN/MAX wrong (both measured here), where the API promises
+ * wrap-around: libddp's own kernels for every arithmetic op on uint8. */
 USER_OP(u8_sum, DDP_UINT8, DDP_SUM)
 USER_OP(u8_prod, DDP_UINT8, DDP_PRODUCT)
+USER_OP(u8_min, DDP_UINT8, DDP_MIN)
+USER_OP(u8_max, DDP_UINT8, DDP_MAX)
 #undef USER_OP
 
 /* [float16, bfloat16, uint8][SUM, PRODUCT, MIN, MAX] */
 static MPI_User_function *const user_fns[3][4] = {
     {f16_sum, f16_prod, f16_min, f16_max},
     {bf16_sum, bf16_prod, bf16_min, bf16_max},
-    {u8_sum, u8_prod, NULL, NULL},
+    {u8_sum, u8_prod, u8_min, u8_max},
 };
 
 /* ------------------------------------------------------------------ */
@@ -194,6 +196,8 @@ typedef struct mpi_backend {
     MPI_Request *sreq;
     void **sbuf;
     int nsend, capsend;
+    void *scratch;     /* reduce's receive buffer on non-roots (see there) */
+    size_t scratch_len;
 } mpi_backend;
 
 static MPI_Datatype mpi_type(ddp_dtype dt)
@@ -350,9 +354,22 @@ static int mpi_exec(mpi_backend *b, const ddp__coll_args *a, double deadline)
         MPI_CALL(MPI_Bcast, MPI_Ibcast, a->recv, n, t, a->root, comm);
         break;
     case DDP__REDUCE: {
+        /* No MPI_IN_PLACE at the root and no NULL receive buffer elsewhere:
+         * MPICH 4.0.2's reduce crashed on both here (1023 floats, root 1).
+         * The root sends a copy of its buffer; the others receive into
+         * scratch that MPI may write. */
         int root = b->rank == a->root;
-        MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? MPI_IN_PLACE : a->send, root ? a->recv : NULL,
-                 n, t, op, a->root, comm);
+        if (bytes > b->scratch_len) {
+            free(b->scratch);
+            b->scratch_len = 0;
+            b->scratch = malloc(bytes);
+            DDP_FAIL_IF(!b->scratch, DDP_ERR_NOMEM, "out of memory for %zu bytes", bytes);
+            b->scratch_len = bytes;
+        }
+        if (root && bytes)
+            memcpy(b->scratch, a->recv, bytes);
+        MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? b->scratch : a->send,
+                 root ? a->recv : b->scratch, n, t, op, a->root, comm);
         break;
     }
     case DDP__ALL_GATHER: {
@@ -446,6 +463,7 @@ static void free_backend(mpi_backend *b)
         free(b->sbuf[i]);
     free(b->sreq);
     free(b->sbuf);
+    free(b->scratch);
     for (int d = 0; d < 3; d++)
         for (int k = 0; k < 4; k++)
             if (b->user_ops[d][k] != MPI_OP_NULL)

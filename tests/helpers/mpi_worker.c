@@ -79,9 +79,15 @@ static int check_reduced(const uint8_t *got, size_t count, ddp_dtype dt, ddp_red
             ok = fabs(x - y) <= tol * (fabs(y) > 1 ? fabs(y) : 1);
         }
         if (!ok) {
-            fprintf(stderr, "rank %d: %s case %llu (%s %s count %zu): element %zu is %g, expected %g\n",
+            uint64_t gb = 0, wb = 0;
+            memcpy(&gb, g, es);
+            memcpy(&wb, want, es);
+            fprintf(stderr,
+                    "rank %d: %s case %llu (%s %s count %zu): element %zu is %g (0x%llx), "
+                    "expected %g (0x%llx)\n",
                     g_rank, what, (unsigned long long)id, ddp_dtype_name(dt),
-                    ddp_reduce_op_name(op), count, i, as_double(g, dt), as_double(want, dt));
+                    ddp_reduce_op_name(op), count, i, as_double(g, dt), (unsigned long long)gb,
+                    as_double(want, dt), (unsigned long long)wb);
             return 1;
         }
     }
