@@ -81,9 +81,17 @@ static int mpi_ensure_init(void)
     DDP_FAIL_IF(finalized, DDP_ERR_STATE,
                 "MPI is already finalised (it cannot be initialised twice in a process; keep "
                 "one mpi process group alive for the whole program)");
-    int provided = MPI_THREAD_SINGLE;
+    int provided = MPI_THREAD_SINGLE, want = MPI_THREAD_MULTIPLE;
+    const char *lv = getenv("DDP_MPI_THREAD");
+    if (lv && *lv) {
+        DDP_FAIL_IF(strcmp(lv, "multiple") != 0 && strcmp(lv, "serialized") != 0,
+                    DDP_ERR_INVALID_ARG, "DDP_MPI_THREAD='%s': expected multiple or serialized",
+                    lv);
+        if (strcmp(lv, "serialized") == 0)
+            want = MPI_THREAD_SERIALIZED;
+    }
     if (!inited) {
-        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        int rc = MPI_Init_thread(NULL, NULL, want, &provided);
         if (rc != MPI_SUCCESS)
             return mpi_fail(DDP_ERR_SYSTEM, rc, "MPI_Init_thread");
         mpi_we_init = 1;
