@@ -244,6 +244,51 @@ static int b_reshape(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
     int rc = ddp_op_reshape(t, in[0], 2, (int64_t[]){-1, 6}, &r);
     return rc < 0 ? rc : ddp_op_relu(t, r, y);
 }
+/* h = 1.5 x; y = reshape(relu(reshape(h, (-1, 6))), (3, 4)) + h: a view of
+ * a var used twice, its gradient shared with the var's. */
+static int b_reshape_twice(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
+{
+    (void)c;
+    ddp_var_t *h, *r, *a, *b;
+    int rc;
+    if ((rc = ddp_op_scale(t, in[0], 1.5f, &h)) < 0 ||
+        (rc = ddp_op_reshape(t, h, 2, (int64_t[]){-1, 6}, &r)) < 0 ||
+        (rc = ddp_op_relu(t, r, &a)) < 0 ||
+        (rc = ddp_op_reshape(t, a, 2, (int64_t[]){3, 4}, &b)) < 0)
+        return rc;
+    return ddp_op_add(t, b, h, y);
+}
+static double r_reshape_twice(double *const *x, void *ctx)
+{
+    CTX;
+    double y[64];
+    for (int64_t i = 0; i < c->rlen; i++)
+        y[i] = fmax(1.5 * x[0][i], 0) + 1.5 * x[0][i];
+    return wsum(y, c);
+}
+
+/* y = x reshape(w, (4, 3)) with w of shape (12): a view of a weight. */
+static int b_reshape_weight(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
+{
+    (void)c;
+    ddp_var_t *w;
+    int rc = ddp_op_reshape(t, in[1], 2, (int64_t[]){4, 3}, &w);
+    return rc < 0 ? rc : ddp_op_matmul(t, in[0], w, y);
+}
+static double r_reshape_weight(double *const *x, void *ctx)
+{
+    CTX;
+    double y[64];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            double s = 0;
+            for (int k = 0; k < 4; k++)
+                s += x[0][i * 4 + k] * x[1][k * 3 + j];
+            y[i * 3 + j] = s;
+        }
+    return wsum(y, c);
+}
+
 static int b_flatten(ddp_tape_t *t, ddp_var_t **in, opcase *c, ddp_var_t **y)
 {
     (void)c;
@@ -394,6 +439,11 @@ static void test_gradcheck_ops(void **state)
          .ref = r_mean},
         {.name = "reshape", .nin = 1, .ndim = {2}, .shape = SHAPES({3, 4}),
          .build = b_reshape, .ref = r_relu, .rlen = 12},
+        {.name = "reshape of a var used twice", .nin = 1, .ndim = {2},
+         .shape = SHAPES({3, 4}), .build = b_reshape_twice, .ref = r_reshape_twice,
+         .rlen = 12},
+        {.name = "reshape of a weight", .nin = 2, .ndim = {2, 1}, .shape = SHAPES({2, 4}, {12}),
+         .build = b_reshape_weight, .ref = r_reshape_weight, .rlen = 6},
         {.name = "flatten", .nin = 1, .ndim = {3}, .shape = SHAPES({2, 3, 2}),
          .build = b_flatten, .ref = r_relu, .rlen = 12},
         {.name = "log_softmax", .nin = 1, .ndim = {2}, .shape = SHAPES({3, 5}),
@@ -556,6 +606,39 @@ static void test_grads_accumulate(void **state)
     ddp_model_destroy(m);
 }
 
+/* A view of a parameter: gradients land in p->grad through the view and
+ * accumulate over two backward passes; d/dW sum(x W) = column sums of x. */
+static void test_reshape_param(void **state)
+{
+    (void)state;
+    ddp_model_t *m;
+    ddp_param *p;
+    assert_int_equal(ddp_model_create(&m), 0);
+    assert_int_equal(ddp_model_add_param(m, "w", 1, (int64_t[]){12}, &p), 0);
+    assert_int_equal(ddp_model_seal(m), 0);
+    float xs[8] = {1, 2, 3, 4, -1, 0.5f, 2, 0};
+    ddp_tape_t *t;
+    ddp_tensor xt;
+    ddp_var_t *x, *w, *wv, *y, *loss;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    assert_int_equal(ddp_tensor_wrap(&xt, xs, 2, (int64_t[]){2, 4}), 0);
+    assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+    assert_int_equal(ddp_tape_param(t, p, &w), 0);
+    assert_int_equal(ddp_op_reshape(t, w, 2, (int64_t[]){4, 3}, &wv), 0);
+    assert_ptr_equal(ddp_var_tensor(wv)->data, p->data);
+    assert_int_equal(ddp_op_matmul(t, x, wv, &y), 0);
+    assert_int_equal(ddp_op_sum(t, y, &loss), 0);
+    ddp_model_zero_grad(m);
+    assert_int_equal(ddp_backward(t, loss, m), 0);
+    assert_int_equal(ddp_backward(t, loss, m), 0);
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 3; j++)
+            assert_true(p->grad[k * 3 + j] == 2 * (xs[k] + xs[4 + k]));
+    assert_ptr_equal(ddp_var_grad(wv), p->grad);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(m);
+}
+
 /* ==== errors ============================================================== */
 
 static void test_op_errors(void **state)
@@ -644,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_arena_reused),
         cmocka_unit_test(test_grads_accumulate),
         cmocka_unit_test(test_no_grad),
+        cmocka_unit_test(test_reshape_param),
         cmocka_unit_test(test_op_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

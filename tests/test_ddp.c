@@ -400,6 +400,188 @@ static void test_mismatched_models(void **state)
     assert_int_equal(run_children(3, mismatch_rank, NULL, 30), 0);
 }
 
+/* ==== bucket rebuild ===================================================== */
+
+/* Parameters registered W1 (10, 4), W2 (12, 10), W3 (8, 12) but used in
+ * the opposite order (logits = relu(relu(x W3) W2) W1): gradients become
+ * ready W1, W2, W3, so the rebuild must reverse the initial buckets. */
+static int reversed_model(ddp_model_t **out, ddp_param *w[3])
+{
+    const int64_t shapes[3][2] = {{10, 4}, {12, 10}, {8, 12}};
+    ddp_model_t *m;
+    DDP_TRY(ddp_model_create(&m));
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i + 1);
+        DDP_TRY(ddp_model_add_param(m, name, 2, shapes[i], &w[i]));
+    }
+    DDP_TRY(ddp_model_seal(m));
+    for (int i = 0; i < 3; i++)
+        for (size_t k = 0; k < w[i]->numel; k++)
+            w[i]->data[k] = (float)(0.3 * sin(1.7 * (double)k + i));
+    *out = m;
+    return 0;
+}
+
+static int reversed_step(ddp_ddp_t *dm, ddp_model_t *m, ddp_param *w[3], ddp_tape_t *tape,
+                         int64_t first, int n)
+{
+    static float xs[64 * 8];
+    static int64_t labels[64];
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < 8; j++)
+            xs[i * 8 + j] = (float)cos(0.21 * (double)(first + i) + 0.5 * j);
+        labels[i] = (first + i) % 4;
+    }
+    ddp_tensor t;
+    DDP_TRY(ddp_tensor_wrap(&t, xs, 2, (int64_t[]){n, 8}));
+    ddp_tape_reset(tape);
+    ddp_var_t *x, *v[3], *h, *loss;
+    DDP_TRY(ddp_tape_input(tape, &t, 0, &x));
+    for (int i = 0; i < 3; i++)
+        DDP_TRY(ddp_tape_param(tape, w[i], &v[i]));
+    DDP_TRY(ddp_op_matmul(tape, x, v[2], &h));
+    DDP_TRY(ddp_op_relu(tape, h, &h));
+    DDP_TRY(ddp_op_matmul(tape, h, v[1], &h));
+    DDP_TRY(ddp_op_relu(tape, h, &h));
+    DDP_TRY(ddp_op_matmul(tape, h, v[0], &h));
+    DDP_TRY(ddp_op_cross_entropy(tape, h, labels, &loss));
+    ddp_model_zero_grad(m);
+    return dm ? ddp_ddp_backward(dm, tape, loss) : ddp_backward(tape, loss, m);
+}
+
+static int rebuild_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    ddp_model_t *m;
+    ddp_param *w[3];
+    ddp_tape_t *tape;
+    ddp_ddp_t *dm;
+    ddp_optim_t *opt;
+    ddp_sgd_options so = ddp_sgd_defaults(0.2);
+    ddp_ddp_options o = ddp_ddp_defaults();
+    o.bucket_cap_mb = o.first_bucket_cap_mb = 1e-9; /* one parameter per bucket */
+    CHILD_CHECK(join_group(rank, 2, "rebuild", &pg) == 0);
+    CHILD_CHECK(reversed_model(&m, w) == 0);
+    CHILD_CHECK(ddp_tape_create(&tape) == 0);
+    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
+    size_t numel;
+    CHILD_CHECK(ddp_ddp_bucket_info(dm, 0, NULL, &numel) == 0 && numel == 96); /* w3 */
+    for (int s = 0; s < STEPS; s++) {
+        CHILD_CHECK(reversed_step(dm, m, w, tape, (int64_t)(2 * s + rank) * B, B) == 0);
+        CHILD_CHECK(ddp_optim_step(opt) == 0);
+    }
+    CHILD_CHECK(ddp_ddp_buckets_rebuilt(dm));
+    CHILD_CHECK(ddp_ddp_bucket_info(dm, 0, NULL, &numel) == 0 && numel == 40); /* w1 */
+    size_t n;
+    const float *params = ddp_model_param_block(m, &n);
+    CHILD_CHECK(write_floats("rebuild", rank, params, n) == 0);
+    ddp_optim_destroy(opt);
+    ddp_ddp_destroy(dm);
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(m);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_rebuild_from_ready_order(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, rebuild_rank, NULL, 30), 0);
+    ddp_model_t *m;
+    ddp_param *w[3];
+    ddp_tape_t *tape;
+    ddp_optim_t *opt;
+    ddp_sgd_options so = ddp_sgd_defaults(0.2);
+    assert_int_equal(reversed_model(&m, w), 0);
+    assert_int_equal(ddp_tape_create(&tape), 0);
+    assert_int_equal(ddp_sgd_create(m, &so, &opt), 0);
+    for (int s = 0; s < STEPS; s++) {
+        assert_int_equal(reversed_step(NULL, m, w, tape, (int64_t)2 * s * B, 2 * B), 0);
+        assert_int_equal(ddp_optim_step(opt), 0);
+    }
+    size_t n;
+    const float *ref = ddp_model_param_block(m, &n);
+    float *p0 = read_floats("rebuild", 0, n), *p1 = read_floats("rebuild", 1, n);
+    assert_memory_equal(p0, p1, n * sizeof *p0);
+    double d = rel_diff(p0, ref, n);
+    if (d > 1e-5)
+        fail_msg("relative difference %.3g after the rebuild", d);
+    free(p0);
+    free(p1);
+    ddp_optim_destroy(opt);
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(m);
+}
+
+/* ==== misuse ============================================================== */
+
+/* A plain ddp_backward on a wrapped model is refused (its gradients would
+ * not be averaged); destroy keeps gradient values and finishes nothing. */
+static int misuse_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    ddp_model_t *m;
+    ddp_tape_t *tape;
+    ddp_ddp_t *dm;
+    ddp_ddp_options o = ddp_ddp_defaults();
+    o.comm_hook = DDP_HOOK_FP16;
+    CHILD_CHECK(join_group(rank, 2, "misuse", &pg) == 0);
+    CHILD_CHECK(make_model(HID, 0, &m) == 0);
+    CHILD_CHECK(ddp_tape_create(&tape) == 0);
+    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    ddp_var_t *loss;
+    CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)rank * B, B, &loss) == 0);
+    CHILD_CHECK(ddp_backward(tape, loss, m) == DDP_ERR_STATE);
+    CHILD_CHECK(strstr(ddp_last_error(), "call ddp_ddp_backward, not ddp_backward"));
+    CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)rank * B, B, &loss) == 0);
+    CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
+    ddp_model_zero_grad(m);
+    ddp_ddp_destroy(dm);
+    size_t n;
+    const float *g = ddp_model_grad_block(m, &n);
+    for (size_t i = 0; i < n; i++)
+        CHILD_CHECK(g[i] == 0.0f);
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(m);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_misuse_and_destroy(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, misuse_rank, NULL, 30), 0);
+}
+
+static int options_mismatch_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    ddp_model_t *m;
+    ddp_ddp_t *dm;
+    ddp_ddp_options o = ddp_ddp_defaults();
+    if (rank == 1)
+        o.comm_hook = DDP_HOOK_BF16;
+    CHILD_CHECK(join_group(rank, 2, "optmismatch", &pg) == 0);
+    CHILD_CHECK(make_model(HID, 0, &m) == 0);
+    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == DDP_ERR_MISMATCH);
+    CHILD_CHECK(strstr(ddp_last_error(), "rank 1 differs from rank 0: options "));
+    CHILD_CHECK(strstr(ddp_last_error(), "comm_hook 2 on rank 1 but"));
+    ddp_model_destroy(m);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_mismatched_options(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, options_mismatch_rank, NULL, 30), 0);
+}
+
 /* ==== join, dead peers ==================================================== */
 
 /* Rank r has 4 + 3 r batches; everyone ends with identical parameters. */
@@ -521,6 +703,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_user_comm_hook, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_unused_parameters, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_mismatched_models, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_rebuild_from_ready_order, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_misuse_and_destroy, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_mismatched_options, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_join_uneven_inputs, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_dead_peer, setup_dir, remove_dir),
         cmocka_unit_test(test_bad_options),

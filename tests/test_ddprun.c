@@ -210,6 +210,85 @@ static void test_max_restarts(void **state)
     remove_dir(dir);
 }
 
+static int count_lines_with(const char *s, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, prefix)); p++)
+        n += p == s || p[-1] == '\n';
+    return n;
+}
+
+static void test_all_output_and_exact_last_error(void **state)
+{
+    (void)state;
+    static char err[1 << 20];
+    char *argv[] = {ddprun, "--nproc-per-node", "1", worker, "spam", "20000", "3", NULL};
+    int st = finish(start(argv), err, sizeof err, 20);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    /* Every line arrives whole, none split, and the last one is reported. */
+    assert_int_equal(count_lines_with(err, "line "), 20000);
+    assert_non_null(strstr(err, "line 19999\nFATAL-LAST\n"));
+    assert_non_null(strstr(err, "exited with code 3; last error: FATAL-LAST\n"));
+}
+
+static void test_prefix(void **state)
+{
+    (void)state;
+    char err[8192];
+    char *argv[] = {ddprun, "--prefix", "--nproc-per-node", "2", worker, "spam", "1", "0", NULL};
+    int st = finish(start(argv), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_non_null(strstr(err, "[rank 0]: line 0\n"));
+    assert_non_null(strstr(err, "[rank 1]: FATAL-LAST\n"));
+}
+
+static void test_sigterm_stops_everything(void **state)
+{
+    (void)state;
+    char dir[64], buf[64], err[8192];
+    make_dir(dir);
+    char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "sleep", dir, NULL};
+    launch l = start(argv);
+    pid_t pids[2];
+    double deadline = now() + 10;
+    for (int r = 0; r < 2; r++) {
+        while (read_file(dir, "pid", r, buf, sizeof buf) != 0) {
+            assert_true(now() < deadline);
+            usleep(10000);
+        }
+        pids[r] = atoi(buf);
+    }
+    double t0 = now();
+    assert_int_equal(kill(l.pid, SIGTERM), 0);
+    int st = finish(l, err, sizeof err, 5);
+    assert_true(now() - t0 < 2.0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM);
+    assert_non_null(strstr(err, "interrupted by signal 15"));
+    for (int r = 0; r < 2; r++)
+        assert_true(kill(pids[r], 0) == -1 && errno == ESRCH);
+    remove_dir(dir);
+}
+
+static void test_no_grandchild_left_behind(void **state)
+{
+    (void)state;
+    char dir[64], buf[64], err[4096];
+    make_dir(dir);
+    char *argv[] = {ddprun, "--nproc-per-node", "1", worker, "grandchild", dir, NULL};
+    double t0 = now();
+    int st = finish(start(argv), err, sizeof err, 10);
+    assert_true(now() - t0 < 3.0); /* not the grandchild's 30 s */
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "child", 0, buf, sizeof buf), 0);
+    pid_t child = atoi(buf);
+    /* Killed by ddprun; reaped by init once it is gone. */
+    double deadline = now() + 2;
+    while (kill(child, 0) == 0 && now() < deadline)
+        usleep(10000);
+    assert_true(kill(child, 0) == -1 && errno == ESRCH);
+    remove_dir(dir);
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -248,6 +327,10 @@ int main(void)
         cmocka_unit_test(test_failure_names_rank_and_stops_others),
         cmocka_unit_test(test_kill9_worker),
         cmocka_unit_test(test_max_restarts),
+        cmocka_unit_test(test_all_output_and_exact_last_error),
+        cmocka_unit_test(test_prefix),
+        cmocka_unit_test(test_sigterm_stops_everything),
+        cmocka_unit_test(test_no_grandchild_left_behind),
         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,9 +8,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,6 +55,19 @@ static result sh(const char *fmt, ...)
     return r;
 }
 
+/* A port nobody listens on now (bound to port 0, then released). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 static double accuracy(const char *out)
 {
     const char *p = strstr(out, "Test accuracy: ");
@@ -90,6 +106,7 @@ static void test_two_ranks_under_ddprun(void **state)
     assert_non_null(strstr(r.out, "Epoch [1/1], Step [400/469], Loss: "));
     assert_null(strstr(r.out, "Step [500/"));
     const char *p = strstr(r.out, "Epoch [1/1], Step [100/469]");
+    assert_non_null(p);
     assert_null(strstr(p + 1, "Epoch [1/1], Step [100/469]"));
     assert_non_null(strstr(r.out, "Throughput: "));
     /* PyTorch DDP (2 x 64, lr 0.1, 1 epoch) reaches 79.3 % on this data. */
@@ -107,7 +124,7 @@ static void test_file_and_tcp_init_by_hand(void **state)
         if (k == 0)
             snprintf(url, sizeof url, "file://%s/rdzv", dir);
         else
-            snprintf(url, sizeof url, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+            snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
         result r = sh("%s --epochs 0 --init-method %s --rank 1 --world-size 2 & "
                       "%s --epochs 0 --init-method %s --rank 0 --world-size 2; s=$?; wait $! && "
                       "exit $s",

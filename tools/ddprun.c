@@ -267,28 +267,45 @@ static void exec_worker(const options *o, const worker *w, int restart, int out_
     _exit(127);
 }
 
+/* Starts the workers; on failure those not started count as exited. */
 static int start_workers(const options *o, worker *ws, int restart)
 {
     pid_t parent = getpid();
     for (int l = 0; l < o->nproc; l++) {
+        memset(&ws[l], 0, sizeof ws[l]);
+        ws[l].out.fd = ws[l].err.fd = -1;
+        ws[l].exited = 1; /* until forked */
+        ws[l].local_rank = l;
+        ws[l].rank = o->node_rank * o->nproc + l;
+    }
+    for (int l = 0; l < o->nproc; l++) {
         worker *w = &ws[l];
-        int out[2] = {-1, -1}, err[2];
-        memset(w, 0, sizeof *w);
-        w->local_rank = l;
-        w->rank = o->node_rank * o->nproc + l;
+        int out[2] = {-1, -1}, err[2] = {-1, -1};
         if ((o->prefix && pipe2(out, O_CLOEXEC)) || pipe2(err, O_CLOEXEC)) {
             fprintf(stderr, "ddprun: pipe: %s\n", strerror(errno));
+            for (int k = 0; k < 2; k++) {
+                if (out[k] >= 0)
+                    close(out[k]);
+                if (err[k] >= 0)
+                    close(err[k]);
+            }
             return -1;
         }
         pid_t pid = fork();
         if (pid < 0) {
             fprintf(stderr, "ddprun: fork: %s\n", strerror(errno));
+            for (int k = 0; k < 2; k++) {
+                if (out[k] >= 0)
+                    close(out[k]);
+                close(err[k]);
+            }
             return -1;
         }
         if (pid == 0)
             exec_worker(o, w, restart, out[1], err[1], parent);
         setpgid(pid, pid); /* also here: no race with a kill right after */
         w->pid = pid;
+        w->exited = 0;
         if (o->prefix)
             close(out[1]);
         close(err[1]);
@@ -322,7 +339,8 @@ static void emit_lines(const options *o, worker *w, stream *s, FILE *to, int flu
             start = i + 1;
         }
     }
-    if (start < s->len && (flush || s->len == sizeof s->buf - 1)) {
+    /* An unfinished line goes out at EOF, or when it alone fills the buffer. */
+    if (start < s->len && (flush || (start == 0 && s->len == sizeof s->buf - 1))) {
         emit_line(o, w, s, s->buf + start, s->len - start, to);
         start = s->len;
     }
@@ -402,19 +420,45 @@ static void signal_all(const options *o, worker *ws, int sig)
             kill(-ws[l].pid, sig);
 }
 
-/* SIGTERM every live worker, SIGKILL after the grace period, reap all. */
-static void stop_all(const options *o, worker *ws, int *running)
+/* Sends sig to every live worker, SIGKILL after the grace period, and
+ * reaps them (giving up 5 s after SIGKILL: a process stuck in the kernel). */
+static void stop_all(const options *o, worker *ws, int *running, int sig)
 {
-    signal_all(o, ws, SIGTERM);
+    signal_all(o, ws, sig);
     double deadline = now() + o->stop_timeout;
     int killed = 0;
-    while (*running > 0) {
+    while (*running > 0 && now() < deadline + 5) {
         if (!killed && now() >= deadline) {
             signal_all(o, ws, SIGKILL);
             killed = 1;
         }
         pump_all(o, ws, 20);
         reap(o, ws, running);
+    }
+}
+
+/* After the workers exited: forwards what is left in the pipes (at most
+ * 1 s: a grandchild may hold them open), kills whatever is left in the
+ * workers' process groups, and closes the pipes. */
+static void finish_group(const options *o, worker *ws)
+{
+    double deadline = now() + 1.0;
+    for (int open = 1; open && now() < deadline;) {
+        pump_all(o, ws, 20);
+        open = 0;
+        for (int l = 0; l < o->nproc; l++)
+            open |= ws[l].out.fd >= 0 || ws[l].err.fd >= 0;
+    }
+    for (int l = 0; l < o->nproc; l++) {
+        if (ws[l].pid > 0)
+            kill(-ws[l].pid, SIGKILL); /* grandchildren; ESRCH when none */
+        stream *ss[2] = {&ws[l].out, &ws[l].err};
+        for (int k = 0; k < 2; k++)
+            if (ss[k]->fd >= 0) {
+                emit_lines(o, &ws[l], ss[k], k ? stderr : stdout, 1);
+                close(ss[k]->fd);
+                ss[k]->fd = -1;
+            }
     }
 }
 
@@ -432,36 +476,36 @@ static void describe(const worker *w, char *buf, size_t len)
  * -2 when ddprun itself was interrupted. */
 static int run_group(const options *o, worker *ws, int restart)
 {
-    int running = o->nproc;
+    int rc, failed, running = 0;
     if (start_workers(o, ws, restart) < 0) {
-        /* Workers already started are killed and reaped. */
         for (int l = 0; l < o->nproc; l++)
-            if (!ws[l].pid)
-                ws[l].exited = 1, running--;
-        stop_all(o, ws, &running);
-        return -1;
+            running += !ws[l].exited;
+        stop_all(o, ws, &running, SIGTERM); /* those already started */
+        rc = -1;
+        goto out;
     }
+    running = o->nproc;
     for (;;) {
         pump_all(o, ws, 50);
-        int failed = reap(o, ws, &running);
-        if (got_signal) {
-            signal_all(o, ws, got_signal);
-            stop_all(o, ws, &running);
-            return -2;
+        failed = reap(o, ws, &running);
+        if (got_signal) { /* passed on; SIGKILL only after the grace period */
+            stop_all(o, ws, &running, got_signal);
+            rc = -2;
+            break;
         }
         if (failed >= 0) {
-            stop_all(o, ws, &running);
-            return failed + 1;
+            stop_all(o, ws, &running, SIGTERM);
+            rc = failed + 1;
+            break;
         }
         if (running == 0) {
-            pump_all(o, ws, 0);
-            /* Drain what is left in the pipes after the last exit. */
-            for (int l = 0; l < o->nproc; l++)
-                while (ws[l].out.fd >= 0 || ws[l].err.fd >= 0)
-                    pump_all(o, ws, 100);
-            return 0;
+            rc = 0;
+            break;
         }
     }
+out:
+    finish_group(o, ws);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -488,7 +532,7 @@ int main(int argc, char **argv)
         worker *w = &ws[rc - 1];
         char what[128];
         describe(w, what, sizeof what);
-        if (restart < o.max_restarts) {
+        if (restart < o.max_restarts && !got_signal) {
             fprintf(stderr, "ddprun: rank %d (pid %d) %s; restarting the group (%d of %d)\n",
                     w->rank, (int)w->pid, what, restart + 1, o.max_restarts);
             continue;

@@ -168,7 +168,8 @@ DDP_API int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training
 /* Scalar (0-d) y = sum of all elements / mean of all elements. */
 DDP_API int ddp_op_sum(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 DDP_API int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
-/* A view of a with another shape (one entry may be -1); no copy. */
+/* A view of a with another shape (one entry may be -1); no copy, and its
+ * gradient is a's, seen through the view. */
 DDP_API int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shape,
                            ddp_var_t **y);
 /* (B, d1, d2, ...) -> (B, d1*d2*...), as nn.Flatten(); a view. */

@@ -18,6 +18,12 @@ int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_t *opt,
                         const ddp_train_state *st)
 {
     DDP_FAIL_IF(!path || !model || !st, DDP_ERR_INVALID_ARG, "checkpoint: NULL argument");
+    DDP_FAIL_IF(st->epoch < 0 || st->step < 0 || st->global_step < 0 || st->world_size < 1,
+                DDP_ERR_INVALID_ARG,
+                "checkpoint: position must be >= 0 and world_size >= 1 (epoch %lld, step %lld, "
+                "global_step %lld, world_size %d)",
+                (long long)st->epoch, (long long)st->step, (long long)st->global_step,
+                st->world_size);
     size_t np = ddp_model_num_params(model);
     int ns = opt ? ddp_optim_num_states(opt) : 0;
     DDP_FAIL_IF(ns > MAX_STATES, DDP_ERR_UNSUPPORTED, "checkpoint: %d optimizer states", ns);
@@ -108,10 +114,10 @@ int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
     int rc = 0;
     size_t np = ddp_model_num_params(model);
     int ns = opt ? ddp_optim_num_states(opt) : 0;
-    const ddp__st_entry *pe[1024], *se[MAX_STATES];
-    DDP_FAIL_OUT(np > 1024 || ns > MAX_STATES, DDP_ERR_UNSUPPORTED,
-                 "checkpoint: %zu parameters / %d optimizer states are more than supported", np,
-                 ns);
+    const ddp__st_entry **pe = calloc(np + 1, sizeof *pe), *se[MAX_STATES];
+    DDP_FAIL_OUT(!pe, DDP_ERR_NOMEM, "checkpoint: out of memory");
+    DDP_FAIL_OUT(ns > MAX_STATES, DDP_ERR_UNSUPPORTED,
+                 "checkpoint: %d optimizer states are more than supported", ns);
     /* Phase 1: check everything. */
     for (size_t i = 0; i < np; i++) {
         ddp_param *p = ddp_model_param(model, i);
@@ -154,6 +160,7 @@ int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
     if (st)
         *st = s;
 out:
+    free(pe);
     ddp__st_close(&f);
     return rc;
 }

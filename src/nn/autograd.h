@@ -44,7 +44,6 @@ struct ddp_var {
     /* backward bookkeeping, reset at the start of every backward */
     int reachable;      /* on a path to the loss */
     int grad_written;   /* grad holds a value for this backward (else write, not add) */
-    int pending;        /* reachable consumers not yet processed */
 };
 
 struct ddp_tape {

@@ -491,6 +491,8 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
     case DDP_OP_NLL:
     case DDP_OP_CROSS_ENTROPY:
         return softmax_like_backward(tape, v);
+    case DDP_OP_RESHAPE: /* its gradient already is its input's (ddp__grad_target) */
+        return 0;
     default:
         break;
     }
@@ -548,9 +550,6 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
         return 0;
     case DDP_OP_MEAN:
         ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
-        return 0;
-    case DDP_OP_RESHAPE:
-        ddp__vec_acc_to(da, dy, n, acc);
         return 0;
     case DDP_OP_SIGMOID: /* dy * y (1 - y) */
     case DDP_OP_TANH:    /* dy * (1 - y^2) */

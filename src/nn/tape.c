@@ -189,6 +189,13 @@ float *ddp__grad_target(ddp_tape_t *tape, ddp_var_t *v, int *acc)
         *acc = 1; /* parameters accumulate across backward calls */
         return v->param->grad;
     }
+    if (v->op == DDP_OP_RESHAPE) {
+        /* A view's gradient is its input's, seen through the view: writers
+         * go straight there and the view's backward has nothing to copy. */
+        v->grad = ddp__grad_target(tape, v->in[0], acc);
+        v->grad_written = 1;
+        return v->grad;
+    }
     if (!v->grad) {
         v->grad = ddp__tape_alloc(tape, (size_t)v->t.numel * sizeof(float));
         if (!v->grad)
@@ -240,16 +247,15 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         hook = ddp_model_grad_ready_hook(model, &user);
     }
 
-    /* Phase 1: which vars lie on a path to the loss, and how many reachable
-     * consumers each has (tape order is topological: inputs come first). */
+    /* Phase 1: which vars lie on a path to the loss (tape order is
+     * topological: inputs come first), and how many reachable uses each
+     * parameter has, over all its leaf vars should a tape hold two; the
+     * parameters reached are stamped with this pass's id. */
     for (size_t i = 0; i < tape->nvars; i++) {
         ddp_var_t *v = tape->vars[i];
         v->reachable = 0;
         v->grad_written = 0;
-        v->pending = 0;
     }
-    /* Parameters count their reachable uses themselves (over all their leaf
-     * vars, should a tape hold two), stamped with this pass's id. */
     uint64_t pass = atomic_fetch_add(&next_gen, 1);
     loss->reachable = 1;
     if (loss->param)
@@ -262,7 +268,6 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             ddp_var_t *in = v->in[j];
             if (in->requires_grad) {
                 in->reachable = 1;
-                in->pending++;
                 if (in->param)
                     count_use(in->param, pass, 1);
             }
@@ -294,9 +299,6 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             DDP_TRY(ddp__op_backward(tape, v));
         for (int j = v->nin - 1; j >= 0; j--) { /* reverse argument order */
             ddp_var_t *in = v->in[j];
-            if (!in->requires_grad)
-                continue;
-            in->pending--;
             ddp_param *p = in->param;
             if (p && --p->priv.pending == 0 && hook && p->priv.model == model)
                 DDP_TRY(hook(p, 1, user));

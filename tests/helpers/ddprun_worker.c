@@ -4,6 +4,10 @@
  *   sleep DIR        write DIR/pid.RANK, then sleep 30 s
  *   flaky DIR        rank 1 dies by SIGKILL in the first generation; every
  *                    worker of the next writes DIR/done.RANK and exits 0
+ *   spam N CODE      writes N numbered lines to stderr, then "FATAL-LAST",
+ *                    and exits CODE
+ *   grandchild DIR   leaves a child sleeping 30 s (its pid in DIR/child.RANK)
+ *                    holding stdout and stderr, and exits 0
  */
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +74,22 @@ int main(int argc, char **argv)
         write_file(argv[2], "done", rank, "ok\n");
         return 0;
     }
-    fprintf(stderr, "usage: ddprun_worker env|fail|sleep|flaky ...\n");
+    if (argc == 4 && !strcmp(argv[1], "spam")) {
+        for (int i = 0; i < atoi(argv[2]); i++)
+            fprintf(stderr, "line %d\n", i);
+        fprintf(stderr, "FATAL-LAST\n");
+        return atoi(argv[3]);
+    }
+    if (argc == 3 && !strcmp(argv[1], "grandchild")) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            sleep(30);
+            _exit(0);
+        }
+        snprintf(text, sizeof text, "%d\n", (int)pid);
+        write_file(argv[2], "child", rank, text);
+        return 0;
+    }
+    fprintf(stderr, "usage: ddprun_worker env|fail|sleep|flaky|spam|grandchild ...\n");
     return 2;
 }
