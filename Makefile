@@ -111,8 +111,8 @@ test check: all
 
 $(BUILD)/libddp.pc: Makefile
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt\n' \
-	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' > $@
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt %s\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' '$(MPI_LIBS)' > $@
 
 install: all $(BUILD)/libddp.pc
 	install -d $(DESTDIR)$(PREFIX)/include/ddp $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
