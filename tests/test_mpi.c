@@ -71,6 +71,10 @@ static int mpirun(int n, const char *env, const char *args)
 {
     const char *build = getenv("DDP_TEST_BUILD"), *launcher = getenv("DDP_TEST_MPIRUN");
     char cmd[2048];
+    if (!launcher && system("command -v mpirun >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "mpirun not on PATH (install openmpi-bin): skipped\n");
+        skip();
+    }
     snprintf(cmd, sizeof cmd, "%s %s %s -np %d %s/tests/helpers/mpi_worker %s 2>&1",
              sanitizer() ? "ASAN_OPTIONS=detect_leaks=0" : "", env,
              launcher ? launcher : "mpirun --allow-run-as-root --oversubscribe", n,
