@@ -72,7 +72,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 STATIC := $(BUILD)/libddp.a
 SHARED := $(BUILD)/libddp.so
 
-.PHONY: all lib test check install clean
+.PHONY: all lib test check install clean $(BUILD)/libddp.pc
 all: lib $(EX_BIN) $(TOOL_BIN) $(BENCH_BIN) $(TEST_BIN) $(THELP_BIN)
 lib: $(STATIC) $(SHARED)
 
@@ -107,7 +107,7 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 	$(call program,)
 
 test check: all
-	sh tests/run.sh $(BUILD)
+	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)
 
 $(BUILD)/libddp.pc: Makefile
 	@mkdir -p $(dir $@)

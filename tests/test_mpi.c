@@ -3,8 +3,9 @@
  * $DDP_TEST_BUILD/tests/helpers/mpi_worker (one process per rank); and the
  * errors of a build without MPI or an unknown backend.
  *
- * Under DDP_TEST_SANITIZER the big counts are left out and LeakSanitizer is
- * off in the workers: Open MPI keeps allocations until exit by design. */
+ * Under ASan (or DDP_TEST_SANITIZER) the big counts are left out and
+ * LeakSanitizer is off in the workers: Open MPI keeps allocations until
+ * exit by design. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,10 +59,22 @@ int main(void)
 static char out[1 << 16];
 static int expect_failure; /* the run is meant to fail: keep the log quiet */
 
+/* Built with ASan (make SAN=1), or told so. */
+#if defined(__SANITIZE_ADDRESS__)
+#define BUILT_WITH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BUILT_WITH_ASAN 1
+#endif
+#endif
+#ifndef BUILT_WITH_ASAN
+#define BUILT_WITH_ASAN 0
+#endif
+
 static int sanitizer(void)
 {
     const char *s = getenv("DDP_TEST_SANITIZER");
-    return s && *s == '1';
+    return BUILT_WITH_ASAN || (s && *s == '1');
 }
 
 /* Runs `env mpirun -np n mpi_worker args` (env: "VAR=value ..." that the
