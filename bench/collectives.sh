@@ -18,9 +18,12 @@ FACTOR=${3:-4}
 ITERS=${4:-50}
 REPEAT=${5:-3}
 BUILD=${BUILD:-build}
+# TCP even on one host, where libddp would pick shared memory (collectives_shm.sh).
+export DDP_TRANSPORT=${DDP_TRANSPORT:-tcp}
 OUT=bench/out
 mkdir -p "$OUT"
-make -s -j2 "$BUILD/bin/ddp-bench-collectives" >/dev/null
+make -s -j2 "$BUILD/bin/ddp-bench-collectives" "$BUILD/bench/tcp_loopback" >/dev/null
+RAW_BEFORE=$("$BUILD/bench/tcp_loopback")
 port() { echo $((20000 + ($$ + $1) % 30000)); }
 
 if command -v mpicc >/dev/null 2>&1; then
@@ -60,6 +63,8 @@ while [ "$round" -lt "$REPEAT" ]; do
     fi
 done
 
+RAW_AFTER=$("$BUILD/bench/tcp_loopback")
+echo "# raw loopback TCP, one way, 64 MiB in 1 MiB writes: before $RAW_BEFORE; after $RAW_AFTER"
 echo "# all_reduce float32 sum, 2 ranks, loopback TCP; median of $ITERS iterations (20 from 16 MiB), best of $REPEAT rounds"
 echo "# busbw = 2(n-1)/n * bytes / time (nccl-tests)"
 printf '%10s | %10s %8s | %10s %8s | %10s %8s | %s\n' bytes ddp_us ddp_GBps mpi_us mpi_GBps \

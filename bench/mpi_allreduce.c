@@ -71,7 +71,8 @@ int main(int argc, char **argv)
 #else
 int main(void)
 {
-    fprintf(stderr, "mpi_allreduce: a stub; bench/collectives.sh builds the real one with mpicc -DDDP_WITH_MPI\n");
+    fprintf(stderr, "mpi_allreduce: a stub; bench/collectives.sh builds the real one with "
+                    "mpicc -DDDP_WITH_MPI\n");
     return 1;
 }
 #endif

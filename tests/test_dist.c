@@ -89,6 +89,33 @@ static void test_bad_arguments(void **state)
     job_cleanup(&J);
 }
 
+/* Tuning variables with bad values fail the init with a message naming
+ * them (world size 1: no peer needed). */
+static void test_bad_environment(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *var, *value, *msg;
+    } cases[] = {
+        {"DDP_ALLREDUCE_ALGO", "bogus", "DDP_ALLREDUCE_ALGO='bogus': expected ring, rd, direct"},
+        {"DDP_CHUNK_BYTES", "0", "DDP_CHUNK_BYTES='0': expected a positive byte count"},
+        {"DDP_ALLREDUCE_RD_BYTES", "12x", "DDP_ALLREDUCE_RD_BYTES='12x'"},
+        {"DDP_SECRET_FILE", "/dev/null", "DDP_SECRET_FILE /dev/null is empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        job_init(&J);
+        setenv(cases[i].var, cases[i].value, 1);
+        ddp_pg_t *pg = NULL;
+        int rc = ddp_init_process_group("tcp", J.url, 0, 1, 5, &pg);
+        unsetenv(cases[i].var);
+        assert_true(rc < 0);
+        assert_null(pg);
+        if (!contains(ddp_last_error(), cases[i].msg))
+            fail_msg("%s=%s: got '%s'", cases[i].var, cases[i].value, ddp_last_error());
+        job_cleanup(&J);
+    }
+}
+
 /* ---- rendezvous failures --------------------------------------------- */
 
 static int missing_rank(int rank, void *arg)
@@ -463,10 +490,10 @@ static int release_rank(int rank, void *arg)
         const int both[2] = {1, 0};
         CHILD_CHECK(ddp_pg_new_group(pg, both, 2, &sub) == 0 && sub);
         CHILD_CHECK(count_entries("/proc/self/task") == threads0 + 2);
-        float x[1000] = {0};
+        float x[1000] = {0}, y[1000] = {0};
         ddp_work_t *w = NULL;
         CHILD_CHECK(ddp_all_reduce_async(pg, x, 1000, DDP_FLOAT32, DDP_SUM, &w) == 0);
-        CHILD_CHECK(ddp_all_reduce(sub, x, 1000, DDP_FLOAT32, DDP_SUM) == 0);
+        CHILD_CHECK(ddp_all_reduce(sub, y, 1000, DDP_FLOAT32, DDP_SUM) == 0);
         if (round == 1) /* destroy with the work still queued or running */
             ddp_work_free(w);
         ddp_pg_destroy(sub);
@@ -500,6 +527,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_bad_environment),
         cmocka_unit_test(test_missing_ranks_time_out),
         cmocka_unit_test(test_world_size_mismatch),
         cmocka_unit_test(test_rank_joins_twice),

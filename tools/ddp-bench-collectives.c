@@ -6,7 +6,13 @@
  * or --rank/--world-size/--init-method.  Rank 0 prints one line per size:
  *   bytes median_us busbw_GBps
  * (or a JSON array with --json).  Each size runs warm-up iterations, then
- * --iters timed ones back to back; the median is reported.  Bus bandwidth
+ * --iters timed ones back to back; the median is reported.  broadcast and
+ * reduce do not synchronise the ranks (the root may finish long before the
+ * data arrives), so for them each timed iteration starts after a barrier
+ * and counts the slowest rank's time (an all_reduce MAX, not timed); ranks
+ * leave a barrier up to one message latency apart, so small rooted
+ * timings are approximate.
+ * Bus bandwidth
  * follows nccl-tests: bytes / time times 2(n-1)/n for all_reduce, (n-1)/n
  * for all_gather, reduce_scatter and all_to_all (bytes = the whole result
  * or input of n blocks), 1 for broadcast and reduce. */
@@ -152,11 +158,18 @@ int main(int argc, char **argv)
             count -= count % (size_t)world;
         size_t bytes = count * es;
         int n_it = bytes >= (16u << 20) && iters > 20 ? 20 : iters;
+        int rooted = coll == C_BC || coll == C_RED;
         for (int i = 0; i < warmup + n_it && rc == 0; i++) {
+            if (rooted)
+                rc = ddp_barrier(pg);
             double t0 = ddp_time_now();
-            rc = run_once(pg, coll, a, b, count, dt, op, world);
+            if (rc == 0)
+                rc = run_once(pg, coll, a, b, count, dt, op, world);
+            double dt_s = ddp_time_now() - t0;
+            if (rc == 0 && rooted)
+                rc = ddp_all_reduce(pg, &dt_s, 1, DDP_FLOAT64, DDP_MAX);
             if (i >= warmup)
-                t[i - warmup] = ddp_time_now() - t0;
+                t[i - warmup] = dt_s;
         }
         if (rc != 0) {
             fprintf(stderr, "rank %d: %s of %zu bytes: %s\n", rank, coll_names[coll], bytes,

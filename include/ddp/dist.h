@@ -12,11 +12,12 @@
  * Every rank of a group must issue the same collectives in the same order
  * with the same sizes.  Asynchronous operations run on the group's
  * communication thread in issue order; a blocking call issued while none is
- * pending runs on the caller's thread.  Results are bitwise identical on
- * every rank and from run to run (docs/algorithms.md gives each algorithm's
- * reduction order).  Any failure (a peer dying, a timeout, a protocol
- * error) leaves the group broken: later operations fail at once with the
- * original reason; destroy it.
+ * pending runs on the caller's thread.  Several threads may share a group:
+ * their operations are serialised in issue order.  Results are bitwise
+ * identical on every rank and from run to run (docs/algorithms.md gives
+ * each algorithm's reduction order).  Any failure (a peer dying, a
+ * timeout, a protocol error) leaves the group broken: later operations fail
+ * at once with the original reason; destroy it.
  */
 #ifndef DDP_DIST_H
 #define DDP_DIST_H
@@ -122,7 +123,8 @@ DDP_API int ddp_work_wait(ddp_work_t *work, double timeout_s);
 /* *done = 1 once the work completed (successfully or not). */
 DDP_API int ddp_work_test(ddp_work_t *work, int *done);
 /* Releases the handle; an operation still running completes on its own
- * (its buffers must stay valid until then).  NULL: no-op. */
+ * (its buffers must stay valid until then).  NULL: no-op.  Work handles may
+ * outlive their group (destroying a group first completes its work). */
 DDP_API void ddp_work_free(ddp_work_t *work);
 
 /* ------------------------------------------------------------------ */

@@ -14,7 +14,7 @@
 
 /* Block received at step s, unit k's extent. */
 #define RB(s) ((size_t)(((long)c->rank - (long)(s) - 1 + 2L * c->size) % c->size))
-#define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
+#define ULEN(b, k) ddp__unit_len(bl, (b), (k), S)
 
 size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t es)
 {
@@ -38,7 +38,7 @@ int ddp__ring_all_gather_post(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl
 }
 
 int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t es,
-                         unsigned phase, ddp__req *pre)
+                         unsigned phase, ddp__req *pre, ddp__req *spre)
 {
     const int n = c->size, r = c->rank, next = (r + 1) % n;
     const size_t S = c->chunk / es ? c->chunk / es : 1;
@@ -47,7 +47,8 @@ int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, siz
         return 0;
     int rc = 0;
     uint8_t *base = buf;
-    ddp__req *sreq = calloc(U, sizeof *sreq), *rreq = pre ? pre : calloc(U, sizeof *rreq);
+    ddp__req *sreq = spre ? spre : calloc(U, sizeof *sreq);
+    ddp__req *rreq = pre ? pre : calloc(U, sizeof *rreq);
     DDP_FAIL_OUT(!sreq || !rreq, DDP_ERR_NOMEM, "out of memory");
     DDP_FAIL_OUT(U > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks",
                  c->chunk);
@@ -56,7 +57,7 @@ int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, siz
         DDP_TRY_OUT(ddp__ring_all_gather_post(c, buf, bl, es, phase, rreq, u));
     for (size_t k = 0; k < K; k++) {
         size_t b = (size_t)r, len = ULEN(b, k);
-        if (len)
+        if (len && !sreq[k].kind)
             DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[k], next, ddp__tag(c, phase, k),
                                       base + (bl->off[b] + k * S) * es, len * es));
     }
@@ -71,7 +72,8 @@ int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, siz
     DDP_TRY_OUT(ddp__coll_wait_array(c, rreq, U));
     DDP_TRY_OUT(ddp__coll_wait_array(c, sreq, U));
 out:
-    free(sreq);
+    if (!spre)
+        free(sreq);
     if (!pre)
         free(rreq);
     return rc;

@@ -20,7 +20,9 @@ typedef struct early_ag {
     void *buf;
     const ddp__blocks *bl;
     size_t es;
-    ddp__req *rreq;
+    ddp_dtype dt;
+    ddp_reduce_op op;
+    ddp__req *rreq, *sreq;
 } early_ag;
 
 /* Reduce-scatter unit u was sent from the block that all-gather unit u
@@ -32,6 +34,17 @@ static int post_early(void *arg, size_t u)
     return ddp__ring_all_gather_post(e->c, e->buf, e->bl, e->es, 1, e->rreq, u);
 }
 
+/* Unit k of the own block is final: AVG divides it, and the all-gather's
+ * first step sends it now rather than after the whole reduce-scatter. */
+static int send_early(void *arg, size_t k, void *at, size_t len)
+{
+    early_ag *e = arg;
+    if (e->op == DDP_AVG)
+        ddp__reduce_divide(at, len, e->dt, e->c->size);
+    return ddp__tp_isend(e->c->tp, &e->sreq[k], (e->c->rank + 1) % e->c->size,
+                         ddp__tag(e->c, 1, k), at, len * e->es);
+}
+
 int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                         ddp_reduce_op op)
 {
@@ -40,17 +53,16 @@ int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
     size_t es = ddp_dtype_size(dt);
     uint8_t *own = (uint8_t *)buf + bl.off[c->rank] * es;
     size_t U = ddp__ring_units(c, &bl, es) * (size_t)(c->size - 1);
-    ddp__req *ag = calloc(U ? U : 1, sizeof *ag);
+    ddp__req *ag = calloc(2 * (U ? U : 1), sizeof *ag);
     int rc = 0;
     DDP_FAIL_OUT(!ag, DDP_ERR_NOMEM, "out of memory");
-    early_ag e = {c, buf, &bl, es, ag};
-    ddp__ring_hook hook = {post_early, &e};
-    /* Phase 1: reduce-scatter, partial results in place. */
+    early_ag e = {c, buf, &bl, es, dt, op, ag, ag + U};
+    ddp__ring_hook hook = {post_early, send_early, &e};
+    /* Phase 1: reduce-scatter, partial results in place; the all-gather's
+     * receives and first sends start as their places become ready. */
     DDP_TRY_OUT(ddp__ring_reduce_scatter(c, buf, buf, own, &bl, dt, op, 0, &hook));
-    if (op == DDP_AVG)
-        ddp__reduce_divide(own, bl.len[c->rank], dt, c->size);
-    /* Phase 2: all-gather of the final blocks. */
-    DDP_TRY_OUT(ddp__ring_all_gather(c, buf, &bl, es, 1, ag));
+    /* Phase 2: the rest of the all-gather. */
+    DDP_TRY_OUT(ddp__ring_all_gather(c, buf, &bl, es, 1, ag, ag + U));
 out:
     free(ag);
     ddp__blocks_free(&bl);

@@ -27,7 +27,8 @@ int ddp__broadcast_tree(ddp__coll_ctx *c, void *buf, size_t bytes, int root)
             children[nchild++] = (v + mask + root) % n;
     int rc = 0;
     uint8_t *b = buf;
-    ddp__req *rreq = calloc(K, sizeof *rreq), *sreq = calloc(K * (size_t)(nchild + 1), sizeof *sreq);
+    ddp__req *rreq = calloc(K, sizeof *rreq);
+    ddp__req *sreq = calloc(K * (size_t)(nchild + 1), sizeof *sreq);
     DDP_FAIL_OUT(!rreq || !sreq, DDP_ERR_NOMEM, "out of memory");
     DDP_FAIL_OUT(K > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks", S);
     if (parent >= 0)

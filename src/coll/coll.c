@@ -35,12 +35,11 @@ static int env_size(const char *name, size_t dflt, size_t *out)
     return 0;
 }
 
-int ddp__coll_ctx_init(ddp__coll_ctx *c, ddp__tp *tp)
+int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
 {
     memset(c, 0, sizeof *c);
-    c->tp = tp;
-    c->rank = tp->rank;
-    c->size = tp->size;
+    c->rank = rank;
+    c->size = size;
     const char *algo = getenv("DDP_ALLREDUCE_ALGO");
     if (!algo || !*algo || strcmp(algo, "auto") == 0)
         c->allreduce_algo = DDP__AR_AUTO;
@@ -238,7 +237,7 @@ static int all_gather(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
         return 0;
     ddp__blocks bl;
     DDP_TRY(ddp__blocks_equal(&bl, a->count, c->size));
-    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0, NULL);
+    int rc = ddp__ring_all_gather(c, a->recv, &bl, es, 0, NULL, NULL);
     ddp__blocks_free(&bl);
     return rc;
 }

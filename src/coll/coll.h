@@ -63,8 +63,9 @@ typedef struct ddp__coll_ctx {
 } ddp__coll_ctx;
 
 /* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|auto,
- * DDP_CHUNK_BYTES, DDP_ALLREDUCE_SMALL_BYTES.  Sets the error on bad values. */
-int ddp__coll_ctx_init(ddp__coll_ctx *c, ddp__tp *tp);
+ * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES.  Sets
+ * the error on bad values.  The caller sets c->tp afterwards. */
+int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
 void ddp__coll_ctx_free(ddp__coll_ctx *c);
 /* Checks the arguments of an operation (before it is queued). */
 int ddp__coll_check(const ddp__coll_args *a, int rank, int size);
@@ -84,7 +85,8 @@ static inline uint64_t ddp__tag(const ddp__coll_ctx *c, unsigned phase, uint64_t
            (idx & 0xffffff);
 }
 
-/* Waits for every non-NULL... all n requests, failing on any peer's death. */
+/* Waits for all n requests (or one), failing as soon as any peer of the
+ * group dies: every rank takes part in a collective. */
 static inline int ddp__coll_wait(ddp__coll_ctx *c, ddp__req *const *reqs, int n)
 {
     return ddp__tp_wait(c->tp, reqs, n, c->deadline, DDP__WAIT_ANY_PEER);
@@ -105,6 +107,12 @@ typedef struct ddp__blocks {
 int ddp__blocks_split(ddp__blocks *b, size_t count, int size);
 int ddp__blocks_equal(ddp__blocks *b, size_t count, int size);
 void ddp__blocks_free(ddp__blocks *b);
+/* Elements of unit k of block b when blocks are cut into units of S. */
+static inline size_t ddp__unit_len(const ddp__blocks *bl, size_t b, size_t k, size_t S)
+{
+    size_t len = bl->len[b], at = k * S;
+    return len > at ? (len - at < S ? len - at : S) : 0;
+}
 
 /* ---- algorithms (one file each) ---- */
 int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
@@ -122,16 +130,20 @@ int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
  * post the all-gather's receive of the same unit into that place early. */
 typedef struct ddp__ring_hook {
     int (*sent)(void *arg, size_t unit);
+    /* Unit k of this rank's own block is final (at out + offset, len
+     * elements): the all-reduce starts its all-gather with it at once. */
+    int (*final)(void *arg, size_t k, void *at, size_t len);
     void *arg;
 } ddp__ring_hook;
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
                              const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
                              unsigned phase, const ddp__ring_hook *hook);
 /* Ring all-gather in place: buf holds block r (blocks bl); fills the rest.
- * rreq (may be NULL): (n-1) * units receive requests, some already posted
- * with ddp__ring_all_gather_post; the rest are posted here. */
+ * rreq and sreq (each may be NULL): (n-1) * units requests, some already
+ * posted (receives with ddp__ring_all_gather_post, step-0 sends of the own
+ * block's units); the rest are posted here. */
 int ddp__ring_all_gather(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t esize,
-                         unsigned phase, ddp__req *rreq);
+                         unsigned phase, ddp__req *rreq, ddp__req *sreq);
 /* Units per step of a ring over blocks bl (both ring engines agree). */
 size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t esize);
 /* Posts the all-gather's receive of unit u into buf (no-op if empty). */

@@ -52,7 +52,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
 /* Block received (rb) and sent (sb) at step s, unit k's extent, its slot. */
 #define RB(s) ((size_t)(((long)r - (long)(s) - 2 + 2L * n) % n))
 #define SB(s) ((size_t)(((long)r - (long)(s) - 1 + 2L * n) % n))
-#define ULEN(b, k) (bl->len[b] > (k) * S ? (bl->len[b] - (k) * S < S ? bl->len[b] - (k) * S : S) : 0)
+#define ULEN(b, k) ddp__unit_len(bl, (b), (k), S)
 #define SLOT(u) (scratch + ((u) / K % regions) * region + ((u) % K) * S * es)
 
     const uint8_t *inb = in;
@@ -77,7 +77,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
         size_t s = u / K, k = u % K, b = RB(s), len = ULEN(b, k);
         int last = s == steps - 1;
         /* Sends of units below K + u are posted; report the completed ones. */
-        while (hook && reported < U && reported < K + u &&
+        while (hook && hook->sent && reported < U && reported < K + u &&
                (!sreq[reported].kind || sreq[reported].status == 1))
             DDP_TRY_OUT(hook->sent(hook->arg, reported++));
         if (len) {
@@ -85,6 +85,8 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
             size_t at = (bl->off[b] + k * S) * es;
             uint8_t *dst = last ? outb + k * S * es : accb ? accb + at : SLOT(u);
             fn(dst, SLOT(u), inb + at, len);
+            if (last && hook && hook->final)
+                DDP_TRY_OUT(hook->final(hook->arg, k, dst, len));
             if (!last)
                 DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[u + K], next, ddp__tag(c, phase, u + K),
                                           dst, len * es));
@@ -101,7 +103,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
         }
     }
     DDP_TRY_OUT(ddp__coll_wait_array(c, sreq, U));
-    while (hook && reported < U)
+    while (hook && hook->sent && reported < U)
         DDP_TRY_OUT(hook->sent(hook->arg, reported++));
 #undef RB
 #undef SB

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 
 /* ---- transport + generic algorithms ---- */
@@ -19,9 +20,17 @@ static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size
 {
     tp_backend *b = calloc(1, sizeof *b);
     DDP_FAIL_IF(!b, DDP_ERR_NOMEM, "out of memory");
-    int rc = ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
+    /* Tuning first: a bad DDP_* value fails before anyone connects. */
+    int rc = ddp__coll_ctx_init(&b->ctx, rank, size);
+    /* Same host everywhere: shared memory (transport/shm.h); DDP_TRANSPORT
+     * overrides. */
+    int use_shm = 0;
     if (rc == 0)
-        rc = ddp__coll_ctx_init(&b->ctx, b->tp);
+        rc = ddp__transport_select(store, prefix, rank, size, timeout_s, &use_shm);
+    if (rc == 0)
+        rc = use_shm ? ddp__shm_create(store, prefix, rank, size, timeout_s, &b->tp)
+                     : ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
+    b->ctx.tp = b->tp;
     if (rc < 0) {
         ddp__tp_destroy(b->tp);
         free(b);
@@ -65,8 +74,8 @@ static int tp_set_option(void *impl, const char *key, const char *value)
                 b->ctx.allreduce_algo = i; /* DDP__AR_* order */
                 return 0;
             }
-        return DDP_ERROR(DDP_ERR_INVALID_ARG, "allreduce_algo '%s': expected auto, ring, rd or direct",
-                         value);
+        return DDP_ERROR(DDP_ERR_INVALID_ARG,
+                         "allreduce_algo '%s': expected auto, ring, rd or direct", value);
     }
     if (strcmp(key, "chunk_bytes") == 0) {
         long long v = atoll(value);

@@ -234,8 +234,8 @@ static int xfer_full(int fd, void *buf, size_t len, double deadline, const char 
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return DDP_ERROR_ERRNO(DDP_ERR_CONNECTION, errno, "%s %s", wr ? "write to" : "read from",
-                                   what);
+            return DDP_ERROR_ERRNO(DDP_ERR_CONNECTION, errno, "%s %s",
+                                   wr ? "write to" : "read from", what);
         int ms = ms_left(deadline);
         if (ms == 0)
             return DDP_ERROR(DDP_ERR_TIMEOUT, "%s %s: timed out after %zu of %zu bytes",

@@ -15,7 +15,10 @@
  * Failure: end of stream without a BYE frame, a socket error or a malformed
  * frame marks the peer dead, fails its requests, and (for collectives) fails
  * every wait on the transport at once, naming the rank.  A peer that
- * destroys its group sends BYE first, so that its leaving is no error. */
+ * destroys its group sends BYE first, so that its leaving is no error.  Any
+ * error returned to the caller first sends ABORT (with the error's text) to
+ * the live peers, so that their errors name the original cause, and drops
+ * every request while the memory behind it is still valid. */
 #include "transport/tcp.h"
 
 #include <errno.h>
@@ -1006,7 +1009,7 @@ out:
 int ddp__tcp_debug_fd(ddp__tp *tp, int rank)
 {
     tcp *t = (tcp *)tp;
-    if (rank < 0 || rank >= t->base.size)
+    if (!tp || tp->vt != &tcp_vtable || rank < 0 || rank >= t->base.size)
         return -1;
     return t->peers[rank].fd;
 }

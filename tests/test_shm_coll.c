@@ -1,0 +1,16 @@
+/* The collective matrix of test_coll.c (every collective x world sizes 1-8
+ * x counts 0, 1, 7, 1023, 1M+3 x dtypes and ops, bitwise against the
+ * references) over the shared-memory transport: the same file, compiled
+ * again with DDP_TRANSPORT=shm set before its main runs. */
+#include <stdlib.h>
+
+int coll_matrix_main(void);
+#define main coll_matrix_main
+#include "test_coll.c"
+#undef main
+
+int main(void)
+{
+    setenv("DDP_TRANSPORT", "shm", 1);
+    return coll_matrix_main();
+}
