@@ -2,6 +2,8 @@
 #   WERROR=1   warnings are errors (CI)
 #   SAN=1      address+undefined sanitizers, built in build-asan/
 #   CC=clang   any C11 compiler with GNU extensions for attributes
+#   MPI=0      build without the MPI backend (default: built when MPI is found)
+#   MPI_PKG=mpich  pkg-config module of the MPI to use (default: ompi-c, then mpich)
 PREFIX  ?= /usr/local
 SAN     ?= 0
 WERROR  ?= 0
@@ -19,6 +21,27 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 ifeq ($(PKG_LIBS),)
 PKG_LIBS   := -lopenblas -lz -ldeflate
+endif
+
+# MPI backend (docs/mpi.md): pkg-config (Open MPI's ompi-c, MPICH's mpich),
+# else the mpicc wrapper's --showme.  Not found: built without it, and
+# ddp_init_process_group("mpi", ...) says so.
+MPI     ?= auto
+ifneq ($(MPI),0)
+MPI_PKG ?= $(firstword $(foreach p,ompi-c mpich,$(shell pkg-config --exists $(p) 2>/dev/null && echo $(p))))
+ifneq ($(MPI_PKG),)
+MPI_CFLAGS := $(shell pkg-config --cflags $(MPI_PKG))
+MPI_LIBS   := $(shell pkg-config --libs $(MPI_PKG))
+else
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+endif
+endif
+ifneq ($(MPI_LIBS),)
+PKG_CFLAGS += -DDDP_HAVE_MPI $(MPI_CFLAGS)
+PKG_LIBS   += $(MPI_LIBS)
+else
+$(info libddp: no MPI library found (pkg-config ompi-c/mpich, mpicc): building without the mpi backend)
 endif
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
@@ -49,7 +72,7 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 STATIC := $(BUILD)/libddp.a
 SHARED := $(BUILD)/libddp.so
 
-.PHONY: all lib test check install clean
+.PHONY: all lib test check install clean $(BUILD)/libddp.pc
 all: lib $(EX_BIN) $(TOOL_BIN) $(BENCH_BIN) $(TEST_BIN) $(THELP_BIN)
 lib: $(STATIC) $(SHARED)
 
@@ -84,14 +107,14 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 	$(call program,)
 
 test check: all
-	sh tests/run.sh $(BUILD)
+	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)
 
 # Written at every install: it records PREFIX, which may change between installs.
 .PHONY: $(BUILD)/libddp.pc
 $(BUILD)/libddp.pc:
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt\n' \
-	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' > $@
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt %s\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' '$(MPI_LIBS)' > $@
 
 install: all $(BUILD)/libddp.pc
 	install -d $(DESTDIR)$(PREFIX)/include/ddp $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

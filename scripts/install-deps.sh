@@ -2,9 +2,10 @@
 # Installs what libddp needs to build, test and train, from Debian's packages.
 # Idempotent and quiet: does nothing when every package is already there.
 # Usage: sh scripts/install-deps.sh [extra-package ...]
+#   (MPICH, to build the mpi backend against it too: ... libmpich-dev)
 set -eu
 pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libdeflate-dev libcmocka-dev
-dataset-fashion-mnist iproute2 procps $*"
+dataset-fashion-mnist iproute2 procps openmpi-bin libopenmpi-dev $*"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -75,10 +75,14 @@ DDP_API int ddp_reduce_op_parse(const char *name, ddp_reduce_op *out);
 /* Joins a group of world_size processes as rank.  backend: "tcp" (NULL
  * means "tcp").  init_method: "file:///path", "tcp://host:port" (rank 0
  * serves the store) or "env://" (MASTER_ADDR, MASTER_PORT, and RANK /
- * WORLD_SIZE when rank / world_size are negative).  timeout_s bounds the
- * rendezvous and every later operation (<= 0: 300 s).  If some ranks do not
- * arrive in time the error names them ("ranks 2, 3 did not join within
- * 5.0 s").  Caller destroys *out. */
+ * WORLD_SIZE when rank / world_size are negative).  backend "mpi" (when
+ * libddp was built with MPI; docs/mpi.md): rank and size come from MPI
+ * (mpirun, srun), init_method is ignored (may be NULL), rank / world_size
+ * are checked against MPI's when not negative (DDP_ERR_MISMATCH).
+ * timeout_s bounds the rendezvous and every later operation (<= 0: 300 s;
+ * mpi: see docs/mpi.md).  If some ranks do not arrive in time the error
+ * names them ("ranks 2, 3 did not join within 5.0 s").  Caller destroys
+ * *out. */
 DDP_API int ddp_init_process_group(const char *backend, const char *init_method, int rank,
                                    int world_size, double timeout_s, ddp_pg_t **out);
 /* Same over a store the caller created; borrows store, which must outlive

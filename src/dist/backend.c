@@ -91,9 +91,13 @@ static ddp__tp *tp_transport(void *impl) { return ((tp_backend *)impl)->tp; }
 /* ---- the registry ---- */
 
 static const ddp__backend backends[] = {
-    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport},
+    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport, NULL, NULL},
 };
+#ifdef DDP_HAVE_MPI
+static const char *const backend_names[] = {"tcp", "mpi", NULL};
+#else
 static const char *const backend_names[] = {"tcp", NULL};
+#endif
 
 const ddp__backend *ddp__backend_find(const char *name)
 {
@@ -102,6 +106,15 @@ const ddp__backend *ddp__backend_find(const char *name)
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strcmp(backends[i].name, name) == 0)
             return &backends[i];
+    if (strcmp(name, "mpi") == 0) {
+#ifdef DDP_HAVE_MPI
+        return &ddp__backend_mpi;
+#else
+        DDP_ERROR(DDP_ERR_UNSUPPORTED, "backend 'mpi': libddp was built without MPI "
+                                       "(install libopenmpi-dev or libmpich-dev and rebuild)");
+        return NULL;
+#endif
+    }
     DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown backend '%s' (available: tcp)", name);
     return NULL;
 }

@@ -25,7 +25,20 @@ typedef struct ddp__backend {
     int (*set_option)(void *impl, const char *key, const char *value);
     /* The transport, for transport-backed backends (tests); may be NULL. */
     struct ddp__tp *(*transport)(void *impl);
+    /* Backends whose launcher fixes rank and size (mpi); NULL for the
+     * store-based ones.  Checks the caller's rank and size (< 0: take the
+     * launcher's) and fills *rank, *size; ddp_init_process_group then makes
+     * no store and create() gets store NULL. */
+    int (*launcher_world)(int rank, int size, int *out_rank, int *out_size);
+    /* A subgroup from the parent's state: this process is ranks[me] of the
+     * n parent ranks listed.  NULL: create() over the store, sub-prefix. */
+    int (*create_sub)(void *parent, const int *ranks, int n, int me, double timeout_s,
+                      void **impl);
 } ddp__backend;
+
+/* The MPI backend (backend_mpi.c), compiled when the build found MPI
+ * (DDP_HAVE_MPI). */
+extern const ddp__backend ddp__backend_mpi;
 
 /* The backend called name, or NULL with the error set (listing the known). */
 const ddp__backend *ddp__backend_find(const char *name);

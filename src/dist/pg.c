@@ -276,8 +276,10 @@ void ddp_work_free(ddp_work_t *w)
 /* Creation and destruction                                             */
 /* ------------------------------------------------------------------ */
 
+/* parent, ranks: a subgroup of parent's backend state (create_sub), or NULL. */
 static int pg_create(const char *backend, ddp_store_t *store, int owns_store, const char *prefix,
-                     int rank, int size, double timeout_s, ddp_pg_t **out)
+                     int rank, int size, double timeout_s, void *parent, const int *ranks,
+                     ddp_pg_t **out)
 {
     int rc = 0;
     ddp_pg_t *pg = NULL;
@@ -299,7 +301,10 @@ static int pg_create(const char *backend, ddp_store_t *store, int owns_store, co
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv_work, NULL);
     pthread_cond_init(&pg->cv_done, NULL);
-    DDP_TRY_OUT(be->create(store, prefix, rank, size, pg->timeout_s, &pg->impl));
+    if (parent && be->create_sub)
+        DDP_TRY_OUT(be->create_sub(parent, ranks, size, rank, pg->timeout_s, &pg->impl));
+    else
+        DDP_TRY_OUT(be->create(store, prefix, rank, size, pg->timeout_s, &pg->impl));
     DDP_FAIL_OUT(pthread_create(&pg->thread, NULL, comm_thread, pg) != 0, DDP_ERR_SYSTEM,
                  "cannot start the communication thread");
     pg->thread_started = 1;
@@ -319,7 +324,8 @@ int ddp_init_process_group_store(const char *backend, ddp_store_t *store, int ra
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "init_process_group: NULL output");
     *out = NULL;
     DDP_FAIL_IF(!store, DDP_ERR_INVALID_ARG, "init_process_group: NULL store");
-    return pg_create(backend, store, 0, "ddp/world", rank, world_size, timeout_s, out);
+    return pg_create(backend, store, 0, "ddp/world", rank, world_size, timeout_s, NULL, NULL,
+                     out);
 }
 
 int ddp_init_process_group(const char *backend, const char *init_method, int rank,
@@ -327,12 +333,19 @@ int ddp_init_process_group(const char *backend, const char *init_method, int ran
 {
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "init_process_group: NULL output");
     *out = NULL;
-    DDP_FAIL_IF(!init_method, DDP_ERR_INVALID_ARG, "init_process_group: NULL init method");
     double t = timeout_s > 0 ? timeout_s : DEFAULT_TIMEOUT_S;
-    ddp_store_t *store = NULL;
     int r = rank, ws = world_size;
+    const ddp__backend *be = ddp__backend_find(backend);
+    if (!be)
+        return DDP_ERR_UNSUPPORTED; /* the message names the backends */
+    if (be->launcher_world) { /* mpi: the launcher's rank and size, no store */
+        DDP_TRY(be->launcher_world(rank, world_size, &r, &ws));
+        return pg_create(backend, NULL, 0, "ddp/world", r, ws, t, NULL, NULL, out);
+    }
+    DDP_FAIL_IF(!init_method, DDP_ERR_INVALID_ARG, "init_process_group: NULL init method");
+    ddp_store_t *store = NULL;
     DDP_TRY(ddp_store_from_url(init_method, rank, world_size, t, &store, &r, &ws));
-    int rc = pg_create(backend, store, 1, "ddp/world", r, ws, t, out);
+    int rc = pg_create(backend, store, 1, "ddp/world", r, ws, t, NULL, NULL, out);
     if (rc < 0)
         ddp_store_destroy(store);
     return rc;
@@ -405,7 +418,8 @@ int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out)
         return 0;
     char prefix[256];
     snprintf(prefix, sizeof prefix, "%.200s/g%d", pg->prefix, id);
-    return pg_create(pg->be->name, pg->store, 0, prefix, me, n, pg->timeout_s, out);
+    return pg_create(pg->be->name, pg->store, 0, prefix, me, n, pg->timeout_s, pg->impl, ranks,
+                     out);
 }
 
 /* ------------------------------------------------------------------ */
