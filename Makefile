@@ -110,7 +110,6 @@ test check: all
 	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)
 
 # Written at every install: it records PREFIX, which may change between installs.
-.PHONY: $(BUILD)/libddp.pc
 $(BUILD)/libddp.pc:
 	@mkdir -p $(dir $@)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt %s\n' \
