@@ -16,11 +16,11 @@ OPT     ?= -O2 -g
 endif
 
 VERSION := 0.1.0
-PKGS    := openblas zlib libdeflate
+PKGS    := openblas zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 ifeq ($(PKG_LIBS),)
-PKG_LIBS   := -lopenblas -lz -ldeflate
+PKG_LIBS   := -lopenblas -lz
 endif
 
 # MPI backend (docs/mpi.md): pkg-config (Open MPI's ompi-c, MPICH's mpich),

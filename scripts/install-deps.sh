@@ -4,7 +4,7 @@
 # Usage: sh scripts/install-deps.sh [extra-package ...]
 #   (MPICH, to build the mpi backend against it too: ... libmpich-dev)
 set -eu
-pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libdeflate-dev libcmocka-dev
+pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libcmocka-dev
 dataset-fashion-mnist iproute2 procps openmpi-bin libopenmpi-dev $*"
 missing=""
 for p in $pkgs; do
