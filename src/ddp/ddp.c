@@ -51,6 +51,7 @@ struct ddp_ddp {
     int has_user_hook;
     int join_enabled, join_throw;
     int deferred;                 /* the last bucket waits for the end of backward */
+    int no_defer;                 /* DDP_NO_DEFER=1: launch it like the others (to measure) */
 };
 
 ddp_ddp_options ddp_ddp_defaults(void)
@@ -341,7 +342,7 @@ static int wait_buckets(ddp_ddp_t *dm, int finish)
 static int defer_last(const ddp_ddp_t *dm, int b)
 {
     return b == dm->layout.nbuckets - 1 && !dm->has_user_hook &&
-           dm->opts.comm_hook == DDP_HOOK_ALLREDUCE && !getenv("DDP_NO_DEFER");
+           dm->opts.comm_hook == DDP_HOOK_ALLREDUCE && !dm->no_defer;
 }
 
 static int mark_ready(ddp_ddp_t *dm, int p)
@@ -560,6 +561,7 @@ int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts
     dm->model = model;
     dm->pg = pg;
     dm->opts = o;
+    dm->no_defer = getenv("DDP_NO_DEFER") != NULL;
     dm->nparams = (int)ddp_model_num_params(model);
     size_t np = (size_t)dm->nparams + 1;
     dm->params = calloc(np, sizeof *dm->params);
