@@ -45,7 +45,6 @@ struct ddp_ddp {
     int nready;
     int no_sync;
     int in_backward;              /* inside ddp_ddp_backward (hook calls are expected) */
-    int synced_iterations;
     int rebuilt;
     ddp_comm_hook user_hook;
     int has_user_hook;
@@ -428,7 +427,6 @@ int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
         return rc;
     }
     DDP_TRY(wrc);
-    dm->synced_iterations++;
     /* The rebuild's broadcast comes first: every rank takes part in it,
      * whether or not it is about to report unused parameters. */
     if (rebuild_due(dm))
@@ -483,7 +481,6 @@ static int shadow_iteration(ddp_ddp_t *dm)
     int wrc = wait_buckets(dm, 1);
     DDP_TRY(rc);
     DDP_TRY(wrc);
-    dm->synced_iterations++;
     dm->nready = 0; /* a joined rank's ready order means nothing */
     if (rebuild_due(dm))
         DDP_TRY(rebuild_buckets(dm));
