@@ -25,13 +25,16 @@ typedef struct early_ag {
     ddp__req *rreq, *sreq;
 } early_ag;
 
-/* Reduce-scatter unit u was sent from the block that all-gather unit u
- * overwrites: from now on its receive can wait in place, so the peer's
- * all-gather data never finds the socket unread. */
-static int post_early(void *arg, size_t u)
+/* The previous rank's final unit k is next on the link: its receive goes
+ * straight into place.  That place (block r-1) is also the source of this
+ * rank's step-0 send of unit k, which may still be in progress; no byte
+ * can land before that send has left it, because the previous rank's unit
+ * k is only final once this rank's contribution to it has been received
+ * (block r-1 is reduced starting at rank r). */
+static int expect_final(void *arg, size_t k)
 {
     early_ag *e = arg;
-    return ddp__ring_all_gather_post(e->c, e->buf, e->bl, e->es, 1, e->rreq, u);
+    return ddp__ring_all_gather_post(e->c, e->buf, e->bl, e->es, 1, e->rreq, k);
 }
 
 /* Unit k of the own block is final: AVG divides it, and the all-gather's
@@ -57,9 +60,9 @@ int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
     int rc = 0;
     DDP_FAIL_OUT(!ag, DDP_ERR_NOMEM, "out of memory");
     early_ag e = {c, buf, &bl, es, dt, op, ag, ag + U};
-    ddp__ring_hook hook = {post_early, send_early, &e};
+    ddp__ring_hook hook = {send_early, expect_final, &e};
     /* Phase 1: reduce-scatter, partial results in place; the all-gather's
-     * receives and first sends start as their places become ready. */
+     * first step runs inside it, each unit sent as soon as it is final. */
     DDP_TRY_OUT(ddp__ring_reduce_scatter(c, buf, buf, own, &bl, dt, op, 0, &hook));
     /* Phase 2: the rest of the all-gather. */
     DDP_TRY_OUT(ddp__ring_all_gather(c, buf, &bl, es, 1, ag, ag + U));

@@ -124,15 +124,16 @@ int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
 /* Ring reduce-scatter: block b of in (blocks bl) is reduced over all ranks
  * in ring order b+1, b+2, ..., b (mod size); rank r's block lands in out.
  * acc: same layout as in, receives the partial results (in place for
- * all-reduce), or NULL to keep partials in scratch. */
-/* sent (may be NULL) is called, in unit order, once the send of each unit
- * u = step * units_per_step + k has completed: the all-reduce uses it to
- * post the all-gather's receive of the same unit into that place early. */
+ * all-reduce), or NULL to keep partials in scratch.  hook (may be NULL)
+ * lets the all-reduce run the first step of its all-gather inside the
+ * reduce-scatter's sequence on the wire (reduce_scatter_ring.c). */
 typedef struct ddp__ring_hook {
-    int (*sent)(void *arg, size_t unit);
-    /* Unit k of this rank's own block is final (at out + offset, len
-     * elements): the all-reduce starts its all-gather with it at once. */
+    /* Unit k of this rank's own block is final (at, len elements): the
+     * all-reduce sends it to the next rank at once. */
     int (*final)(void *arg, size_t k, void *at, size_t len);
+    /* The previous rank's final unit k comes next on the link: post its
+     * receive (into place) now. */
+    int (*expect)(void *arg, size_t k);
     void *arg;
 } ddp__ring_hook;
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,

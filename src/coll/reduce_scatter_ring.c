@@ -1,5 +1,6 @@
 /* Ring reduce-scatter, chunked and pipelined (Patarasuk & Yuan 2009; the
- * first half of gloo's allreduce_ring_chunked and NCCL's ring).
+ * first half of gloo's allreduce_ring_chunked and NCCL's ring), receiving
+ * through a small window of cache-resident staging slots.
  *
  * n ranks in a ring (send to r+1, receive from r-1), n-1 steps.  At step s
  * rank r sends block (r-s-1) and receives block (r-s-2), which it reduces
@@ -7,13 +8,45 @@
  * rank r holds block r reduced over all ranks, in the order r+1, r+2, ...,
  * r (mod n): partial (a) op local (b) at every hop.
  *
- * Each block is cut into units of at most ctx->chunk bytes; unit k of step
- * s+1 leaves as soon as unit k of step s is reduced, so every link carries
- * data all the time.  Every unit of a step has its receive posted before
- * its data can arrive (into a block-sized scratch region, allocated once
- * per group and reused): the engine never stops reading a socket, so TCP
- * windows never close on data that is merely early.  With acc == NULL the
- * partials live in scratch until sent, in two regions used alternately.
+ * Each block is cut into K units of at most ctx->chunk bytes; unit (s, k)
+ * has the index u = s*K + k (its tag).  Units are processed "k-major":
+ * (0,0), (1,0), ..., (n-2,0), (0,1), ...; unit (s+1, k) leaves as soon as
+ * (s, k) is reduced, and step 0's sends run RING_LEAD units ahead of the
+ * reductions, so every link carries data all the time while each byte is
+ * reduced and forwarded within a few units of its arrival.
+ *
+ * Memory traffic.  A received unit lands in one of RING_SLOTS staging slots
+ * (chunk bytes each: the whole window fits in L2), is reduced from there
+ * into its place while it is still in cache, and the slot takes the next
+ * unit.  The old engine received every unit into a block-sized scratch
+ * region (32 MiB for a 64 MiB all-reduce on 2 ranks), so each received byte
+ * went to DRAM and came back for the reduction; and with every step-0 send
+ * queued at once, a reduced unit waited behind the whole block before the
+ * all-gather sent it, by then out of cache too.
+ *
+ * The sequence on a link.  A rank sends, in this order: step 0's units
+ * 0..RING_LEAD-1; then, after processing each unit (s, k) in k-major order,
+ * unit (s+1, k) (or, at the last step, the all-gather's unit k through
+ * hook->final), then step 0's unit k+RING_LEAD if s == 0.  Empty units (a
+ * short block) are skipped but their events still count.  Every rank runs
+ * the same schedule, so the receiver computes its predecessor's sequence
+ * (next_frame) and posts its receives in exactly that order, as slots free.
+ *
+ * Why the window cannot deadlock.  TCP (and shm) hold a large frame whose
+ * receive is not posted while no other receive is posted on that link:
+ * they stop reading the link until it is, and flow control stalls the
+ * sender; nothing is copied twice.  Receives here are posted in sending
+ * order, so a frame that finds no receive comes after every posted one:
+ * the link simply waits.  It never waits on a unit this rank needs next,
+ * because that unit is always posted: a frame that precedes (s, k) in the
+ * sequence but is processed after it is a step-0 unit (0, k') with
+ * k < k' <= k + RING_LEAD (the lead); every step-(s+1) unit is sent after
+ * the reduction of (s, k) that precedes it in k-major order.  So at most
+ * RING_LEAD posted frames can sit in slots ahead of the unit being waited
+ * for, and RING_SLOTS >= RING_LEAD + 1 slots always leave it one.  The
+ * loop never waits on a send (partials of acc == NULL live in per-step
+ * regions, never reused within a call), so a held link only ever waits
+ * for this rank's own reductions.
  *
  * Cost: (n-1) * (alpha + B/n * beta + B/n * gamma) for B bytes; each rank
  * sends and receives (n-1)/n * B. */
@@ -23,94 +56,187 @@
 #include "base/error.h"
 #include "coll/coll.h"
 
+/* Step-0 units sent ahead of the reductions.  Part of the sequence on the
+ * wire: the same on every rank, hence a constant. */
+#define RING_LEAD 2
+/* Staging slots of a receiver (at least RING_LEAD + 1; see above). */
+#define RING_SLOTS 4
+
+typedef struct ring {
+    ddp__coll_ctx *c;
+    const ddp__blocks *bl;
+    const ddp__ring_hook *hook;
+    size_t S, K, steps, U, es;
+    unsigned phase;
+    ddp__req *rreq;
+    uint8_t *stage; /* RING_SLOTS slots of slot_bytes */
+    size_t slot_bytes;
+    int free_slot[RING_SLOTS], nfree;
+    /* The receive cursor in the predecessor's sending sequence. */
+    size_t init;     /* step-0 units of the initial lead emitted */
+    size_t event;    /* next processing event (k-major) to expand */
+    int sub;         /* 0: its forward or final frame, 1: its lead frame */
+    int pending;     /* a frame taken from the sequence, not yet posted */
+    size_t pend_u;   /* its unit, or k for an all-gather frame */
+    int pend_ag;
+} ring;
+
+static size_t ring_block(const ring *g, long off)
+{
+    long n = g->c->size;
+    return (size_t)(((long)g->c->rank + off % n + 2 * n) % n);
+}
+
+/* Block received at step s and sent at step s. */
+static size_t rb(const ring *g, size_t s) { return ring_block(g, -(long)s - 2); }
+static size_t sb(const ring *g, size_t s) { return ring_block(g, -(long)s - 1); }
+static size_t ulen(const ring *g, size_t b, size_t k) { return ddp__unit_len(g->bl, b, k, g->S); }
+
+/* The predecessor's next frame: 1 and (*u, *ag), or 0 at the end.  Its
+ * frames, seen from here: (s, k) carries our block rb(s); its final units
+ * are its own block, r-1. */
+static int next_frame(ring *g, size_t *u, int *ag)
+{
+    const size_t lead = g->K < RING_LEAD ? g->K : RING_LEAD;
+    while (g->init < lead) {
+        size_t k = g->init++;
+        if (ulen(g, rb(g, 0), k)) {
+            *u = k;
+            *ag = 0;
+            return 1;
+        }
+    }
+    while (g->event < g->U) {
+        size_t k = g->event / g->steps, s = g->event % g->steps;
+        int sub = g->sub;
+        if (sub == 0) {
+            g->sub = 1;
+            if (s + 1 < g->steps && ulen(g, rb(g, s + 1), k)) {
+                *u = (s + 1) * g->K + k;
+                *ag = 0;
+                return 1;
+            }
+            if (s + 1 == g->steps && g->hook && g->hook->final &&
+                ulen(g, ring_block(g, -1), k)) {
+                *u = k;
+                *ag = 1;
+                return 1;
+            }
+            continue;
+        }
+        g->sub = 0;
+        g->event++;
+        if (s == 0 && k + RING_LEAD < g->K && ulen(g, rb(g, 0), k + RING_LEAD)) {
+            *u = k + RING_LEAD;
+            *ag = 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Posts the predecessor's frames in its order while slots last. */
+static int post_receives(ring *g)
+{
+    for (;;) {
+        if (!g->pending) {
+            if (!next_frame(g, &g->pend_u, &g->pend_ag))
+                return 0;
+            g->pending = 1;
+        }
+        if (g->pend_ag) {
+            DDP_TRY(g->hook->expect(g->hook->arg, g->pend_u));
+        } else {
+            if (g->nfree == 0)
+                return 0;
+            size_t u = g->pend_u, len = ulen(g, rb(g, u / g->K), u % g->K);
+            uint8_t *slot = g->stage + (size_t)g->free_slot[--g->nfree] * g->slot_bytes;
+            int prev = (g->c->rank + g->c->size - 1) % g->c->size;
+            DDP_TRY(ddp__tp_irecv(g->c->tp, &g->rreq[u], prev, ddp__tag(g->c, g->phase, u), slot,
+                                  len * g->es));
+        }
+        g->pending = 0;
+    }
+}
+
 int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *out,
                              const ddp__blocks *bl, ddp_dtype dt, ddp_reduce_op op,
                              unsigned phase, const ddp__ring_hook *hook)
 {
-    const int n = c->size, r = c->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    const int n = c->size, next = (c->rank + 1) % n;
     const size_t es = ddp_dtype_size(dt);
     const ddp__reduce_fn fn = ddp__reduce_kernel(dt, op);
     size_t maxlen = 0;
     for (int b = 0; b < n; b++)
         maxlen = bl->len[b] > maxlen ? bl->len[b] : maxlen;
-    const size_t S = c->chunk / es ? c->chunk / es : 1; /* elements per unit */
-    const size_t K = (maxlen + S - 1) / S;              /* units per step */
-    const size_t steps = (size_t)n - 1, U = steps * K;
-    const size_t regions = acc ? 1 : 2, region = maxlen * es;
-    if (U == 0)
+    ring g = {.c = c, .bl = bl, .hook = hook, .es = es, .phase = phase};
+    g.S = c->chunk / es ? c->chunk / es : 1; /* elements per unit */
+    g.K = (maxlen + g.S - 1) / g.S;          /* units per step */
+    g.steps = (size_t)n - 1;
+    g.U = g.steps * g.K;
+    if (g.U == 0)
         return 0;
+    const size_t slot_bytes = g.S * es < maxlen * es ? g.S * es : maxlen * es;
+    /* acc == NULL: the partial of step s < n-2 waits for its send in region s. */
+    const size_t regions = acc ? 0 : g.steps - 1, region = maxlen * es;
     int rc = 0;
     uint8_t *scratch = NULL;
-    ddp__req *sreq = NULL, *rreq = NULL;
-    DDP_FAIL_OUT(U > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks",
+    ddp__req *sreq = NULL;
+    DDP_FAIL_OUT(g.U > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks",
                  c->chunk);
-    DDP_TRY_OUT(ddp__coll_scratch(c, regions * region, (void **)&scratch));
-    sreq = calloc(U, sizeof *sreq);
-    rreq = calloc(U, sizeof *rreq);
-    DDP_FAIL_OUT(!sreq || !rreq, DDP_ERR_NOMEM, "out of memory");
-
-/* Block received (rb) and sent (sb) at step s, unit k's extent, its slot. */
-#define RB(s) ((size_t)(((long)r - (long)(s) - 2 + 2L * n) % n))
-#define SB(s) ((size_t)(((long)r - (long)(s) - 1 + 2L * n) % n))
-#define ULEN(b, k) ddp__unit_len(bl, (b), (k), S)
-#define SLOT(u) (scratch + ((u) / K % regions) * region + ((u) % K) * S * es)
+    DDP_TRY_OUT(ddp__coll_scratch(c, RING_SLOTS * slot_bytes + regions * region,
+                                  (void **)&scratch));
+    g.stage = scratch;
+    g.slot_bytes = slot_bytes;
+    sreq = calloc(g.U, sizeof *sreq);
+    g.rreq = calloc(g.U, sizeof *g.rreq);
+    DDP_FAIL_OUT(!sreq || !g.rreq, DDP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < RING_SLOTS; i++)
+        g.free_slot[g.nfree++] = RING_SLOTS - 1 - i;
 
     const uint8_t *inb = in;
-    uint8_t *accb = acc, *outb = out;
-    /* Phase 1: post every receive of step 0, send every unit of step 0. */
-    for (size_t k = 0; k < K; k++) {
-        size_t b = RB(0), len = ULEN(b, k);
-        if (len)
-            DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[k], prev, ddp__tag(c, phase, k), SLOT(k),
-                                      len * es));
-    }
-    for (size_t k = 0; k < K; k++) {
-        size_t b = SB(0), len = ULEN(b, k);
+    uint8_t *accb = acc, *outb = out, *partials = scratch + RING_SLOTS * slot_bytes;
+    /* Phase 1: the first receives, and step 0's lead. */
+    DDP_TRY_OUT(post_receives(&g));
+    for (size_t k = 0; k < g.K && k < RING_LEAD; k++) {
+        size_t b = sb(&g, 0), len = ulen(&g, b, k);
         if (len)
             DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[k], next, ddp__tag(c, phase, k),
-                                      inb + (bl->off[b] + k * S) * es, len * es));
+                                      inb + (bl->off[b] + k * g.S) * es, len * es));
     }
-    /* Phase 2: reduce each unit as it arrives, pass it on, and post the
-     * receive of the same unit of the next step into the freed place. */
-    size_t reported = 0; /* units whose completed send the hook has seen */
-    for (size_t u = 0; u < U; u++) {
-        size_t s = u / K, k = u % K, b = RB(s), len = ULEN(b, k);
-        int last = s == steps - 1;
-        /* Sends of units below K + u are posted; report the completed ones. */
-        while (hook && hook->sent && reported < U && reported < K + u &&
-               (!sreq[reported].kind || sreq[reported].status == 1))
-            DDP_TRY_OUT(hook->sent(hook->arg, reported++));
+    /* Phase 2: reduce each unit out of its slot, give the slot to the next
+     * frame, pass the result on, keep step 0's lead. */
+    for (size_t e = 0; e < g.U; e++) {
+        size_t k = e / g.steps, s = e % g.steps, u = s * g.K + k, b = rb(&g, s);
+        size_t len = ulen(&g, b, k);
+        int last = s + 1 == g.steps;
         if (len) {
-            DDP_TRY_OUT(ddp__coll_wait1(c, &rreq[u]));
-            size_t at = (bl->off[b] + k * S) * es;
-            uint8_t *dst = last ? outb + k * S * es : accb ? accb + at : SLOT(u);
-            fn(dst, SLOT(u), inb + at, len);
-            if (last && hook && hook->final)
-                DDP_TRY_OUT(hook->final(hook->arg, k, dst, len));
+            DDP_FAIL_OUT(!g.rreq[u].kind, DDP_ERR_STATE,
+                         "ring: unit %zu was never posted (internal error)", u);
+            DDP_TRY_OUT(ddp__coll_wait1(c, &g.rreq[u]));
+            uint8_t *slot = g.rreq[u].buf;
+            size_t at = (bl->off[b] + k * g.S) * es;
+            uint8_t *dst = last   ? outb + k * g.S * es
+                           : accb ? accb + at
+                                  : partials + s * region + k * g.S * es;
+            fn(dst, slot, inb + at, len);
+            g.free_slot[g.nfree++] = (int)((size_t)(slot - g.stage) / slot_bytes);
+            DDP_TRY_OUT(post_receives(&g));
             if (!last)
-                DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[u + K], next, ddp__tag(c, phase, u + K),
-                                          dst, len * es));
+                DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[u + g.K], next,
+                                          ddp__tag(c, phase, u + g.K), dst, len * es));
+            else if (hook && hook->final)
+                DDP_TRY_OUT(hook->final(hook->arg, k, dst, len));
         }
-        size_t v = u + K;
-        if (v < U) {
-            size_t lv = ULEN(RB(v / K), k);
-            /* Two regions: v's place held the partial sent as unit u. */
-            if (!accb && s > 0 && sreq[u].kind)
-                DDP_TRY_OUT(ddp__coll_wait1(c, &sreq[u]));
-            if (lv)
-                DDP_TRY_OUT(ddp__tp_irecv(c->tp, &rreq[v], prev, ddp__tag(c, phase, v), SLOT(v),
-                                          lv * es));
-        }
+        size_t kl = k + RING_LEAD, bs = sb(&g, 0);
+        if (s == 0 && kl < g.K && ulen(&g, bs, kl))
+            DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[kl], next, ddp__tag(c, phase, kl),
+                                      inb + (bl->off[bs] + kl * g.S) * es,
+                                      ulen(&g, bs, kl) * es));
     }
-    DDP_TRY_OUT(ddp__coll_wait_array(c, sreq, U));
-    while (hook && hook->sent && reported < U)
-        DDP_TRY_OUT(hook->sent(hook->arg, reported++));
-#undef RB
-#undef SB
-#undef ULEN
-#undef SLOT
+    DDP_TRY_OUT(ddp__coll_wait_array(c, sreq, g.U));
 out:
     free(sreq);
-    free(rreq);
+    free(g.rreq);
     return rc;
 }
