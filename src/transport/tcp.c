@@ -95,6 +95,7 @@ typedef struct tcp {
     double spin_max; /* DDP_TCP_SPIN_US */
     double spin_s;   /* current spin budget, adapted (see adapt_spin) */
     unsigned spin_skips;
+    ddp__tcp_stats stats;
 } tcp;
 
 /* ------------------------------------------------------------------ */
@@ -335,6 +336,8 @@ static int buffer_frame(tcp *t, peer *p)
     u->tag = p->rx_tag;
     u->len = p->rx_len;
     u->data = data;
+    t->stats.copied_frames++;
+    t->stats.copied_bytes += p->rx_len;
     p->rx_ux = u;
     p->rx_req = NULL;
     p->rx = RX_BODY;
@@ -361,6 +364,7 @@ static int start_body(tcp *t, peer *p, uint64_t tag, uint64_t len)
      * connection sits behind it; otherwise leave it in the kernel. */
     if (len <= EAGER_MAX || p->pq_head)
         return buffer_frame(t, p);
+    t->stats.held_frames++;
     p->rx = RX_HELD;
     update_events(t, p);
     return 0;
@@ -1004,6 +1008,14 @@ out:
     }
     tcp_destroy(t ? &t->base : NULL);
     return rc;
+}
+
+int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out)
+{
+    if (!tp || tp->vt != &tcp_vtable)
+        return -1;
+    *out = ((tcp *)tp)->stats;
+    return 0;
 }
 
 int ddp__tcp_debug_fd(ddp__tp *tp, int rank)

@@ -14,6 +14,8 @@
 #ifndef DDP_TRANSPORT_TCP_H
 #define DDP_TRANSPORT_TCP_H
 
+#include <stdint.h>
+
 #include "ddp/store.h"
 #include "transport/transport.h"
 
@@ -21,6 +23,14 @@
  * timeout_s for all ranks.  Caller destroys *out with ddp__tp_destroy. */
 int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
                     double timeout_s, ddp__tp **out);
+
+/* Tests only: what the receive side did with frames that arrived before
+ * their receive was posted (copied into an unexpected buffer, or held in
+ * the kernel until posted), since creation.  -1 if tp is not tcp. */
+typedef struct ddp__tcp_stats {
+    uint64_t copied_frames, copied_bytes, held_frames;
+} ddp__tcp_stats;
+int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out);
 
 /* Tests only: the socket connected to peer (to inject bad frames). */
 int ddp__tcp_debug_fd(ddp__tp *tp, int rank);
