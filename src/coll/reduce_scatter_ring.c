@@ -11,7 +11,7 @@
  * Each block is cut into K units of at most ctx->chunk bytes; unit (s, k)
  * has the index u = s*K + k (its tag).  Units are processed "k-major":
  * (0,0), (1,0), ..., (n-2,0), (0,1), ...; unit (s+1, k) leaves as soon as
- * (s, k) is reduced, and step 0's sends run RING_LEAD units ahead of the
+ * (s, k) is reduced, and step 0's sends run RING_LEAD unit(s) ahead of the
  * reductions, so every link carries data all the time while each byte is
  * reduced and forwarded within a few units of its arrival.
  *
@@ -57,8 +57,11 @@
 #include "coll/coll.h"
 
 /* Step-0 units sent ahead of the reductions.  Part of the sequence on the
- * wire: the same on every rank, hence a constant. */
-#define RING_LEAD 2
+ * wire: the same on every rank, hence a constant.  1 rather than 2: with
+ * less in flight the socket buffers' pages stay in cache too (64 MiB on 2
+ * ranks, loaded machine: both ranks' CPU time 43-56 ms per all-reduce
+ * against 74-76 ms with 2; bench/RESULTS.md). */
+#define RING_LEAD 1
 /* Staging slots of a receiver (at least RING_LEAD + 1; see above). */
 #define RING_SLOTS 4
 
