@@ -24,8 +24,6 @@ OUT=bench/out
 mkdir -p "$OUT"
 make -s -j2 "$BUILD/bin/ddp-bench-collectives" "$BUILD/bench/tcp_loopback" >/dev/null
 RAW_BEFORE=$("$BUILD/bench/tcp_loopback")
-# Both ways at once from cold 64 MiB buffers: what a 2-rank ring asks of the kernel.
-BOTH_BEFORE=$("$BUILD/bench/tcp_loopback" 67108864 3 both)
 port() { echo $((20000 + ($$ + $1) % 30000)); }
 
 if command -v mpicc >/dev/null 2>&1; then
@@ -66,9 +64,7 @@ while [ "$round" -lt "$REPEAT" ]; do
 done
 
 RAW_AFTER=$("$BUILD/bench/tcp_loopback")
-BOTH_AFTER=$("$BUILD/bench/tcp_loopback" 67108864 3 both)
 echo "# raw loopback TCP, one way, 64 MiB in 1 MiB writes: before $RAW_BEFORE; after $RAW_AFTER"
-echo "# raw loopback TCP, both ways at once, 64 MiB each from cold buffers (GB/s each way): before $BOTH_BEFORE; after $BOTH_AFTER"
 echo "# all_reduce float32 sum, 2 ranks, loopback TCP; median of $ITERS iterations (20 from 16 MiB), best of $REPEAT rounds"
 echo "# busbw = 2(n-1)/n * bytes / time (nccl-tests)"
 printf '%10s | %10s %8s | %10s %8s | %10s %8s | %s\n' bytes ddp_us ddp_GBps mpi_us mpi_GBps \
