@@ -9,28 +9,33 @@
  * r (mod n): partial (a) op local (b) at every hop.
  *
  * Each block is cut into K units of at most ctx->chunk bytes; unit (s, k)
- * has the index u = s*K + k (its tag).  Units are processed "k-major":
- * (0,0), (1,0), ..., (n-2,0), (0,1), ...; unit (s+1, k) leaves as soon as
- * (s, k) is reduced, and step 0's sends run RING_LEAD unit(s) ahead of the
- * reductions, so every link carries data all the time while each byte is
- * reduced and forwarded within a few units of its arrival.
+ * has the index u = s*K + k (its tag).  Units are processed in groups of
+ * G units, step-major inside a group: (0,g0), ..., (0,g0+G-1), (1,g0), ...
+ * Unit (s+1, k) leaves as soon as (s, k) is reduced, and step 0's sends run
+ * L units ahead of the reductions.  2 ranks (one step): L = 1, so each byte
+ * is reduced and forwarded within a unit or two of its arrival.  More
+ * ranks: G = L = K (step-major, every step-0 send at once), so that a unit
+ * arrives long before it is needed; unit by unit ("k-major", G = 1), each
+ * unit waits on a chain of n-2 hops, which made 3 ranks sharing 2 cores
+ * 1.5-2x slower.
  *
- * Memory traffic.  A received unit lands in one of RING_SLOTS staging slots
- * (chunk bytes each: the whole window fits in L2), is reduced from there
- * into its place while it is still in cache, and the slot takes the next
- * unit.  The old engine received every unit into a block-sized scratch
- * region (32 MiB for a 64 MiB all-reduce on 2 ranks), so each received byte
- * went to DRAM and came back for the reduction; and with every step-0 send
- * queued at once, a reduced unit waited behind the whole block before the
- * all-gather sent it, by then out of cache too.
+ * Memory traffic (2 ranks).  A received unit lands in one of 4 staging
+ * slots (chunk bytes each: the window fits in L2), is reduced from there
+ * into its place while still in cache, and the slot takes the next unit.
+ * The old engine received every unit into a block-sized scratch region
+ * (32 MiB for a 64 MiB all-reduce), so each received byte went to DRAM and
+ * came back for the reduction; and with every step-0 send queued at once, a
+ * reduced unit waited behind the whole block before the all-gather sent
+ * it, by then out of cache too.  With more ranks the slots form a block.
  *
  * The sequence on a link.  A rank sends, in this order: step 0's units
- * 0..RING_LEAD-1; then, after processing each unit (s, k) in k-major order,
- * unit (s+1, k) (or, at the last step, the all-gather's unit k through
- * hook->final), then step 0's unit k+RING_LEAD if s == 0.  Empty units (a
- * short block) are skipped but their events still count.  Every rank runs
- * the same schedule, so the receiver computes its predecessor's sequence
- * (next_frame) and posts its receives in exactly that order, as slots free.
+ * 0..L-1; then, after processing each unit (s, k) in the order above, unit
+ * (s+1, k) (or, at the last step, the all-gather's unit k through
+ * hook->final), then step 0's unit k+L if s == 0.  Empty units (a short
+ * block) are skipped but their events still count.  Every rank runs the
+ * same schedule (L and G depend only on n and K), so the receiver computes
+ * its predecessor's sequence (next_frame) and posts its receives in exactly
+ * that order, as slots free.
  *
  * Why the window cannot deadlock.  TCP (and shm) hold a large frame whose
  * receive is not posted while no other receive is posted on that link:
@@ -38,15 +43,19 @@
  * sender; nothing is copied twice.  Receives here are posted in sending
  * order, so a frame that finds no receive comes after every posted one:
  * the link simply waits.  It never waits on a unit this rank needs next,
- * because that unit is always posted: a frame that precedes (s, k) in the
- * sequence but is processed after it is a step-0 unit (0, k') with
- * k < k' <= k + RING_LEAD (the lead); every step-(s+1) unit is sent after
- * the reduction of (s, k) that precedes it in k-major order.  So at most
- * RING_LEAD posted frames can sit in slots ahead of the unit being waited
- * for, and RING_SLOTS >= RING_LEAD + 1 slots always leave it one.  The
- * loop never waits on a send (partials of acc == NULL live in per-step
- * regions, never reused within a call), so a held link only ever waits
- * for this rank's own reductions.
+ * because that unit is always posted: the frames that precede (s, k) in
+ * the sequence but are processed after it are (a) step-0 units sent ahead
+ * (the first L, or the lead), those with k < k' <= k + L or beyond the
+ * current group: at most L, and (b) for s = 0, step-1 units (1, k') of the
+ * same group with k' <= k - L: at most G - L (a step-(s'+1) unit is sent
+ * after (s', k'), and in this order that precedes (s, k) only if (s'+1,
+ * k') does too, except across the step 0 / step 1 boundary of a group).
+ * Frames that precede it and are processed before it have left their
+ * slots by then.  So max(L, G) + 1 slots always leave (s, k) one: 2 ranks
+ * use 4, more ranks K + 1.
+ * The loop never waits on a send (partials of acc == NULL live in
+ * per-step regions, never reused within a call), so a held link only ever
+ * waits for this rank's own reductions.
  *
  * Cost: (n-1) * (alpha + B/n * beta + B/n * gamma) for B bytes; each rank
  * sends and receives (n-1)/n * B. */
@@ -56,14 +65,14 @@
 #include "base/error.h"
 #include "coll/coll.h"
 
-/* Step-0 units sent ahead of the reductions.  Part of the sequence on the
- * wire: the same on every rank, hence a constant.  1 rather than 2: with
- * less in flight the socket buffers' pages stay in cache too (64 MiB on 2
- * ranks, loaded machine: both ranks' CPU time 43-56 ms per all-reduce
- * against 74-76 ms with 2; bench/RESULTS.md). */
-#define RING_LEAD 1
-/* Staging slots of a receiver (at least RING_LEAD + 1; see above). */
-#define RING_SLOTS 4
+/* 2 ranks: step-0 units sent ahead of the reductions, and staging slots
+ * (at least lead + group + 1; see above).  Lead 1 rather than 2: with less
+ * in flight the socket buffers' pages stay in cache too (64 MiB on 2 ranks,
+ * loaded machine: both ranks' CPU time 43-56 ms per all-reduce against
+ * 74-76 ms with 2; bench/RESULTS.md).  The lead and the group are part of
+ * the sequence on the wire: every rank derives them from (n, K) alike. */
+#define RING2_LEAD 1
+#define RING2_SLOTS 4
 
 typedef struct ring {
     ddp__coll_ctx *c;
@@ -72,9 +81,10 @@ typedef struct ring {
     size_t S, K, steps, U, es;
     unsigned phase;
     ddp__req *rreq;
-    uint8_t *stage; /* RING_SLOTS slots of slot_bytes */
-    size_t slot_bytes;
-    int free_slot[RING_SLOTS], nfree;
+    size_t lead, group; /* the schedule (see the top of the file) */
+    uint8_t *stage;     /* nslots slots of slot_bytes */
+    size_t slot_bytes, nslots;
+    size_t *free_slot, nfree;
     /* The receive cursor in the predecessor's sending sequence. */
     size_t init;     /* step-0 units of the initial lead emitted */
     size_t event;    /* next processing event (k-major) to expand */
@@ -95,12 +105,23 @@ static size_t rb(const ring *g, size_t s) { return ring_block(g, -(long)s - 2); 
 static size_t sb(const ring *g, size_t s) { return ring_block(g, -(long)s - 1); }
 static size_t ulen(const ring *g, size_t b, size_t k) { return ddp__unit_len(g->bl, b, k, g->S); }
 
+/* Processing event e: unit (s, k).  Groups of `group` units, step-major
+ * inside a group: (0,g0), (0,g0+1), ..., (1,g0), ...; the last group may be
+ * shorter. */
+static void event_unit(const ring *g, size_t e, size_t *s, size_t *k)
+{
+    size_t per = g->group * g->steps, gi = e / per, r = e % per;
+    size_t first = gi * g->group, size = g->K - first < g->group ? g->K - first : g->group;
+    *s = r / size;
+    *k = first + r % size;
+}
+
 /* The predecessor's next frame: 1 and (*u, *ag), or 0 at the end.  Its
  * frames, seen from here: (s, k) carries our block rb(s); its final units
  * are its own block, r-1. */
 static int next_frame(ring *g, size_t *u, int *ag)
 {
-    const size_t lead = g->K < RING_LEAD ? g->K : RING_LEAD;
+    const size_t lead = g->K < g->lead ? g->K : g->lead;
     while (g->init < lead) {
         size_t k = g->init++;
         if (ulen(g, rb(g, 0), k)) {
@@ -110,7 +131,8 @@ static int next_frame(ring *g, size_t *u, int *ag)
         }
     }
     while (g->event < g->U) {
-        size_t k = g->event / g->steps, s = g->event % g->steps;
+        size_t k, s;
+        event_unit(g, g->event, &s, &k);
         int sub = g->sub;
         if (sub == 0) {
             g->sub = 1;
@@ -129,8 +151,8 @@ static int next_frame(ring *g, size_t *u, int *ag)
         }
         g->sub = 0;
         g->event++;
-        if (s == 0 && k + RING_LEAD < g->K && ulen(g, rb(g, 0), k + RING_LEAD)) {
-            *u = k + RING_LEAD;
+        if (s == 0 && k + g->lead < g->K && ulen(g, rb(g, 0), k + g->lead)) {
+            *u = k + g->lead;
             *ag = 0;
             return 1;
         }
@@ -153,7 +175,7 @@ static int post_receives(ring *g)
             if (g->nfree == 0)
                 return 0;
             size_t u = g->pend_u, len = ulen(g, rb(g, u / g->K), u % g->K);
-            uint8_t *slot = g->stage + (size_t)g->free_slot[--g->nfree] * g->slot_bytes;
+            uint8_t *slot = g->stage + g->free_slot[--g->nfree] * g->slot_bytes;
             int prev = (g->c->rank + g->c->size - 1) % g->c->size;
             DDP_TRY(ddp__tp_irecv(g->c->tp, &g->rreq[u], prev, ddp__tag(g->c, g->phase, u), slot,
                                   len * g->es));
@@ -179,6 +201,18 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
     g.U = g.steps * g.K;
     if (g.U == 0)
         return 0;
+    if (n == 2) {
+        g.lead = RING2_LEAD;
+        g.group = 1;
+        g.nslots = RING2_SLOTS;
+    } else {
+        /* Every step-0 send at once and step-major order: a unit of step s
+         * arrives long before it is needed, so ranks sharing cores do not
+         * wait on each other unit by unit (k-major order made 3 ranks on 2
+         * cores 1.5-2x slower).  The window is then a block. */
+        g.lead = g.group = g.K;
+        g.nslots = g.K + 1;
+    }
     const size_t slot_bytes = g.S * es < maxlen * es ? g.S * es : maxlen * es;
     /* acc == NULL: the partial of step s < n-2 waits for its send in region s. */
     const size_t regions = acc ? 0 : g.steps - 1, region = maxlen * es;
@@ -187,21 +221,22 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
     ddp__req *sreq = NULL;
     DDP_FAIL_OUT(g.U > 0xffffff, DDP_ERR_INVALID_ARG, "message too large for %zu-byte chunks",
                  c->chunk);
-    DDP_TRY_OUT(ddp__coll_scratch(c, RING_SLOTS * slot_bytes + regions * region,
+    DDP_TRY_OUT(ddp__coll_scratch(c, g.nslots * slot_bytes + regions * region,
                                   (void **)&scratch));
     g.stage = scratch;
     g.slot_bytes = slot_bytes;
     sreq = calloc(g.U, sizeof *sreq);
     g.rreq = calloc(g.U, sizeof *g.rreq);
-    DDP_FAIL_OUT(!sreq || !g.rreq, DDP_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < RING_SLOTS; i++)
-        g.free_slot[g.nfree++] = RING_SLOTS - 1 - i;
+    g.free_slot = calloc(g.nslots, sizeof *g.free_slot);
+    DDP_FAIL_OUT(!sreq || !g.rreq || !g.free_slot, DDP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < g.nslots; i++)
+        g.free_slot[g.nfree++] = g.nslots - 1 - i;
 
     const uint8_t *inb = in;
-    uint8_t *accb = acc, *outb = out, *partials = scratch + RING_SLOTS * slot_bytes;
+    uint8_t *accb = acc, *outb = out, *partials = scratch + g.nslots * slot_bytes;
     /* Phase 1: the first receives, and step 0's lead. */
     DDP_TRY_OUT(post_receives(&g));
-    for (size_t k = 0; k < g.K && k < RING_LEAD; k++) {
+    for (size_t k = 0; k < g.K && k < g.lead; k++) {
         size_t b = sb(&g, 0), len = ulen(&g, b, k);
         if (len)
             DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[k], next, ddp__tag(c, phase, k),
@@ -210,8 +245,9 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
     /* Phase 2: reduce each unit out of its slot, give the slot to the next
      * frame, pass the result on, keep step 0's lead. */
     for (size_t e = 0; e < g.U; e++) {
-        size_t k = e / g.steps, s = e % g.steps, u = s * g.K + k, b = rb(&g, s);
-        size_t len = ulen(&g, b, k);
+        size_t k, s;
+        event_unit(&g, e, &s, &k);
+        size_t u = s * g.K + k, b = rb(&g, s), len = ulen(&g, b, k);
         int last = s + 1 == g.steps;
         if (len) {
             DDP_FAIL_OUT(!g.rreq[u].kind, DDP_ERR_STATE,
@@ -223,7 +259,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
                            : accb ? accb + at
                                   : partials + s * region + k * g.S * es;
             fn(dst, slot, inb + at, len);
-            g.free_slot[g.nfree++] = (int)((size_t)(slot - g.stage) / slot_bytes);
+            g.free_slot[g.nfree++] = (size_t)(slot - g.stage) / slot_bytes;
             DDP_TRY_OUT(post_receives(&g));
             if (!last)
                 DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[u + g.K], next,
@@ -231,7 +267,7 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
             else if (hook && hook->final)
                 DDP_TRY_OUT(hook->final(hook->arg, k, dst, len));
         }
-        size_t kl = k + RING_LEAD, bs = sb(&g, 0);
+        size_t kl = k + g.lead, bs = sb(&g, 0);
         if (s == 0 && kl < g.K && ulen(&g, bs, kl))
             DDP_TRY_OUT(ddp__tp_isend(c->tp, &sreq[kl], next, ddp__tag(c, phase, kl),
                                       inb + (bl->off[bs] + kl * g.S) * es,
@@ -241,5 +277,6 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
 out:
     free(sreq);
     free(g.rreq);
+    free(g.free_slot);
     return rc;
 }
