@@ -201,6 +201,8 @@ int ddp__ring_reduce_scatter(ddp__coll_ctx *c, const void *in, void *acc, void *
     g.U = g.steps * g.K;
     if (g.U == 0)
         return 0;
+    DDP_FAIL_IF(hook && !hook->final != !hook->expect, DDP_ERR_INVALID_ARG,
+                "ring hook: final and expect come together (internal error)");
     if (n == 2) {
         g.lead = RING2_LEAD;
         g.group = 1;
