@@ -54,6 +54,16 @@ typedef struct ddp_ddp_options {
     int find_unused_parameters; /* 0: see ddp_ddp_backward */
     int rebuild_buckets;        /* 1: re-bucket once from the observed ready order */
     ddp_comm_hook_kind comm_hook;
+    /* 0 (off): tail-free overlap.  N > 1: the weight gradient whose bucket
+     * is the last to complete (the first Linear's, computed last) is computed
+     * in up to N row chunks (nn.h, rule 7) and its bucket is all-reduced
+     * piece by piece as the chunks are done, overlapping that layer's own
+     * backward.  Results are bitwise those of the unchunked path with 2
+     * ranks; with more, the ring's reduction order depends on the position
+     * in the vector (docs/ddp.md).  With the default comm hook only.  The
+     * environment variable DDP_TAIL_CHUNKS, when set, overrides it.  Off by
+     * default: on the machines measured it did not pay (docs/ddp.md). */
+    int tail_chunks;
 } ddp_ddp_options;
 
 /* PyTorch's defaults. */
