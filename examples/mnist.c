@@ -334,7 +334,16 @@ static int train_step(job *j, const ddp_batch *b, float *loss_value)
     return 0;
 }
 
-static void print_profile(const job *j, size_t steps, double dt)
+static double cpu_seconds(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* cpu: this process's CPU time over the loop (all its threads: training,
+ * loader workers, the process group's), main: the training thread's. */
+static void print_profile(const job *j, size_t steps, double dt, double cpu, double main_cpu)
 {
     if (!j->profile || steps == 0)
         return;
@@ -348,7 +357,10 @@ static void print_profile(const job *j, size_t steps, double dt)
                       j->phase[ph] / (double)steps * 1e6);
     }
     if (n > 0 && (size_t)n < sizeof line)
-        snprintf(line + n, sizeof line - (size_t)n, " other %.1f", rest / (double)steps * 1e6);
+        snprintf(line + n, sizeof line - (size_t)n,
+                 " other %.1f; cpu %.1f us/step (training thread %.1f, others %.1f)",
+                 rest / (double)steps * 1e6, cpu / (double)steps * 1e6,
+                 main_cpu / (double)steps * 1e6, (cpu - main_cpu) / (double)steps * 1e6);
     fprintf(stderr, "%s\n", line);
 }
 
@@ -373,6 +385,7 @@ static int train(job *j, ddp_loader *dl)
     const args *a = j->a;
     size_t total = ddp_loader_length(dl), samples = 0, steps = 0;
     double t0 = ddp_time_now();
+    double cpu0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), main0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (long epoch = (long)j->st.epoch; epoch < a->epochs; epoch++) {
         int rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch);
         size_t skip = epoch == j->st.epoch ? (size_t)j->st.step : 0; /* trained before */
@@ -406,7 +419,8 @@ static int train(job *j, ddp_loader *dl)
             return rc;
         fflush(stdout);
     }
-    print_profile(j, steps, ddp_time_now() - t0);
+    print_profile(j, steps, ddp_time_now() - t0, cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0,
+                  cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - main0);
     if (a->epochs > j->st.epoch)
         return report_throughput(j, samples, ddp_time_now() - t0);
     return 0;

@@ -54,15 +54,16 @@ typedef struct ddp_ddp_options {
     int find_unused_parameters; /* 0: see ddp_ddp_backward */
     int rebuild_buckets;        /* 1: re-bucket once from the observed ready order */
     ddp_comm_hook_kind comm_hook;
-    /* 0 (off): tail-free overlap.  N > 1: the weight gradient whose bucket
-     * is the last to complete (the first Linear's, computed last) is computed
-     * in up to N row chunks (nn.h, rule 7) and its bucket is all-reduced
-     * piece by piece as the chunks are done, overlapping that layer's own
-     * backward.  Results are bitwise those of the unchunked path with 2
-     * ranks; with more, the ring's reduction order depends on the position
-     * in the vector (docs/ddp.md).  With the default comm hook only.  The
-     * environment variable DDP_TAIL_CHUNKS, when set, overrides it.  Off by
-     * default: on the machines measured it did not pay (docs/ddp.md). */
+    /* Tail-free overlap: 0 (default) off; N >= 2: the gradient computed
+     * last (the first Linear's weight, last in the bucket fill order) is
+     * computed in up to N row chunks (nn.h rule 7) and the last bucket is
+     * all-reduced in the matching pieces as the chunks are done, overlapping
+     * that layer's own backward.  Parameters are bitwise those of the
+     * unchunked path with 2 ranks; with more, the ring's reduction order
+     * depends on an element's position in the vector (docs/ddp.md).  Default
+     * comm hook only.  DDP_TAIL_CHUNKS, when set, overrides it.  Off by
+     * default: it pays for a wide first layer in a large last bucket, and
+     * slows the reference program's small single bucket (docs/ddp.md). */
     int tail_chunks;
 } ddp_ddp_options;
 
