@@ -5,14 +5,15 @@
  *
  *   build/bin/ddprun --standalone --nproc-per-node 2 build/bench/ddp_overlap \
  *       [--hidden H] [--batch B] [--iters N] [--cap-mb C] [--tail-chunks K] [--rounds R]
- *       [--layers 1|2]
+ *       [--layers 1|2] [--min-piece-mb F]
  *
  * compute: forward + backward + SGD step on the local model, no DDP.
  * comm:    the all-reduces DDP issues per step (one per bucket, same sizes),
  *          launched back to back and waited for, with no compute.
  * ddp:     the DDP step (buckets reduced during backward), tail_chunks 0.
  * tail:    the same with tail_chunks K (default 4): the first layer's weight
- *          gradient computed in row chunks, its bucket reduced piece by piece.
+ *          gradient computed in row chunks, its bucket reduced piece by piece
+ *          (tail_min_piece_mb F: the library's default unless given).
  * Each of R rounds (default 3) runs N steps of each of the four, so that
  * the machine's noise falls on all alike.  Rank 0 prints the medians and
  * step / max(compute, comm); the target is <= 1.1 (perfect overlap is 1.0;
@@ -91,7 +92,7 @@ static void step(ddp_ddp_t *dm, ddp_model_t *m, ddp_tape_t *tape, ddp_optim_t *o
 int main(int argc, char **argv)
 {
     int hidden = 2048, batch = 64, iters = 20, tail_chunks = 4, rounds = 3, layers = 2;
-    double cap_mb = 25;
+    double cap_mb = 25, min_piece_mb = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--hidden"))
             hidden = atoi(argv[i + 1]);
@@ -107,9 +108,12 @@ int main(int argc, char **argv)
             rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--layers"))
             layers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--min-piece-mb"))
+            min_piece_mb = atof(argv[i + 1]);
         else {
             fprintf(stderr, "usage: ddp_overlap [--hidden H] [--batch B] [--iters N] "
-                            "[--cap-mb C] [--tail-chunks K] [--rounds R] [--layers 1|2]\n");
+                            "[--cap-mb C] [--tail-chunks K] [--rounds R] [--layers 1|2] "
+                            "[--min-piece-mb F]\n");
             return 2;
         }
     }
@@ -152,6 +156,8 @@ int main(int argc, char **argv)
      * only, so that the machine's noise falls on all four alike. */
     ddp_ddp_options o = ddp_ddp_defaults();
     o.bucket_cap_mb = cap_mb;
+    if (min_piece_mb >= 0)
+        o.tail_min_piece_mb = min_piece_mb;
     ddp_ddp_t *dm = NULL;
     for (int r = 0; r < rounds; r++) {
         size_t at = (size_t)r * (size_t)iters;

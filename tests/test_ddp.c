@@ -153,6 +153,12 @@ typedef struct {
     const char *out;        /* parameters file name (NULL: "params") */
 } train_case;
 
+/* tail_min_piece_mb for the ranks of the next case (the test models are
+ * far below the default 1 MiB floor), and how many chunks per step the spy
+ * must see (-1: as many as ddp_grad_chunk_bounds gives). */
+static double min_piece_mb = 0;
+static int expect_chunks = -1;
+
 /* Wraps DDP's chunk hook (nn.h rule 7) to count the chunks nn computed and
  * check that they tile the rows in order. */
 typedef struct {
@@ -217,6 +223,7 @@ static int train_rank(int rank, void *arg)
     o.bucket_cap_mb = o.first_bucket_cap_mb = c->cap_mb;
     o.comm_hook = c->hook;
     o.tail_chunks = c->tail_chunks;
+    o.tail_min_piece_mb = min_piece_mb;
     if (c->algo)
         setenv("DDP_ALLREDUCE_ALGO", c->algo, 1);
     CHILD_CHECK(join_group(rank, c->world, c->tag, &pg) == 0);
@@ -255,8 +262,10 @@ static int train_rank(int rank, void *arg)
     CHILD_CHECK(ddp_ddp_buckets_rebuilt(dm));
     if (chunks) { /* every synchronised backward chunked the first layer's weight */
         int64_t bounds[64];
-        int n = ddp_grad_chunk_bounds(c->hidden, chunks, bounds);
-        CHILD_CHECK(n > 1 && !spy.bad && spy.chunks == STEPS * n);
+        int n = expect_chunks >= 0 ? expect_chunks : ddp_grad_chunk_bounds(c->hidden, chunks, bounds);
+        CHILD_CHECK(!spy.bad && spy.chunks == STEPS * n);
+        if (expect_chunks < 0)
+            CHILD_CHECK(n > 1);
     }
     if (c->user_hook) /* one launch and one finish per bucket and step */
         CHILD_CHECK(counts.launches == STEPS * ddp_ddp_num_buckets(dm) &&
@@ -423,6 +432,36 @@ static void test_tail_chunks_bitwise(void **state)
             fail_msg("world %d, %d chunks, cap %g MiB: chunked parameters differ from unchunked "
                      "(relative %.3g)",
                      cases[k].world, cases[k].chunks, cases[k].cap_mb, rel_diff(pon, poff, n));
+        free(pon);
+        free(poff);
+    }
+}
+
+/* The piece floor: 7 chunks asked of a 79 KB bucket become 2 with a floor of
+ * 0.03 MiB (31 KB) and none with the default 1 MiB; both give the
+ * unchunked parameters. */
+static void test_tail_chunks_min_piece(void **state)
+{
+    (void)state;
+    const double floors[] = {0.03, 1.0};
+    const int chunks[] = {2, 0};
+    for (int k = 0; k < 2; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "tail-floor-%d", k);
+        train_case on = {2, 25, 1, DDP_HOOK_ALLREDUCE, tag, 0, 7, 400, NULL, "floor"};
+        min_piece_mb = floors[k];
+        expect_chunks = chunks[k];
+        float *pon = check_case(&on, 1e-5);
+        min_piece_mb = 0;
+        expect_chunks = -1;
+        train_case off = on;
+        off.tail_chunks = 0;
+        off.tag = k ? "tail-floor-off1" : "tail-floor-off0";
+        off.out = "floor-off";
+        float *poff = check_case(&off, 1e-5);
+        size_t n;
+        free(train_reference(1, 1, 400, &n));
+        assert_memory_equal(pon, poff, n * sizeof *pon);
         free(pon);
         free(poff);
     }
@@ -673,7 +712,7 @@ static int options_mismatch_rank(int rank, void *arg)
     CHILD_CHECK(make_model(HID, 0, &m) == 0);
     CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == DDP_ERR_MISMATCH);
     CHILD_CHECK(strstr(ddp_last_error(), "rank 1 differs from rank 0: options "));
-    CHILD_CHECK(strstr(ddp_last_error(), "comm_hook 2, tail_chunks 0 on rank 1 but"));
+    CHILD_CHECK(strstr(ddp_last_error(), "comm_hook 2, tail_chunks 0, tail_min_piece_mb 1 on rank 1 but"));
     ddp_model_destroy(m);
     ddp_pg_destroy(pg);
     return 0;
@@ -703,12 +742,18 @@ static int join_rank(int rank, void *arg)
     ddp_ddp_options o = ddp_ddp_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = 1.0 / 1024;
     o.tail_chunks = tail;
+    o.tail_min_piece_mb = 0; /* the 150-wide model's bucket is tiny */
     CHILD_CHECK(join_group(rank, 3, tag, &pg) == 0);
     CHILD_CHECK(make_model(wide ? 150 : HID, 0, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
     CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
     CHILD_CHECK(ddp_ddp_join_enable(dm, 1, 0) == 0);
+    chunk_spy spy = {0};
+    if (tail) { /* every step of this rank computes 3 chunks (150 rows: 48, 48, 54) */
+        spy.inner = *ddp_model_grad_chunk_hook(m);
+        ddp_model_set_grad_chunk_hook(m, &(ddp_grad_chunk_hook){spy_plan, spy_chunk, &spy});
+    }
     for (int s = 0; s < 4 + 3 * rank; s++) {
         ddp_var_t *loss;
         ddp_optim_zero_grad(opt);
@@ -716,6 +761,7 @@ static int join_rank(int rank, void *arg)
         CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
+    CHILD_CHECK(!spy.bad && spy.chunks == (tail ? 3 * (4 + 3 * rank) : 0));
     CHILD_CHECK(ddp_ddp_join(dm) == 0);
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
@@ -822,6 +868,10 @@ static void test_bad_options(void **state)
     assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, NULL, &dm), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "DDP_TAIL_CHUNKS='3x': expected a chunk count"));
     unsetenv("DDP_TAIL_CHUNKS");
+    o = ddp_ddp_defaults();
+    o.tail_min_piece_mb = -1;
+    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "tail_min_piece_mb -1 out of range"));
     ddp_model_destroy(m);
 }
 
@@ -841,6 +891,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_join_uneven_inputs, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_tail_chunks_bitwise, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_tail_chunks_no_sync_env, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_tail_chunks_min_piece, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_dead_peer, setup_dir, remove_dir),
         cmocka_unit_test(test_bad_options),
     };

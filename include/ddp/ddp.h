@@ -62,9 +62,15 @@ typedef struct ddp_ddp_options {
      * unchunked path with 2 ranks; with more, the ring's reduction order
      * depends on an element's position in the vector (docs/ddp.md).  Default
      * comm hook only.  DDP_TAIL_CHUNKS, when set, overrides it.  Off by
-     * default: it pays for a wide first layer in a large last bucket, and
-     * slows the reference program's small single bucket (docs/ddp.md). */
+     * default: it pays for a wide first layer in a large last bucket; small
+     * pieces cost more in thread hand-offs than they save, hence the floor
+     * below (docs/ddp.md). */
     int tail_chunks;
+    /* 1: with tail_chunks, fewer chunks so that each piece of the last
+     * bucket holds at least this many MiB (none when the bucket is smaller
+     * than two): smaller pieces cost more in thread hand-offs than their
+     * overlap saves (docs/ddp.md).  0: no floor. */
+    double tail_min_piece_mb;
 } ddp_ddp_options;
 
 /* PyTorch's defaults. */

@@ -74,7 +74,8 @@ ddp_ddp_options ddp_ddp_defaults(void)
                              .find_unused_parameters = 0,
                              .rebuild_buckets = 1,
                              .comm_hook = DDP_HOOK_ALLREDUCE,
-                             .tail_chunks = 0};
+                             .tail_chunks = 0,
+                             .tail_min_piece_mb = 1.0};
 }
 
 /* ==== parameter agreement ================================================= */
@@ -92,9 +93,11 @@ static char *describe_params(ddp_ddp_t *dm, size_t *len)
     const ddp_ddp_options *o = &dm->opts;
     n += (size_t)snprintf(s, cap,
                           "bucket_cap_mb %g, first_bucket_cap_mb %g, find_unused_parameters %d, "
-                          "rebuild_buckets %d, comm_hook %d, tail_chunks %d|",
+                          "rebuild_buckets %d, comm_hook %d, tail_chunks %d, "
+                          "tail_min_piece_mb %g|",
                           o->bucket_cap_mb, o->first_bucket_cap_mb, o->find_unused_parameters,
-                          o->rebuild_buckets, (int)o->comm_hook, o->tail_chunks);
+                          o->rebuild_buckets, (int)o->comm_hook, o->tail_chunks,
+                          o->tail_min_piece_mb);
     for (int i = 0; i < dm->nparams; i++) {
         char shape[128];
         ddp_tensor t = {.ndim = dm->params[i]->ndim};
@@ -216,6 +219,11 @@ static int plan_pieces(ddp_ddp_t *dm)
     int64_t rows = w->shape[0];
     size_t row_len = w->numel / (size_t)rows;
     int want = dm->opts.tail_chunks < rows ? dm->opts.tail_chunks : (int)rows;
+    size_t min_bytes = (size_t)(dm->opts.tail_min_piece_mb * MIB);
+    if (min_bytes && l->bucket_numel[b] * sizeof(float) / min_bytes < (size_t)want)
+        want = (int)(l->bucket_numel[b] * sizeof(float) / min_bytes);
+    if (want < 2)
+        return 0;
     int64_t *bounds = calloc((size_t)want + 1, sizeof *bounds);
     DDP_FAIL_IF(!bounds, DDP_ERR_NOMEM, "DDP: out of memory");
     int n = ddp_grad_chunk_bounds(rows, want, bounds);
@@ -680,6 +688,8 @@ static int check_options(const ddp_ddp_options *o)
     DDP_FAIL_IF(o->tail_chunks < 0 || o->tail_chunks > DDP_TAIL_CHUNKS_MAX, DDP_ERR_INVALID_ARG,
                 "DDP: tail_chunks %d out of range (0 = off, at most %d)", o->tail_chunks,
                 DDP_TAIL_CHUNKS_MAX);
+    DDP_FAIL_IF(!(o->tail_min_piece_mb >= 0 && o->tail_min_piece_mb <= 1e6), DDP_ERR_INVALID_ARG,
+                "DDP: tail_min_piece_mb %g out of range (0 to 1e6 MiB)", o->tail_min_piece_mb);
     return 0;
 }
 
