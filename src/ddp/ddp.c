@@ -4,12 +4,15 @@
  * reducer.cpp): buckets in reverse registration order, a small first bucket,
  * one rebuild from the observed ready order, gradients as views into bucket
  * memory, buckets launched strictly in order.  The grad-ready hook of nn/
- * (include/ddp/nn.h) is the only point where nn/ and dist/ meet.
+ * (include/ddp/nn.h) is the only point where nn/ and dist/ meet, with the
+ * optional chunk hook (rule 7) for the tail-free overlap of the last bucket.
  *
  * Per synchronised iteration, for a model of P floats in B buckets:
- *   - B asynchronous all-reduces, P floats in all (4P bytes; 2P with the
- *     fp16/bf16 hooks), the first launched as soon as the last layer's
- *     gradients are final;
+ *   - B all-reduces, P floats in all (4P bytes; 2P with the fp16/bf16
+ *     hooks), the first launched as soon as the last layer's gradients are
+ *     final, the last one reduced on the caller's thread after backward; with
+ *     tail_chunks, the last bucket goes as K pieces (B + K - 1 all-reduces),
+ *     launched while its last gradient is computed;
  *   - no copies: the model's p->grad points into the bucket memory.
  */
 #include "ddp/ddp.h"
