@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/hier.h"
 #include "coll/reduce.h"
 #include "coll_ref.h"
 #include "ddp/dist.h"
@@ -111,6 +112,30 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
 
 static const char *algo_names[] = {"direct", "ring", "rd"}; /* by ORDER_* */
 
+/* Hooks for test_hier_coll.c: the host of each rank ("ABAB": ranks 0, 2 on
+ * host A; NULL: DDP_HOST_ID untouched), and a check of the group after the
+ * cases (0: fine). */
+#ifndef COLL_HOST_LAYOUT
+#define COLL_HOST_LAYOUT(n) ((const char *)NULL)
+#endif
+#ifndef COLL_CHECK_GROUP
+#define COLL_CHECK_GROUP(pg) 0
+#endif
+
+/* Element i of an all-reduce's result: flat, or hierarchical when the
+ * group runs so (the leaders then use c->algo). */
+static void want_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
+{
+    const int n = ddp_pg_size(pg);
+    const ddp__hier *h = ddp__pg_hier(pg);
+    if (h)
+        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, c->algo,
+                        c->algo == ORDER_RING ? (int)ring_block_of(i, c->count, h->nhosts) : 0);
+    else
+        ref_reduce(want, c->dt, c->op, c->id, n, i, n == 1 ? ORDER_RANK : c->algo,
+                   c->algo == ORDER_RING ? (int)ring_block_of(i, c->count, n) : 0);
+}
+
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
 {
@@ -133,9 +158,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         rc = ddp_all_reduce(pg, out, cnt, c->dt, c->op);
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
-                ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
-                           n == 1 ? ORDER_RANK : c->algo,
-                           c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
+                want_all_reduce(pg, want + i * es, c, i);
             else
                 memcpy(want + i * es, out + i * es, es);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
@@ -288,6 +311,12 @@ static int matrix_rank(int rank, void *arg)
     matrix_arg *m = arg;
     int n = atoi(strrchr(m->url, '.') + 1);
     ddp_pg_t *pg = NULL;
+    const char *layout = COLL_HOST_LAYOUT(n);
+    if (layout) {
+        char id[16];
+        snprintf(id, sizeof id, "host%c", layout[rank]);
+        setenv("DDP_HOST_ID", id, 1);
+    }
     if (ddp_init_process_group("tcp", m->url, rank, n, 60.0, &pg) != 0) {
         fprintf(stderr, "rank %d: init: %s\n", rank, ddp_last_error());
         return 1;
@@ -295,6 +324,7 @@ static int matrix_rank(int rank, void *arg)
     int ncases = 0;
     double t0 = ddp_time_now();
     int failed = run_all_cases(pg, &ncases);
+    failed += COLL_CHECK_GROUP(pg);
     if (rank == 0)
         fprintf(stderr, "world size %d: %d cases in %.2f s, %d failed\n", n, ncases,
                 ddp_time_now() - t0, failed);
