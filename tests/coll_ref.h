@@ -181,7 +181,7 @@ static void ref_fold(uint8_t (*vals)[8], int m, ddp_dtype dt, ddp_reduce_op op, 
 
 /* Element i of the reduction of case c over n ranks, into out.  ring_block
  * is the ring block holding i (ORDER_RING). */
-static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,
+__attribute__((unused)) static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,
                        int order, int ring_block)
 {
     uint8_t acc[8], vals[64][8] = {{0}};
