@@ -55,6 +55,13 @@ static void set_host(const char *layout, int rank)
     setenv("DDP_HOST_ID", id, 1);
 }
 
+typedef struct kill_report {
+    int started[4];
+    int rc[4];
+    double err_time[4];
+    char msg[4][1024];
+} kill_report;
+
 /* ---- layout rule ------------------------------------------------------ */
 
 typedef struct sel_arg {
@@ -179,6 +186,43 @@ static void test_bad_environment(void **state)
     job_cleanup(&J);
 }
 
+/* ---- setup failures name group ranks ---------------------------------- */
+
+static int setup_fail_rank(int rank, void *arg)
+{
+    kill_report *rep = arg;
+    set_host("AABB", rank);
+    if (rank == 3) /* host B's second rank cannot make its shm level */
+        setenv("DDP_SHM_RING_BYTES", "12", 1);
+    ddp_pg_t *pg = NULL;
+    rep->rc[rank] = ddp_init_process_group("tcp", J.url, rank, 4, 1.5, &pg);
+    snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", ddp_last_error());
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_setup_failure(void **state)
+{
+    (void)state;
+    job_init(&J);
+    kill_report *rep = shared_page(sizeof *rep);
+    assert_int_equal(run_children(4, setup_fail_rank, rep, 30.0), 0);
+    for (int r = 0; r < 4; r++)
+        fprintf(stderr, "rank %d: %d %s\n", r, rep->rc[r], rep->rc[r] ? rep->msg[r] : "");
+    assert_true(contains(rep->msg[3], "hierarchical group, inside host: "));
+    assert_true(contains(rep->msg[3], "DDP_SHM_RING_BYTES=12"));
+    /* Its host's leader waited for it (local rank 1), and leader 0 for
+     * that leader (leaders' rank 1): both named by group rank. */
+    assert_int_equal(rep->rc[2], DDP_ERR_TIMEOUT);
+    assert_true(contains(rep->msg[2], "hierarchical group, inside host: "));
+    assert_true(contains(rep->msg[2], "rank 3 did not"));
+    assert_int_equal(rep->rc[0], DDP_ERR_TIMEOUT);
+    assert_true(contains(rep->msg[0], "hierarchical group, among host leaders: "));
+    assert_true(contains(rep->msg[0], "rank 2 did not"));
+    munmap(rep, sizeof *rep);
+    job_cleanup(&J);
+}
+
 /* ---- subgroups -------------------------------------------------------- */
 
 static int sub_rank(int rank, void *arg)
@@ -246,13 +290,6 @@ static void test_messages_use_group_ranks(void **state)
 }
 
 /* ---- kill -9 ---------------------------------------------------------- */
-
-typedef struct kill_report {
-    int started[4];
-    int rc[4];
-    double err_time[4];
-    char msg[4][1024];
-} kill_report;
 
 static void kill_during_all_reduce(int victim)
 {
@@ -497,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_forced_with_one_rank_per_host),
         cmocka_unit_test(test_ranks_disagree),
         cmocka_unit_test(test_bad_environment),
+        cmocka_unit_test(test_setup_failure),
         cmocka_unit_test(test_subgroups),
         cmocka_unit_test(test_messages_use_group_ranks),
         cmocka_unit_test(test_kill9_non_leader),
