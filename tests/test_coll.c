@@ -136,6 +136,18 @@ static void want_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t 
                    c->algo == ORDER_RING ? (int)ring_block_of(i, c->count, n) : 0);
 }
 
+/* Element i of a reduce's result at the root: rank order, or on a
+ * hierarchical group each host in rank order, then hosts in order. */
+static void want_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
+{
+    const int n = ddp_pg_size(pg);
+    const ddp__hier *h = ddp__pg_hier(pg);
+    if (h)
+        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, ORDER_RANK, 0);
+    else
+        ref_reduce(want, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+}
+
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
 {
@@ -175,7 +187,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         if (r == c->root)
             for (size_t i = 0; i < cnt; i++)
                 if (sampled(i, cnt, n))
-                    ref_reduce(want + i * es, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+                    want_reduce(pg, want + i * es, c, i);
                 else
                     memcpy(want + i * es, out + i * es, es);
         else

@@ -4,10 +4,11 @@
  * DDP_HOST_ID, uneven and interleaved (world 3: AAB, 4: ABAB, 5: AAABB, 8:
  * ABCDABCD; 2: AB with DDP_HIERARCHICAL=1, one rank per host).  All-reduce
  * results are checked against the hierarchical order (coll_ref.h), with
- * each leaders' algorithm; the other collectives against the same
- * references as on one host.  Each group must have run hierarchically:
- * every rank checks its layout and that all_reduce, broadcast and barrier
- * went through the two levels (coll/hier.h's counters). */
+ * each leaders' algorithm, reduce against its hierarchical order; the
+ * other collectives against the same references as on one host.  Each
+ * group must have run hierarchically: every rank checks its layout and that
+ * all_reduce, broadcast, reduce and barrier went through the two levels
+ * (coll/hier.h's counters). */
 #include <stdlib.h>
 
 #include "coll/hier.h"
@@ -61,13 +62,15 @@ static int hier_check_group(ddp_pg_t *pg)
     bad |= h->leaders.tp && strcmp(h->leaders.tp->vt->name, "tcp") != 0;
     bad |= strcmp(ddp__pg_transport(pg)->vt->name, "tcp") != 0;
     bad |= h->runs[DDP__ALL_REDUCE] == 0 || h->runs[DDP__BROADCAST] == 0 ||
-           h->runs[DDP__BARRIER] == 0;
+           h->runs[DDP__REDUCE] == 0 || h->runs[DDP__BARRIER] == 0;
     if (bad)
         fprintf(stderr,
-                "rank %d of %d: layout %s, local size %d (want %d), leader %d, runs %llu/%llu/%llu\n",
+                "rank %d of %d: layout %s, local size %d (want %d), leader %d, runs "
+                "%llu/%llu/%llu/%llu\n",
                 r, n, lay, h->local.size, lsize, h->leaders.tp != NULL,
                 (unsigned long long)h->runs[DDP__ALL_REDUCE],
                 (unsigned long long)h->runs[DDP__BROADCAST],
+                (unsigned long long)h->runs[DDP__REDUCE],
                 (unsigned long long)h->runs[DDP__BARRIER]);
     return bad;
 }

@@ -1,4 +1,4 @@
-/* Hierarchical all_reduce, broadcast and barrier over two levels of
+/* Hierarchical all_reduce, broadcast, reduce and barrier over two levels of
  * transports (hier.h): the ranks of each host (shared memory) and one
  * leader per host (tcp).  The classic two-level scheme of MPICH's SMP-aware
  * collectives (MPIR_Allreduce_intra_smp) and NCCL's tree across nodes:
@@ -26,6 +26,7 @@
 #include "coll/hier.h"
 
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,47 @@ static int broadcast(ddp__hier *h, const ddp__coll_ctx *flat, void *buf, size_t 
     return 0;
 }
 
+/* reduce: phase 1 folds each host onto its leader, phase 2 the host
+ * partials onto the root host's leader (reduce_direct.c both times, so the
+ * order is the all-reduce's with direct leaders: hosts in host order), and
+ * phase 3 hands the result to the root when it is not that leader.  Ranks
+ * other than the root keep their buffers: a leader works on a copy. */
+static int reduce(ddp__hier *h, ddp__coll_ctx *flat, void *buf, size_t count, ddp_dtype dt,
+                  ddp_reduce_op op, int root)
+{
+    const ddp_reduce_op sum_op = op == DDP_AVG ? DDP_SUM : op;
+    const size_t bytes = count * ddp_dtype_size(dt);
+    const int root_host = h->host_of[root], leader = h->local.rank == 0;
+    const int root_leads = h->local_index[root] == 0;
+    uint8_t *acc = buf;
+    if (leader && root != h->rank) { /* the flat context is idle: its scratch is free */
+        DDP_TRY(ddp__coll_scratch(flat, bytes, (void **)&acc));
+        memcpy(acc, buf, bytes);
+    }
+    set_step(h, flat, 0);
+    if (h->local.tp)
+        DDP_TRY(local_error(h, ddp__reduce_direct(&h->local, leader ? acc : buf, count, dt, sum_op,
+                                                  0)));
+    set_step(h, flat, 1);
+    if (h->leaders.tp)
+        DDP_TRY(leaders_error(h, ddp__reduce_direct(&h->leaders, acc, count, dt, sum_op,
+                                                    root_host)));
+    if (leader && h->host == root_host && op == DDP_AVG)
+        ddp__reduce_divide(acc, count, dt, h->size);
+    set_step(h, flat, 2);
+    if (h->host == root_host && !root_leads && (leader || h->rank == root)) {
+        ddp__req r;
+        if (leader)
+            DDP_TRY(local_error(h, ddp__tp_isend(h->local.tp, &r, h->local_index[root],
+                                                 ddp__tag(&h->local, 0, 0), acc, bytes)));
+        else
+            DDP_TRY(local_error(h, ddp__tp_irecv(h->local.tp, &r, 0, ddp__tag(&h->local, 0, 0),
+                                                 buf, bytes)));
+        DDP_TRY(local_error(h, ddp__coll_wait1(&h->local, &r)));
+    }
+    return 0;
+}
+
 /* Nobody leaves before everyone has arrived: a leader passes the leaders'
  * barrier only after its host's first barrier, and its host's ranks pass
  * the second one only after their leader has reached it. */
@@ -215,6 +257,11 @@ int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a)
         if (a->count == 0)
             return 0;
         rc = broadcast(h, flat, a->recv, a->count * ddp_dtype_size(a->dtype), a->root);
+        break;
+    case DDP__REDUCE:
+        if (a->count == 0)
+            return 0;
+        rc = reduce(h, flat, a->recv, a->count, a->dtype, a->op, a->root);
         break;
     case DDP__BARRIER:
         rc = barrier(h, flat);

@@ -1,9 +1,9 @@
 /* Hierarchical collectives: for a group spread over several hosts, each
  * host's ranks talk over a local transport (shared memory) and one leader
  * per host (its lowest rank) talks to the other leaders over a second
- * transport (tcp).  all_reduce, broadcast and barrier run in three phases
- * (inside each host, among leaders, inside each host again); every other
- * operation runs flat, on the group's own transport.  Steps, reduction
+ * transport (tcp).  all_reduce, broadcast, reduce and barrier run in three
+ * phases (inside each host, among leaders, inside each host again); every
+ * other operation runs flat, on the group's own transport.  Steps, reduction
  * order and costs: docs/hierarchical.md.  The transports are made by
  * dist/hier.c; this file only uses the transport interface. */
 #ifndef DDP_COLL_HIER_H
@@ -26,7 +26,7 @@ typedef struct ddp__hier {
 } ddp__hier;
 
 /* Runs one operation: hierarchically where it pays (all_reduce, broadcast,
- * barrier), else on flat (the transport that connects every rank).  seq and
+ * reduce, barrier), else on flat (the transport that connects every rank).  seq and
  * deadline come from flat.  Errors name ranks by their group rank. */
 int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a);
 
