@@ -1,9 +1,10 @@
 /* Hierarchical groups beyond the collective matrix (test_hier_coll): the
  * layout rule (auto, DDP_HIERARCHICAL=0|1, DDP_TRANSPORT=tcp, one host),
  * ranks disagreeing, subgroups, destroy releasing every descriptor, rank
- * numbers in sub-transport messages, kill -9 of a non-leader and of a
- * leader in the middle of hierarchical all-reduces (every other rank fails
- * within 2 s naming the dead rank), deadlines, and the same all-reduce
+ * numbers in sub-transport messages, setup failures, kill -9 of a
+ * non-leader and of a leader in the middle of hierarchical all-reduces
+ * (every other rank fails within 2 s naming the dead rank; /dev/shm keeps
+ * nothing), deadlines, and the same all-reduce
  * across two network namespaces joined by a veth pair (skipped where
  * `ip netns` is not available).  Ranks are forked processes whose hosts
  * are faked with DDP_HOST_ID. */
@@ -48,6 +49,20 @@ static int open_fds(void)
     return n;
 }
 
+/* Number of /dev/shm entries whose name starts with prefix. */
+static int shm_entries(const char *prefix)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
 static void set_host(const char *layout, int rank)
 {
     char id[16];
@@ -57,6 +72,7 @@ static void set_host(const char *layout, int rank)
 
 typedef struct kill_report {
     int started[4];
+    int pid[4];
     int rc[4];
     double err_time[4];
     char msg[4][1024];
@@ -195,6 +211,7 @@ static int setup_fail_rank(int rank, void *arg)
     if (rank == 3) /* host B's second rank cannot make its shm level */
         setenv("DDP_SHM_RING_BYTES", "12", 1);
     ddp_pg_t *pg = NULL;
+    rep->pid[rank] = (int)getpid();
     rep->rc[rank] = ddp_init_process_group("tcp", J.url, rank, 4, 1.5, &pg);
     snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", ddp_last_error());
     ddp_pg_destroy(pg);
@@ -219,6 +236,10 @@ static void test_setup_failure(void **state)
     assert_int_equal(rep->rc[0], DDP_ERR_TIMEOUT);
     assert_true(contains(rep->msg[0], "hierarchical group, among host leaders: "));
     assert_true(contains(rep->msg[0], "rank 2 did not"));
+    /* Host B's segment (named by its local rank 0, rank 2) was removed. */
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ddp-%d-", rep->pid[2]);
+    assert_int_equal(shm_entries(prefix), 0);
     munmap(rep, sizeof *rep);
     job_cleanup(&J);
 }
@@ -353,6 +374,11 @@ static void kill_during_all_reduce(int victim)
         assert_true(rep->err_time[r] - killed < 2.0);
     }
     waitpid(pids[victim], &status, 0);
+    for (int r = 0; r < n; r += 2) { /* each host's segment, named by its leader */
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "ddp-%d-", (int)pids[r]);
+        assert_int_equal(shm_entries(prefix), 0);
+    }
     munmap(rep, sizeof *rep);
     job_cleanup(&J);
 }
