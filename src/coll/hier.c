@@ -247,6 +247,12 @@ static int barrier(ddp__hier *h, const ddp__coll_ctx *flat)
 int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a)
 {
     int rc;
+    /* Tuning set on the group (ddp__pg_set_option) holds for both levels;
+     * a forced all-reduce algorithm is the leaders' (those of the message
+     * interface only: the leaders are on different hosts). */
+    h->leaders.allreduce_algo =
+        flat->allreduce_algo <= DDP__AR_DIRECT ? flat->allreduce_algo : DDP__AR_AUTO;
+    h->local.chunk = h->leaders.chunk = flat->chunk;
     switch (a->kind) {
     case DDP__ALL_REDUCE:
         if (a->count == 0)

@@ -26,8 +26,9 @@ typedef struct ddp__hier {
 } ddp__hier;
 
 /* Runs one operation: hierarchically where it pays (all_reduce, broadcast,
- * reduce, barrier), else on flat (the transport that connects every rank).  seq and
- * deadline come from flat.  Errors name ranks by their group rank. */
+ * reduce, barrier), else on flat (the transport that connects every rank).
+ * seq, deadline, the all-reduce algorithm (the leaders') and the chunk size
+ * come from flat.  Errors name ranks by their group rank. */
 int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a);
 
 /* Rewrites the rank numbers of a sub-transport's message (in ddp_last_error)

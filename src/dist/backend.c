@@ -86,8 +86,6 @@ static int tp_set_option(void *impl, const char *key, const char *value)
         for (int i = 0; i < 4; i++)
             if (strcmp(value, names[i]) == 0) {
                 b->ctx.allreduce_algo = i; /* DDP__AR_* order */
-                if (b->hier) /* the leaders' all-reduce of phase 2 */
-                    b->hier->leaders.allreduce_algo = i;
                 return 0;
             }
         return DDP_ERROR(DDP_ERR_INVALID_ARG,
@@ -97,8 +95,6 @@ static int tp_set_option(void *impl, const char *key, const char *value)
         long long v = atoll(value);
         DDP_FAIL_IF(v <= 0, DDP_ERR_INVALID_ARG, "chunk_bytes '%s' must be positive", value);
         b->ctx.chunk = (size_t)v;
-        if (b->hier)
-            b->hier->local.chunk = b->hier->leaders.chunk = (size_t)v;
         return 0;
     }
     return DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown option '%s'", key);
