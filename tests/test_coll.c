@@ -83,6 +83,38 @@ static int sampled(size_t i, size_t count, int n)
     return 0;
 }
 
+/* Hooks for test_hier_coll.c: the host of each rank ("ABAB": ranks 0, 2 on
+ * host A; NULL: DDP_HOST_ID untouched), and a check of the group after the
+ * cases (0: fine). */
+#ifndef COLL_HOST_LAYOUT
+#define COLL_HOST_LAYOUT(n) ((const char *)NULL)
+#endif
+#ifndef COLL_CHECK_GROUP
+#define COLL_CHECK_GROUP(pg) 0
+#endif
+
+/* Element i of a hierarchical all-reduce's result, the leaders running
+ * the algorithm whose order is given. */
+static void want_hier_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i,
+                                 int order)
+{
+    const ddp__hier *h = ddp__pg_hier(pg);
+    ref_reduce_hier(want, c->dt, c->op, c->id, ddp_pg_size(pg), i, h->host_of, h->nhosts, order,
+                    order == ORDER_RING ? (int)ring_block_of(i, c->count, h->nhosts) : 0);
+}
+
+/* Element i of a reduce's result at the root: rank order, or on a
+ * hierarchical group each host in rank order, then hosts in order. */
+static void want_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
+{
+    const int n = ddp_pg_size(pg);
+    const ddp__hier *h = ddp__pg_hier(pg);
+    if (h)
+        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, ORDER_RANK, 0);
+    else
+        ref_reduce(want, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+}
+
 static void fill(uint8_t *buf, size_t count, const ccase *c, int rank, size_t first)
 {
     size_t es = ddp_dtype_size(c->dt);
@@ -112,42 +144,6 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
 
 static const char *algo_names[] = {"direct", "ring", "rd"}; /* by ORDER_* */
 
-/* Hooks for test_hier_coll.c: the host of each rank ("ABAB": ranks 0, 2 on
- * host A; NULL: DDP_HOST_ID untouched), and a check of the group after the
- * cases (0: fine). */
-#ifndef COLL_HOST_LAYOUT
-#define COLL_HOST_LAYOUT(n) ((const char *)NULL)
-#endif
-#ifndef COLL_CHECK_GROUP
-#define COLL_CHECK_GROUP(pg) 0
-#endif
-
-/* Element i of an all-reduce's result: flat, or hierarchical when the
- * group runs so (the leaders then use c->algo). */
-static void want_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
-{
-    const int n = ddp_pg_size(pg);
-    const ddp__hier *h = ddp__pg_hier(pg);
-    if (h)
-        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, c->algo,
-                        c->algo == ORDER_RING ? (int)ring_block_of(i, c->count, h->nhosts) : 0);
-    else
-        ref_reduce(want, c->dt, c->op, c->id, n, i, n == 1 ? ORDER_RANK : c->algo,
-                   c->algo == ORDER_RING ? (int)ring_block_of(i, c->count, n) : 0);
-}
-
-/* Element i of a reduce's result at the root: rank order, or on a
- * hierarchical group each host in rank order, then hosts in order. */
-static void want_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
-{
-    const int n = ddp_pg_size(pg);
-    const ddp__hier *h = ddp__pg_hier(pg);
-    if (h)
-        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, ORDER_RANK, 0);
-    else
-        ref_reduce(want, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
-}
-
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
 {
@@ -170,9 +166,15 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         rc = ddp_all_reduce(pg, out, cnt, c->dt, c->op);
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
-                want_all_reduce(pg, want + i * es, c, i);
+                ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
+                           n == 1 ? ORDER_RANK : c->algo,
+                           c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
             else
                 memcpy(want + i * es, out + i * es, es);
+        if (ddp__pg_hier(pg)) /* two levels fold in another order */
+            for (size_t i = 0; i < cnt; i++)
+                if (sampled(i, cnt, n))
+                    want_hier_all_reduce(pg, want + i * es, c, i, c->algo);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__BROADCAST:
