@@ -1,13 +1,13 @@
 /* Hierarchical groups beyond the collective matrix (test_hier_coll): the
  * layout rule (auto, DDP_HIERARCHICAL=0|1, DDP_TRANSPORT=tcp, one host),
- * ranks disagreeing, subgroups, destroy releasing every descriptor, rank
- * numbers in sub-transport messages, setup failures, kill -9 of a
- * non-leader and of a leader in the middle of hierarchical all-reduces
- * (every other rank fails within 2 s naming the dead rank; /dev/shm keeps
- * nothing), deadlines, and the same all-reduce
- * across two network namespaces joined by a veth pair (skipped where
- * `ip netns` is not available).  Ranks are forked processes whose hosts
- * are faked with DDP_HOST_ID. */
+ * ranks disagreeing, subgroups, asynchronous operations in flight together,
+ * destroy releasing every descriptor, rank numbers in sub-transport
+ * messages, setup failures, kill -9 of a non-leader and of a leader in the
+ * middle of hierarchical all-reduces (every other rank fails within 2 s
+ * naming the dead rank; /dev/shm keeps nothing), deadlines, and all-reduces
+ * across two network namespaces joined by a veth pair (skipped where `ip
+ * netns` is not available).  Ranks are forked processes whose hosts are
+ * faked with DDP_HOST_ID. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -277,6 +277,64 @@ static void test_subgroups(void **state)
     job_init(&J);
     unsetenv("DDP_HIERARCHICAL");
     assert_int_equal(run_children(4, sub_rank, NULL, 30.0), 0);
+    job_cleanup(&J);
+}
+
+/* ---- asynchronous operations ----------------------------------------- */
+
+/* Queued all-reduces, broadcasts and barriers of several sizes run by the
+ * communication thread, in issue order, on both levels. */
+static int async_rank(int rank, void *arg)
+{
+    (void)arg;
+    set_host("ABBAB", rank);
+    const int n = 5, nops = 12;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, n, 20.0, &pg) == 0);
+    CHILD_CHECK(ddp__pg_hier(pg) != NULL);
+    int64_t *buf[12];
+    size_t cnt[12];
+    ddp_work_t *w[12];
+    for (int k = 0; k < nops; k++) {
+        cnt[k] = (size_t)1 << (2 * k % 20);
+        buf[k] = malloc(cnt[k] * sizeof *buf[k]);
+        CHILD_CHECK(buf[k]);
+        for (size_t i = 0; i < cnt[k]; i++)
+            buf[k][i] = (int64_t)(i + 1) * (rank + 1) + k;
+        if (k % 3 == 1)
+            CHILD_CHECK(ddp_broadcast_async(pg, buf[k], cnt[k], DDP_INT64, k % n, &w[k]) == 0);
+        else if (k % 3 == 2)
+            CHILD_CHECK(ddp_barrier_async(pg, &w[k]) == 0);
+        else
+            CHILD_CHECK(ddp_all_reduce_async(pg, buf[k], cnt[k], DDP_INT64, DDP_SUM, &w[k]) == 0);
+    }
+    for (int k = nops - 1; k >= 0; k--) { /* any order: they complete in issue order */
+        CHILD_CHECK(ddp_work_wait(w[k], 20.0) == 0);
+        ddp_work_free(w[k]);
+    }
+    for (int k = 0; k < nops; k++) {
+        for (size_t i = 0; i < cnt[k]; i++) {
+            int64_t x = (int64_t)(i + 1), want = x * (k % n + 1) + k; /* broadcast */
+            if (k % 3 == 0)
+                want = x * n * (n + 1) / 2 + (int64_t)n * k;
+            else if (k % 3 == 2)
+                want = x * (rank + 1) + k; /* barrier: untouched */
+            CHILD_CHECK(buf[k][i] == want);
+        }
+        free(buf[k]);
+    }
+    const ddp__hier *h = ddp__pg_hier(pg);
+    CHILD_CHECK(h->runs[DDP__ALL_REDUCE] == 4 && h->runs[DDP__BROADCAST] == 4 &&
+                h->runs[DDP__BARRIER] == 4);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_async(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(5, async_rank, NULL, 60.0), 0);
     job_cleanup(&J);
 }
 
@@ -562,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_bad_environment),
         cmocka_unit_test(test_setup_failure),
         cmocka_unit_test(test_subgroups),
+        cmocka_unit_test(test_async),
         cmocka_unit_test(test_messages_use_group_ranks),
         cmocka_unit_test(test_kill9_non_leader),
         cmocka_unit_test(test_kill9_leader),
