@@ -8,8 +8,9 @@
  * containers with the same name on different machines differ by boot id;
  * a rebooted host gets a new one), or DDP_HOST_ID when set (tests make
  * several "hosts" out of one machine with it).  Every rank publishes
- * "<mode> <host id>" through the transport rendezvous and every rank
- * applies the same rule to the same records, so all agree. */
+ * "<DDP_TRANSPORT> <DDP_HIERARCHICAL> <host id>" through the transport
+ * rendezvous and every rank applies the same rule to the same records, so
+ * all agree. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,15 +199,5 @@ out:
     free(v);
     if (rc < 0)
         ddp__layout_free(out);
-    return rc;
-}
-
-int ddp__transport_select(ddp_store_t *store, const char *prefix, int rank, int size,
-                          double timeout_s, int *use_shm)
-{
-    ddp__layout l;
-    int rc = ddp__transport_layout(store, prefix, rank, size, timeout_s, &l);
-    *use_shm = rc == 0 && l.kind == DDP__LAYOUT_SHM;
-    ddp__layout_free(&l);
     return rc;
 }
