@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/hier.h"
 #include "coll/reduce.h"
 #include "coll_ref.h"
 #include "ddp/dist.h"
@@ -82,6 +83,38 @@ static int sampled(size_t i, size_t count, int n)
     return 0;
 }
 
+/* Hooks for test_hier_coll.c: the host of each rank ("ABAB": ranks 0, 2 on
+ * host A; NULL: DDP_HOST_ID untouched), and a check of the group after the
+ * cases (0: fine). */
+#ifndef COLL_HOST_LAYOUT
+#define COLL_HOST_LAYOUT(n) ((const char *)NULL)
+#endif
+#ifndef COLL_CHECK_GROUP
+#define COLL_CHECK_GROUP(pg) 0
+#endif
+
+/* Element i of a hierarchical all-reduce's result, the leaders running
+ * the algorithm whose order is given. */
+static void want_hier_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i,
+                                 int order)
+{
+    const ddp__hier *h = ddp__pg_hier(pg);
+    ref_reduce_hier(want, c->dt, c->op, c->id, ddp_pg_size(pg), i, h->host_of, h->nhosts, order,
+                    order == ORDER_RING ? (int)ring_block_of(i, c->count, h->nhosts) : 0);
+}
+
+/* Element i of a reduce's result at the root: rank order, or on a
+ * hierarchical group each host in rank order, then hosts in order. */
+static void want_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
+{
+    const int n = ddp_pg_size(pg);
+    const ddp__hier *h = ddp__pg_hier(pg);
+    if (h)
+        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, ORDER_RANK, 0);
+    else
+        ref_reduce(want, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+}
+
 static void fill(uint8_t *buf, size_t count, const ccase *c, int rank, size_t first)
 {
     size_t es = ddp_dtype_size(c->dt);
@@ -138,6 +171,10 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
                            c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
             else
                 memcpy(want + i * es, out + i * es, es);
+        if (ddp__pg_hier(pg)) /* two levels fold in another order */
+            for (size_t i = 0; i < cnt; i++)
+                if (sampled(i, cnt, n))
+                    want_hier_all_reduce(pg, want + i * es, c, i, c->algo);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__BROADCAST:
@@ -152,7 +189,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         if (r == c->root)
             for (size_t i = 0; i < cnt; i++)
                 if (sampled(i, cnt, n))
-                    ref_reduce(want + i * es, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+                    want_reduce(pg, want + i * es, c, i);
                 else
                     memcpy(want + i * es, out + i * es, es);
         else
@@ -288,6 +325,12 @@ static int matrix_rank(int rank, void *arg)
     matrix_arg *m = arg;
     int n = atoi(strrchr(m->url, '.') + 1);
     ddp_pg_t *pg = NULL;
+    const char *layout = COLL_HOST_LAYOUT(n);
+    if (layout) {
+        char id[16];
+        snprintf(id, sizeof id, "host%c", layout[rank]);
+        setenv("DDP_HOST_ID", id, 1);
+    }
     if (ddp_init_process_group("tcp", m->url, rank, n, 60.0, &pg) != 0) {
         fprintf(stderr, "rank %d: init: %s\n", rank, ddp_last_error());
         return 1;
@@ -295,6 +338,7 @@ static int matrix_rank(int rank, void *arg)
     int ncases = 0;
     double t0 = ddp_time_now();
     int failed = run_all_cases(pg, &ncases);
+    failed += COLL_CHECK_GROUP(pg);
     if (rank == 0)
         fprintf(stderr, "world size %d: %d cases in %.2f s, %d failed\n", n, ncases,
                 ddp_time_now() - t0, failed);
