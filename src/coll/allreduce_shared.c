@@ -15,9 +15,8 @@
  *             posts COPIED = g + 1
  *   reduce    when every rank posted COPIED >= g + 1: folds share r in rank
  *             order x0 op x1 op ... op x(n-1), x_r read from its own buffer,
- *             the others from their slots, into share r of its own slot
- *             (AVG divides there), then copies it into its buffer;
- *             posts REDUCED = g + 1
+ *             the others from their slots, into its buffer and share r of
+ *             its slot (AVG divides); posts REDUCED = g + 1
  *   copy-out  when every rank posted REDUCED >= g + 1: copies each share
  *             s != r from rank s's slot into its buffer; posts DONE = g + 1
  *
@@ -136,14 +135,22 @@ static void reduce(shared *s, size_t j)
         return;
     const size_t es = s->es;
     uint8_t *own = s->buf + (first + off) * es, *dst = slot(s, s->r, j) + off * es;
+    /* Ranks 0 and 1 fold in place into their buffer (the first fold reads
+     * its lines, so the stores hit the cache), then copy the result into
+     * the slot for the peers; the others fold into the slot (their own
+     * values are still needed after the first fold) and copy it back. */
+    uint8_t *acc = s->r <= 1 ? own : dst;
 #define X(q) ((q) == s->r ? (const uint8_t *)own : slot(s, (q), j) + off * es)
-    s->fn(dst, X(0), X(1), n);
+    s->fn(acc, X(0), X(1), n);
     for (int q = 2; q < s->n; q++)
-        s->fn(dst, dst, X(q), n);
+        s->fn(acc, acc, X(q), n);
 #undef X
     if (s->op == DDP_AVG)
-        ddp__reduce_divide(dst, n, s->dt, s->n);
-    memcpy(own, dst, n * es);
+        ddp__reduce_divide(acc, n, s->dt, s->n);
+    if (acc == own)
+        memcpy(dst, own, n * es);
+    else
+        memcpy(own, dst, n * es);
 }
 
 static void copy_out(shared *s, size_t j)
