@@ -1020,7 +1020,7 @@ static const peer *win_down(shm *s)
             atomic_load_explicit(&s->slots[r].state, memory_order_acquire) == S_LEFT)
             peer_down(s, p, P_LEFT, "left the group (destroyed its process group)");
     }
-    return s->ndead || s->failed ? failed_peer(s) : NULL;
+    return failed_peer(s); /* deaths first */
 }
 
 static int shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double deadline)
