@@ -175,6 +175,10 @@ static void test_bad_environment(void **state)
     init_fails("DDP_SHM_WINDOW_BYTES", "2e9", "DDP_SHM_WINDOW_BYTES=2000000000: expected 0 to 1 GiB");
     init_fails("DDP_SHARED_CHUNK_BYTES", "0",
                "DDP_SHARED_CHUNK_BYTES='0': expected a positive byte count");
+    init_fails("DDP_ALLREDUCE_SHARED_BYTES", "64k",
+               "DDP_ALLREDUCE_SHARED_BYTES='64k': expected a positive byte count");
+    init_fails("DDP_REDUCE_ISA", "sse9",
+               "DDP_REDUCE_ISA='sse9': expected auto, avx512, avx2 or portable");
 }
 
 /* The shared-window all-reduce forced where there is no window: tcp, or shm

@@ -60,6 +60,8 @@ int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
     DDP_TRY(env_size("DDP_ALLREDUCE_RD_BYTES", DEFAULT_RD_MAX, &c->rd_max));
     DDP_TRY(env_size("DDP_ALLREDUCE_SHARED_BYTES", DEFAULT_SHARED_MIN, &c->shared_min));
     DDP_TRY(env_size("DDP_SHARED_CHUNK_BYTES", DEFAULT_SHARED_CHUNK, &c->shared_chunk));
+    int isa; /* the kernels read it themselves; a bad value is reported here */
+    DDP_TRY(ddp__reduce_isa_parse(getenv("DDP_REDUCE_ISA"), &isa));
     return 0;
 }
 

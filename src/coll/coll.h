@@ -66,8 +66,9 @@ typedef struct ddp__coll_ctx {
 
 /* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|auto,
  * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES,
- * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES.  Sets the error on bad
- * values.  The caller sets c->tp afterwards. */
+ * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES; checks DDP_REDUCE_ISA
+ * (reduce.h).  Sets the error on bad values.  The caller sets c->tp
+ * afterwards. */
 int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
 /* The DDP__AR_* of an all-reduce algorithm's name ("auto", "ring", "rd",
  * "direct", "shared"); -1 for anything else. */
