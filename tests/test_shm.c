@@ -224,7 +224,7 @@ typedef struct crash_report {
     char msg[4][512];
 } crash_report;
 
-/* algo: DDP_ALLREDUCE_ALGO of the ranks (auto picks the shared window). */
+/* algo: DDP_ALLREDUCE_ALGO of the ranks. */
 static void kill9_during_all_reduce(const char *algo)
 {
     job_init(&J);
@@ -300,7 +300,7 @@ static void kill9_during_all_reduce(const char *algo)
 static void test_kill9_during_large_all_reduce(void **state)
 {
     (void)state;
-    kill9_during_all_reduce("auto"); /* the shared-window all-reduce */
+    kill9_during_all_reduce("shared");
     kill9_during_all_reduce("ring");
 }
 
@@ -352,6 +352,7 @@ static int shared_wait_rank(int rank, void *arg)
 {
     shared_wait_arg *a = arg;
     setenv("DDP_TRANSPORT", "shm", 1);
+    setenv("DDP_ALLREDUCE_ALGO", "shared", 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, a->timeout, &pg) == 0);
     if (rank == 1) {
@@ -359,7 +360,7 @@ static int shared_wait_rank(int rank, void *arg)
         ddp_pg_destroy(pg);
         return 0;
     }
-    size_t cnt = (size_t)1 << 20; /* 4 MiB: the shared window */
+    size_t cnt = (size_t)1 << 20; /* 4 MiB */
     float *x = calloc(cnt, sizeof *x);
     CHILD_CHECK(x != NULL);
     double t0 = ddp_time_now();
@@ -430,6 +431,7 @@ typedef struct path_arg {
     const char *cma;    /* DDP_SHM_CMA */
     const char *ring;   /* DDP_SHM_RING_BYTES */
     const char *window; /* DDP_SHM_WINDOW_BYTES */
+    const char *algo;   /* DDP_ALLREDUCE_ALGO */
     int n;
 } path_arg;
 
@@ -445,6 +447,8 @@ static int path_rank(int rank, void *arg)
         setenv("DDP_SHM_RING_BYTES", a->ring, 1);
     if (a->window)
         setenv("DDP_SHM_WINDOW_BYTES", a->window, 1);
+    if (a->algo)
+        setenv("DDP_ALLREDUCE_ALGO", a->algo, 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, a->n, 30.0, &pg) == 0);
     const size_t sizes[] = {1, 100, 4097, 70000, (1u << 20) + 3};
@@ -513,13 +517,13 @@ static void test_tiny_ring_wraps(void **state)
     run_path(&a);
 }
 
-/* The all-reduces of 70000 and 1M+3 elements take the shared window: one
- * page per rank (2 slots of 4032 bytes on 3 ranks: every slot reused
- * hundreds of times), then none at all (the ring instead). */
+/* The all-reduces through the shared window of one page per rank (2 slots
+ * of 4032 bytes on 3 ranks: every slot reused hundreds of times), then
+ * with no window at all (auto takes the ring). */
 static void test_tiny_window_wraps(void **state)
 {
     (void)state;
-    path_arg a = {.n = 3, .window = "4096"};
+    path_arg a = {.n = 3, .window = "4096", .algo = "shared"};
     run_path(&a);
     path_arg b = {.n = 2, .window = "0"};
     run_path(&b);

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -60,6 +61,8 @@ int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
     DDP_TRY(env_size("DDP_ALLREDUCE_RD_BYTES", DEFAULT_RD_MAX, &c->rd_max));
     DDP_TRY(env_size("DDP_ALLREDUCE_SHARED_BYTES", DEFAULT_SHARED_MIN, &c->shared_min));
     DDP_TRY(env_size("DDP_SHARED_CHUNK_BYTES", DEFAULT_SHARED_CHUNK, &c->shared_chunk));
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->cpus = cpus > 0 ? (int)cpus : 1;
     int isa; /* the kernels read it themselves; a bad value is reported here */
     DDP_TRY(ddp__reduce_isa_parse(getenv("DDP_REDUCE_ISA"), &isa));
     return 0;
@@ -204,13 +207,16 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
     size_t bytes = count * ddp_dtype_size(dt);
     int algo = c->allreduce_algo;
     if (algo == DDP__AR_AUTO) {
-        /* Ranks that share memory: reduce straight out of it. */
-        if (bytes >= c->shared_min && ddp__tp_window(c->tp))
-            algo = DDP__AR_SHARED;
-        else if (c->size == 2)
+        if (c->size == 2)
             algo = bytes <= c->direct_max ? DDP__AR_DIRECT : DDP__AR_RING;
         else
             algo = bytes <= c->rd_max ? DDP__AR_RD : DDP__AR_RING;
+        /* Ranks that share memory reduce straight out of it, unless they
+         * outnumber the cores: then every chunk waits for all of them to be
+         * scheduled, and the ring's buffered messages do better. */
+        if (algo == DDP__AR_RING && bytes >= c->shared_min && c->size <= c->cpus &&
+            ddp__tp_window(c->tp))
+            algo = DDP__AR_SHARED;
     }
     switch (algo) {
     case DDP__AR_DIRECT:

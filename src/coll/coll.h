@@ -61,6 +61,7 @@ typedef struct ddp__coll_ctx {
     size_t direct_max;  /* AUTO: direct all-reduce up to this many bytes (2 ranks) */
     size_t rd_max;      /* AUTO: recursive doubling up to this many bytes */
     size_t shared_min;  /* AUTO: shared-window all-reduce from this many bytes */
+    int cpus;           /* AUTO: ... and for at most this many ranks (online CPUs) */
     size_t shared_chunk; /* bytes per pipeline chunk of the shared-window all-reduce */
 } ddp__coll_ctx;
 
