@@ -13,7 +13,7 @@
 #define DEFAULT_DIRECT_MAX (64u << 10)
 #define DEFAULT_RD_MAX (16u << 10)
 #define DEFAULT_SHARED_MIN (64u << 10)
-#define DEFAULT_SHARED_CHUNK (128u << 10)
+#define DEFAULT_SHARED_CHUNK (256u << 10)
 
 static const char *const coll_names[DDP__NUM_COLL] = {
     "all_reduce", "broadcast",  "reduce",         "all_gather", "gather", "scatter",
