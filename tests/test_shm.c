@@ -181,6 +181,30 @@ static void test_bad_environment(void **state)
                "DDP_REDUCE_ISA='sse9': expected auto, avx512, avx2 or portable");
 }
 
+/* Ranks that disagree on the window's size: the segment's size gives it
+ * away on the rank that attaches; rank 0 times out waiting for it. */
+static int window_mismatch_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_TRANSPORT", "shm", 1);
+    if (rank == 1)
+        setenv("DDP_SHM_WINDOW_BYTES", "8192", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 1.0, &pg) < 0);
+    if (rank == 1)
+        CHILD_CHECK(contains(ddp_last_error(), "were expected (ranks disagree on world size, "
+                                               "DDP_SHM_RING_BYTES or DDP_SHM_WINDOW_BYTES?)"));
+    return 0;
+}
+
+static void test_window_size_mismatch(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, window_mismatch_rank, NULL, 30.0), 0);
+    job_cleanup(&J);
+}
+
 /* The shared-window all-reduce forced where there is no window: tcp, or shm
  * with DDP_SHM_WINDOW_BYTES=0. */
 static int no_window_rank(int rank, void *arg)
@@ -547,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_tiny_ring_wraps),
         cmocka_unit_test(test_tiny_window_wraps),
         cmocka_unit_test(test_shared_algo_needs_window),
+        cmocka_unit_test(test_window_size_mismatch),
         cmocka_unit_test(test_shared_window_peer_leaves),
         cmocka_unit_test(test_shared_window_wait_honours_deadline),
     };

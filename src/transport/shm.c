@@ -1239,7 +1239,7 @@ static int seg_open(shm *s, ddp_store_t *store, const char *key, double deadline
     struct stat st;
     DDP_FAIL_IF(fstat(*fd, &st) < 0 || (size_t)st.st_size != len, DDP_ERR_MISMATCH,
                 "shared-memory segment %s has %lld bytes where %zu were expected (ranks "
-                "disagree on world size or DDP_SHM_RING_BYTES?)",
+                "disagree on world size, DDP_SHM_RING_BYTES or DDP_SHM_WINDOW_BYTES?)",
                 s->name, (long long)st.st_size, len);
     return 0;
 }
