@@ -205,6 +205,41 @@ static void test_window_size_mismatch(void **state)
     job_cleanup(&J);
 }
 
+/* Ranks whose shared-window all-reduces differ (here in count: 4 and 5
+ * chunks) fail with a message instead of mixing the two calls' data. */
+static int count_mismatch_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_TRANSPORT", "shm", 1);
+    setenv("DDP_ALLREDUCE_ALGO", "shared", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    size_t cnt = (size_t)(rank == 0 ? 4 : 5) << 16; /* 256 KiB chunks */
+    float *x = calloc(cnt, sizeof *x);
+    CHILD_CHECK(x != NULL);
+    double t0 = ddp_time_now();
+    int rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+    CHILD_CHECK(rc < 0 && ddp_time_now() - t0 < 5.0);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d runs a different collective", 1 - rank);
+    if (!contains(ddp_last_error(), want))
+        fprintf(stderr, "rank %d: %s\n", rank, ddp_last_error());
+    /* Its own finding, or its peer's passed on ("gave up: ..."). */
+    CHILD_CHECK(contains(ddp_last_error(), "runs a different collective (do the ranks call the "
+                                           "same collectives with the same counts"));
+    free(x);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_shared_calls_differ(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, count_mismatch_rank, NULL, 30.0), 0);
+    job_cleanup(&J);
+}
+
 /* The shared-window all-reduce forced where there is no window: tcp, or shm
  * with DDP_SHM_WINDOW_BYTES=0. */
 static int no_window_rank(int rank, void *arg)
@@ -572,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_tiny_window_wraps),
         cmocka_unit_test(test_shared_algo_needs_window),
         cmocka_unit_test(test_window_size_mismatch),
+        cmocka_unit_test(test_shared_calls_differ),
         cmocka_unit_test(test_shared_window_peer_leaves),
         cmocka_unit_test(test_shared_window_wait_honours_deadline),
     };

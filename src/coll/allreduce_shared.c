@@ -23,7 +23,10 @@
  * and may copy chunk g into slot g mod K only once every rank posted
  * DONE >= g + 1 - K (nobody reads that slot's previous chunk any more).
  * The three steps of different chunks run out of order (oldest ready step
- * first), so a rank that is ahead keeps copying while it waits.
+ * first), so a rank that is ahead keeps copying while it waits.  Each rank
+ * also posts a descriptor of the call (sequence number, count, dtype, op,
+ * chunk size); the first reduction checks the peers', so ranks whose calls
+ * differ fail with a message instead of mixing two collectives' data.
  *
  * Cost per rank, B bytes: its buffer is read once and written once (B in,
  * B out of memory: (n-1)/n B by the copies, B/n by the reduction); the slot
@@ -38,7 +41,7 @@
 #include "base/error.h"
 #include "coll/coll.h"
 
-enum { F_COPIED, F_REDUCED, F_DONE };
+enum { F_COPIED, F_REDUCED, F_DONE, F_DESC };
 
 typedef struct shared {
     ddp__coll_ctx *c;
@@ -161,6 +164,39 @@ static void copy_out(shared *s, size_t j)
             memcpy(s->buf + (first + off) * s->es, slot(s, q, j) + off * s->es, n * s->es);
 }
 
+/* What this collective is, as a nonzero hash: ranks whose chunk numbers
+ * meet must be running the same one. */
+static uint64_t describe(const ddp__coll_ctx *c, const shared *s)
+{
+    const uint64_t v[4] = {c->seq, s->count, (uint64_t)s->dt << 8 | (uint64_t)s->op,
+                           s->slot_bytes};
+    uint64_t h = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < 4; i++) { /* splitmix64's finaliser over each word */
+        h ^= v[i];
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9u;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebu;
+        h ^= h >> 31;
+    }
+    return h | 1;
+}
+
+/* Before the first reduction reads the peers' slots: every peer has
+ * staged this collective's first chunk, so its descriptor is posted; a
+ * different one means the ranks' calls differ, and the slots hold data of
+ * another collective. */
+static int check_peers_agree(const shared *s, uint64_t desc)
+{
+    for (int q = 0; q < s->n; q++)
+        DDP_FAIL_IF(q != s->r &&
+                        atomic_load_explicit(&s->w->flag[q][F_DESC].v, memory_order_acquire) != desc,
+                    DDP_ERR_PROTOCOL,
+                    "shared-memory all_reduce: rank %d runs a different collective (do the "
+                    "ranks call the same collectives with the same counts, dtypes, ops and "
+                    "DDP_SHARED_CHUNK_BYTES?)",
+                    q);
+    return 0;
+}
+
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op)
 {
@@ -184,11 +220,15 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
     /* Our own flags say how many chunks the window has seen (all equal at
      * rest: every rank runs the same collectives). */
     s.base = atomic_load_explicit(&w->flag[s.r][F_DONE].v, memory_order_relaxed);
+    const uint64_t desc = describe(c, &s);
+    ddp__tp_win_post(c->tp, F_DESC, desc); /* before the first COPIED */
     while (s.done < s.nchunks) {
         if (can_copy_out(&s) < 0) {
             copy_out(&s, s.done++);
             ddp__tp_win_post(c->tp, F_DONE, s.base + s.done);
         } else if (can_reduce(&s) < 0) {
+            if (s.reduced == 0)
+                DDP_TRY(check_peers_agree(&s, desc));
             reduce(&s, s.reduced++);
             ddp__tp_win_post(c->tp, F_REDUCED, s.base + s.reduced);
         } else if (can_copy_in(&s) < 0) {

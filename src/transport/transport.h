@@ -77,7 +77,7 @@ typedef struct ddp__tp_vtable {
 } ddp__tp_vtable;
 
 /* The shared window of a transport that has one (see the vtable). */
-#define DDP__WIN_FLAGS 4
+#define DDP__WIN_FLAGS 4 /* the shared-window all-reduce uses all four */
 typedef struct ddp__win_flag {
     _Atomic uint64_t v;
 } __attribute__((aligned(64))) ddp__win_flag; /* one cache line each */
