@@ -44,7 +44,6 @@
 enum { F_COPIED, F_REDUCED, F_DONE, F_DESC };
 
 typedef struct shared {
-    ddp__coll_ctx *c;
     const ddp__window *w;
     int n, r;
     uint8_t *buf;           /* (count,) the caller's vector, in place */
@@ -68,6 +67,8 @@ static int peers_at_least(const shared *s, int k, uint64_t v)
     return -1;
 }
 
+/* Each step's readiness: -1 when it can run now, else the rank it waits
+ * for, or this rank's own number when it has nothing to do yet. */
 static int can_copy_out(const shared *s)
 {
     return s->reduced > s->done ? peers_at_least(s, F_REDUCED, s->base + s->done + 1) : s->r;
@@ -205,7 +206,7 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
                 "all_reduce algorithm 'shared' needs a shared window: the shm transport with "
                 "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
                 c->tp->vt->name, c->tp->vt->window ? " without a window" : "");
-    shared s = {.c = c, .w = w, .n = c->size, .r = c->rank, .buf = buf, .count = count,
+    shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .count = count,
                 .es = ddp_dtype_size(dt), .dt = dt, .op = op, .fn = ddp__reduce_kernel(dt, op)};
     /* Slots: K >= 2 of C bytes, C a multiple of n cache lines. */
     size_t unit = (size_t)s.n * 64, want = c->shared_chunk;
