@@ -142,7 +142,15 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
     return 0;
 }
 
-static const char *algo_names[] = {"direct", "ring", "rd"}; /* by ORDER_* */
+/* All-reduce algorithms the matrix runs, and the order each folds in.
+ * test_shm_coll adds "shared" (the shared-window algorithm) by defining
+ * COLL_NALGOS 4 before it includes this file. */
+#ifndef COLL_NALGOS
+#define COLL_NALGOS 3
+#endif
+enum { ALGO_SHARED = 3 };
+static const char *algo_names[] = {"direct", "ring", "rd", "shared"};
+static const int algo_order[] = {ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RANK};
 
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
@@ -167,7 +175,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
                 ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
-                           n == 1 ? ORDER_RANK : c->algo,
+                           n == 1 ? ORDER_RANK : algo_order[c->algo],
                            c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
             else
                 memcpy(want + i * es, out + i * es, es);
@@ -282,14 +290,15 @@ static int run_all_cases(ddp_pg_t *pg, int *ncases)
         size_t cnt = counts[ci];
         int big = ci == 4;
         size_t block = big ? cnt / (size_t)n : cnt; /* per-rank blocks of n-block collectives */
-        for (int algo = 0; algo < (n == 1 ? 1 : 3); algo++)
+        for (int algo = 0; algo < (n == 1 ? 1 : COLL_NALGOS); algo++)
             for (int dt = 0; dt < DDP_NUM_DTYPES; dt++)
                 for (int op = 0; op < DDP_NUM_REDUCE_OPS; op++) {
                     if (!op_applies(dt, op))
                         continue;
                     if (big && !((dt == DDP_FLOAT32 && op == DDP_SUM) ||
-                                 (algo == ORDER_RING && ((dt == DDP_BFLOAT16 && op == DDP_AVG) ||
-                                                         (dt == DDP_INT64 && op == DDP_MAX)))))
+                                 ((algo == ORDER_RING || algo == ALGO_SHARED) &&
+                                  ((dt == DDP_BFLOAT16 && op == DDP_AVG) ||
+                                   (dt == DDP_INT64 && op == DDP_MAX)))))
                         continue;
                     RUN(.kind = DDP__ALL_REDUCE, .algo = algo, .dt = dt, .op = op, .count = cnt);
                 }

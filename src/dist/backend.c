@@ -82,14 +82,11 @@ static int tp_set_option(void *impl, const char *key, const char *value)
 {
     tp_backend *b = impl;
     if (strcmp(key, "allreduce_algo") == 0) {
-        static const char *const names[] = {"auto", "ring", "rd", "direct"};
-        for (int i = 0; i < 4; i++)
-            if (strcmp(value, names[i]) == 0) {
-                b->ctx.allreduce_algo = i; /* DDP__AR_* order */
-                return 0;
-            }
-        return DDP_ERROR(DDP_ERR_INVALID_ARG,
-                         "allreduce_algo '%s': expected auto, ring, rd or direct", value);
+        int algo = ddp__coll_algo_parse(value);
+        DDP_FAIL_IF(algo < 0, DDP_ERR_INVALID_ARG,
+                    "allreduce_algo '%s': expected auto, ring, rd, direct or shared", value);
+        b->ctx.allreduce_algo = algo;
+        return 0;
     }
     if (strcmp(key, "chunk_bytes") == 0) {
         long long v = atoll(value);
