@@ -5,19 +5,25 @@
 #   openmpi  MPI_Allreduce (bench/mpi_allreduce.c built with mpicc), OpenMPI's
 #            default transport on one host (vader shared memory; no --mca btl)
 #   tcp      ddp-bench-collectives over the TCP transport (DDP_TRANSPORT=tcp)
+#   ring     (RING=1 only) libddp over shm with DDP_ALLREDUCE_ALGO=ring: the
+#            message-based algorithm that auto used before the shared window
 # float32 sum, 4 B to 64 MiB (x4 steps), median of back-to-back iterations
-# per size; each sweep alternates between the three REPEATS times and the
-# table keeps, per size, the median of the runs' medians.
+# per size; each sweep alternates between the configurations REPEATS times
+# and the table keeps, per size, the median of the runs' medians, and the
+# spread (lowest-highest of the runs' medians) of libddp's bandwidth.
 #
 # Usage: sh bench/collectives_shm.sh [REPEATS] [ITERS]   (default 3, 200)
-# Env:   BUILD (default build), MAX_BYTES (default 64M), STEP (default 4)
+# Env:   BUILD (default build), MIN_BYTES (default 4), MAX_BYTES (default 64M),
+#        STEP (default 4), RING (default 0)
 set -eu
 cd "$(dirname "$0")/.."
 reps=${1:-3}
 iters=${2:-200}
 build=${BUILD:-build}
+min=${MIN_BYTES:-4}
 max=${MAX_BYTES:-64M}
 step=${STEP:-4}
+ring=${RING:-0}
 bench="$build/bin/ddp-bench-collectives"
 [ -x "$bench" ] || { echo "build first (make)" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -25,22 +31,26 @@ trap 'rm -rf "$tmp"' EXIT
 mpi="$tmp/mpi_allreduce"
 mpicc -O2 -DDDP_WITH_MPI -o "$mpi" bench/mpi_allreduce.c
 
-# ddp TRANSPORT OUT: one sweep of libddp on 2 ranks through a file store.
+# ddp TRANSPORT OUT [ALGO]: one sweep of libddp on 2 ranks through a file store.
 ddp() {
     rm -f "$tmp/store"
-    DDP_TRANSPORT=$1 "$bench" --rank 1 --world-size 2 --init-method "file://$tmp/store" \
-        --min-bytes 4 --max-bytes "$max" --step-factor "$step" --iters "$iters" >/dev/null &
-    DDP_TRANSPORT=$1 "$bench" --rank 0 --world-size 2 --init-method "file://$tmp/store" \
-        --min-bytes 4 --max-bytes "$max" --step-factor "$step" --iters "$iters" | grep -v '^#' >"$2"
+    DDP_TRANSPORT=$1 DDP_ALLREDUCE_ALGO=${3:-auto} "$bench" --rank 1 --world-size 2 \
+        --init-method "file://$tmp/store" --min-bytes "$min" --max-bytes "$max" \
+        --step-factor "$step" --iters "$iters" >/dev/null &
+    DDP_TRANSPORT=$1 DDP_ALLREDUCE_ALGO=${3:-auto} "$bench" --rank 0 --world-size 2 \
+        --init-method "file://$tmp/store" --min-bytes "$min" --max-bytes "$max" \
+        --step-factor "$step" --iters "$iters" | grep -v '^#' >"$2"
     wait
 }
 
+bytes() { echo "$1" | sed 's/[kK]$/*1024/; s/M$/*1048576/' | bc; }
 for i in $(seq "$reps"); do
     ddp shm "$tmp/shm.$i"
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$mpi" --min-bytes 4 --max-bytes \
-        "$(echo "$max" | sed 's/M$/*1048576/' | bc)" --step-factor "$step" --iters "$iters" \
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$mpi" --min-bytes "$(bytes "$min")" \
+        --max-bytes "$(bytes "$max")" --step-factor "$step" --iters "$iters" \
         2>/dev/null | grep -v '^#' >"$tmp/mpi.$i"
     ddp tcp "$tmp/tcp.$i"
+    if [ "$ring" = 1 ]; then ddp shm "$tmp/ring.$i" ring; fi
 done
 
 # med NAME: "bytes median_us" per size over the runs of NAME.
@@ -53,17 +63,28 @@ med() {
 med shm >"$tmp/m.shm"
 med mpi >"$tmp/m.mpi"
 med tcp >"$tmp/m.tcp"
+if [ "$ring" = 1 ]; then med ring >"$tmp/m.ring"; else : >"$tmp/m.ring"; fi
+# libddp's spread: lowest and highest median of the runs, per size (us).
+cat "$tmp"/shm.* | awk '{ if (!($1 in lo) || $2 < lo[$1]) lo[$1] = $2; if ($2 > hi[$1]) hi[$1] = $2 }
+    END { for (b in lo) print b, lo[b], hi[b] }' >"$tmp/m.spread"
 
 echo "all_reduce float32 sum, 2 ranks, one host; median of $reps runs x $iters iterations"
-printf '%10s %12s %9s %12s %9s %12s %9s %9s\n' bytes libddp_us GB/s openmpi_us GB/s tcp_us GB/s \
-    mpi/ddp
-awk '
+printf '%10s %12s %9s %13s %12s %9s %12s %9s %9s' bytes libddp_us GB/s spread_GB/s openmpi_us \
+    GB/s tcp_us GB/s mpi/ddp
+if [ "$ring" = 1 ]; then printf ' %9s' ring_GB/s; fi
+echo
+awk -v ring="$ring" '
     function bw(b, us) { return us > 0 ? b / us / 1e3 : 0 }
     FILENAME ~ /m.mpi$/ { mpi[$1] = $2; next }
     FILENAME ~ /m.tcp$/ { tcp[$1] = $2; next }
+    FILENAME ~ /m.ring$/ { rg[$1] = $2; next }
+    FILENAME ~ /m.spread$/ { lo[$1] = $2; hi[$1] = $3; next }
     { b[++n] = $1; shm[$1] = $2 }
     END { for (i = 1; i <= n; i++) { k = b[i]
-        printf "%10d %12.2f %9.2f %12.2f %9.2f %12.2f %9.2f %8.2fx\n", k, shm[k], bw(k, shm[k]),
-               mpi[k], bw(k, mpi[k]), tcp[k], bw(k, tcp[k]), (shm[k] > 0 ? mpi[k] / shm[k] : 0) } }
-' "$tmp/m.mpi" "$tmp/m.tcp" "$tmp/m.shm"
+        printf "%10d %12.2f %9.2f %6.2f-%-6.2f %12.2f %9.2f %12.2f %9.2f %8.2fx", k, shm[k],
+               bw(k, shm[k]), bw(k, hi[k]), bw(k, lo[k]), mpi[k], bw(k, mpi[k]), tcp[k],
+               bw(k, tcp[k]), (shm[k] > 0 ? mpi[k] / shm[k] : 0)
+        if (ring == 1) printf " %9.2f", bw(k, rg[k])
+        printf "\n" } }
+' "$tmp/m.mpi" "$tmp/m.tcp" "$tmp/m.ring" "$tmp/m.spread" "$tmp/m.shm"
 echo "(GB/s: bus bandwidth, bytes x 2(n-1)/n / time = bytes / time for 2 ranks)"

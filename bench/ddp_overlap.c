@@ -1,15 +1,23 @@
 /* DDP overlap benchmark: per-step time of compute only, communication only,
- * and the DDP step, for an MLP 784-H-H-10 (H = 2048 by default).
+ * and the DDP step with and without tail-free overlap, for an MLP
+ * 784-H-H-10 (H = 2048 by default; --layers 1: 784-H-10, the reference
+ * program's shape with H = 256).
  *
  *   build/bin/ddprun --standalone --nproc-per-node 2 build/bench/ddp_overlap \
- *       [--hidden H] [--batch B] [--iters N] [--cap-mb C]
+ *       [--hidden H] [--batch B] [--iters N] [--cap-mb C] [--tail-chunks K] [--rounds R]
+ *       [--layers 1|2] [--min-piece-mb F]
  *
  * compute: forward + backward + SGD step on the local model, no DDP.
  * comm:    the all-reduces DDP issues per step (one per bucket, same sizes),
  *          launched back to back and waited for, with no compute.
- * ddp:     the DDP step (buckets reduced during backward).
- * Rank 0 prints the medians and ddp / max(compute, comm); the target is
- * <= 1.1 (perfect overlap is 1.0; no overlap is (compute + comm) / max).
+ * ddp:     the DDP step (buckets reduced during backward), tail_chunks 0.
+ * tail:    the same with tail_chunks K (default 4): the first layer's weight
+ *          gradient computed in row chunks, its bucket reduced piece by piece
+ *          (tail_min_piece_mb F: the library's default unless given).
+ * Each of R rounds (default 3) runs N steps of each of the four, so that
+ * the machine's noise falls on all alike.  Rank 0 prints the medians and
+ * step / max(compute, comm); the target is <= 1.1 (perfect overlap is 1.0;
+ * no overlap is (compute + comm) / max), and tail/ddp.
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,16 +50,20 @@ static int check(int rc, const char *what)
     return rc;
 }
 
-static ddp_model_t *make_model(int hidden)
+/* 784-H-10 (layers 1: the reference program's shape) or 784-H-H-10. */
+static ddp_model_t *make_model(int hidden, int layers)
 {
     ddp_module_t *mods[5];
-    check(ddp_linear_create(IN, hidden, 1, 1, &mods[0]), "linear");
-    check(ddp_relu_create(&mods[1]), "relu");
-    check(ddp_linear_create(hidden, hidden, 1, 2, &mods[2]), "linear");
-    check(ddp_relu_create(&mods[3]), "relu");
-    check(ddp_linear_create(hidden, OUT, 1, 3, &mods[4]), "linear");
+    int n = 0;
+    check(ddp_linear_create(IN, hidden, 1, 1, &mods[n++]), "linear");
+    check(ddp_relu_create(&mods[n++]), "relu");
+    if (layers == 2) {
+        check(ddp_linear_create(hidden, hidden, 1, 2, &mods[n++]), "linear");
+        check(ddp_relu_create(&mods[n++]), "relu");
+    }
+    check(ddp_linear_create(hidden, OUT, 1, 3, &mods[n++]), "linear");
     ddp_module_t *seq;
-    check(ddp_sequential_create(mods, 5, &seq), "sequential");
+    check(ddp_sequential_create(mods, n, &seq), "sequential");
     ddp_model_t *m;
     check(ddp_model_from_module(seq, &m), "model");
     return m;
@@ -79,8 +91,8 @@ static void step(ddp_ddp_t *dm, ddp_model_t *m, ddp_tape_t *tape, ddp_optim_t *o
 
 int main(int argc, char **argv)
 {
-    int hidden = 2048, batch = 64, iters = 20;
-    double cap_mb = 25;
+    int hidden = 2048, batch = 64, iters = 20, tail_chunks = 4, rounds = 3, layers = 2;
+    double cap_mb = 25, min_piece_mb = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--hidden"))
             hidden = atoi(argv[i + 1]);
@@ -90,12 +102,23 @@ int main(int argc, char **argv)
             iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--cap-mb"))
             cap_mb = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tail-chunks"))
+            tail_chunks = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds"))
+            rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--layers"))
+            layers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--min-piece-mb"))
+            min_piece_mb = atof(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: ddp_overlap [--hidden H] [--batch B] [--iters N] [--cap-mb C]\n");
+            fprintf(stderr, "usage: ddp_overlap [--hidden H] [--batch B] [--iters N] "
+                            "[--cap-mb C] [--tail-chunks K] [--rounds R] [--layers 1|2] "
+                            "[--min-piece-mb F]\n");
             return 2;
         }
     }
-    if (hidden < 1 || batch < 1 || iters < 1 || iters > 10000 || !(cap_mb > 0)) {
+    if (hidden < 1 || batch < 1 || iters < 1 || iters > 10000 || !(cap_mb > 0) ||
+        tail_chunks < 2 || rounds < 1 || rounds > 1000 || (layers != 1 && layers != 2)) {
         fprintf(stderr, "ddp_overlap: bad arguments\n");
         return 2;
     }
@@ -104,7 +127,7 @@ int main(int argc, char **argv)
     ddp_pg_t *pg;
     check(ddp_init_process_group("tcp", "env://", li.rank, li.world_size, 60, &pg), "init");
 
-    ddp_model_t *m = make_model(hidden);
+    ddp_model_t *m = make_model(hidden, layers);
     ddp_tape_t *tape;
     check(ddp_tape_create(&tape), "tape");
     ddp_optim_t *opt;
@@ -119,74 +142,95 @@ int main(int argc, char **argv)
     ddp_tensor x;
     int64_t shape[2] = {batch, IN};
     check(ddp_tensor_wrap(&x, xs, 2, shape), "wrap");
-    double *t_comp = calloc((size_t)iters, sizeof(double));
-    double *t_comm = calloc((size_t)iters, sizeof(double));
-    double *t_ddp = calloc((size_t)iters, sizeof(double));
-
-    /* Compute only (warm-up first: the tape's arena settles). */
-    for (int i = 0; i < 3; i++)
-        step(NULL, m, tape, opt, &x, labels);
-    for (int i = 0; i < iters; i++) {
-        double t0 = ddp_time_now();
-        step(NULL, m, tape, opt, &x, labels);
-        t_comp[i] = ddp_time_now() - t0;
-    }
-
-    ddp_ddp_options o = ddp_ddp_defaults();
-    o.bucket_cap_mb = cap_mb;
-    ddp_ddp_t *dm;
-    check(ddp_ddp_create(m, pg, &o, &dm), "ddp");
-    for (int i = 0; i < 3; i++) /* includes the bucket rebuild */
-        step(dm, m, tape, opt, &x, labels);
-    for (int i = 0; i < iters; i++) {
-        check(ddp_barrier(pg), "barrier");
-        double t0 = ddp_time_now();
-        step(dm, m, tape, opt, &x, labels);
-        t_ddp[i] = ddp_time_now() - t0;
-    }
-
-    /* Communication only: DDP's bucket sizes, launched back to back. */
-    int nb = ddp_ddp_num_buckets(dm);
+    size_t nt = (size_t)iters * (size_t)rounds;
+    double *t_comp = calloc(nt, sizeof(double)), *t_comm = calloc(nt, sizeof(double));
+    double *t_ddp = calloc(nt, sizeof(double)), *t_tail = calloc(nt, sizeof(double));
     size_t total;
     ddp_model_grad_block(m, &total);
-    ddp_work_t **works = calloc((size_t)nb, sizeof *works);
     float *buf = calloc(total, sizeof *buf);
-    for (int i = -3; i < iters; i++) {
-        check(ddp_barrier(pg), "barrier");
-        double t0 = ddp_time_now();
-        size_t off = 0;
-        for (int b = 0; b < nb; b++) {
-            size_t n;
-            check(ddp_ddp_bucket_info(dm, b, NULL, &n), "bucket");
-            check(ddp_all_reduce_async(pg, buf + off, n, DDP_FLOAT32, DDP_AVG, &works[b]),
-                  "all_reduce");
-            off += n;
+    size_t *bucket_numel = NULL;
+    ddp_work_t **works = NULL;
+    int nb = 0;
+
+    /* Each round: compute only, DDP, DDP with tail chunks, communication
+     * only, so that the machine's noise falls on all four alike. */
+    ddp_ddp_options o = ddp_ddp_defaults();
+    o.bucket_cap_mb = cap_mb;
+    if (min_piece_mb >= 0)
+        o.tail_min_piece_mb = min_piece_mb;
+    ddp_ddp_t *dm = NULL;
+    for (int r = 0; r < rounds; r++) {
+        size_t at = (size_t)r * (size_t)iters;
+        /* Compute only (warm-up first: the tape's arena settles). */
+        for (int i = -3; i < iters; i++) {
+            double t0 = ddp_time_now();
+            step(NULL, m, tape, opt, &x, labels);
+            if (i >= 0)
+                t_comp[at + (size_t)i] = ddp_time_now() - t0;
         }
-        for (int b = 0; b < nb; b++) {
-            check(ddp_work_wait(works[b], -1), "wait");
-            ddp_work_free(works[b]);
+        for (int tail = 0; tail < 2; tail++) {
+            double *t = (tail ? t_tail : t_ddp) + at;
+            o.tail_chunks = tail ? tail_chunks : 0;
+            check(ddp_ddp_create(m, pg, &o, &dm), "ddp");
+            for (int i = -3; i < iters; i++) { /* the warm-up includes the bucket rebuild */
+                check(ddp_barrier(pg), "barrier");
+                double t0 = ddp_time_now();
+                step(dm, m, tape, opt, &x, labels);
+                if (i >= 0)
+                    t[i] = ddp_time_now() - t0;
+            }
+            if (!bucket_numel) {
+                nb = ddp_ddp_num_buckets(dm);
+                bucket_numel = calloc((size_t)nb, sizeof *bucket_numel);
+                works = calloc((size_t)nb, sizeof *works);
+                for (int k = 0; k < nb; k++)
+                    check(ddp_ddp_bucket_info(dm, k, NULL, &bucket_numel[k]), "bucket");
+            }
+            ddp_ddp_destroy(dm);
         }
-        if (i >= 0)
-            t_comm[i] = ddp_time_now() - t0;
+        /* Communication only: DDP's bucket sizes, launched back to back. */
+        for (int i = -3; i < iters; i++) {
+            check(ddp_barrier(pg), "barrier");
+            double t0 = ddp_time_now();
+            size_t off = 0;
+            for (int k = 0; k < nb; k++) {
+                check(ddp_all_reduce_async(pg, buf + off, bucket_numel[k], DDP_FLOAT32, DDP_AVG,
+                                           &works[k]),
+                      "all_reduce");
+                off += bucket_numel[k];
+            }
+            for (int k = 0; k < nb; k++) {
+                check(ddp_work_wait(works[k], -1), "wait");
+                ddp_work_free(works[k]);
+            }
+            if (i >= 0)
+                t_comm[at + (size_t)i] = ddp_time_now() - t0;
+        }
     }
 
-    double comp = median(t_comp, iters), comm = median(t_comm, iters);
-    double dstep = median(t_ddp, iters), roof = comp > comm ? comp : comm;
+    double comp = median(t_comp, (int)nt), comm = median(t_comm, (int)nt);
+    double dstep = median(t_ddp, (int)nt), tstep = median(t_tail, (int)nt);
+    double roof = comp > comm ? comp : comm;
     if (li.rank == 0) {
-        printf("model 784-%d-%d-10, %zu params (%.1f MB), batch %d per rank, %d ranks, %d buckets\n",
-               hidden, hidden, total, (double)total * 4 / 1e6, batch, li.world_size, nb);
+        char desc[64];
+        snprintf(desc, sizeof desc, layers == 2 ? "784-%d-%d-10" : "784-%d-10", hidden, hidden);
+        printf("model %s, %zu params (%.1f MB), batch %d per rank, %d ranks, %d buckets\n", desc,
+               total, (double)total * 4 / 1e6, batch, li.world_size, nb);
         printf("compute %.2f ms  comm %.2f ms  ddp %.2f ms  ddp/max %.3f  "
                "(no overlap would be %.3f)\n",
                comp * 1e3, comm * 1e3, dstep * 1e3, dstep / roof, (comp + comm) / roof);
+        printf("tail_chunks %d: %.2f ms  tail/max %.3f  tail/ddp %.3f\n", tail_chunks,
+               tstep * 1e3, tstep / roof, tstep / dstep);
     }
     free(works);
+    free(bucket_numel);
     free(buf);
     free(t_comp);
     free(t_comm);
     free(t_ddp);
+    free(t_tail);
     free(xs);
     free(labels);
-    ddp_ddp_destroy(dm);
     ddp_optim_destroy(opt);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);

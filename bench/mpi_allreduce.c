@@ -25,6 +25,7 @@ int main(int argc, char **argv)
     size_t min_bytes = 4, max_bytes = 64u << 20;
     int iters = 50, warmup = 5;
     double factor = 2;
+    int level = -1; /* --thread single|serialized|multiple: MPI_Init_thread's level */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--min-bytes") == 0)
             min_bytes = (size_t)atof(argv[i + 1]);
@@ -34,8 +35,16 @@ int main(int argc, char **argv)
             iters = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--step-factor") == 0)
             factor = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--thread") == 0)
+            level = strcmp(argv[i + 1], "multiple") == 0     ? MPI_THREAD_MULTIPLE
+                    : strcmp(argv[i + 1], "serialized") == 0 ? MPI_THREAD_SERIALIZED
+                                                             : MPI_THREAD_SINGLE;
     }
-    MPI_Init(&argc, &argv);
+    int provided = 0;
+    if (level < 0)
+        MPI_Init(&argc, &argv);
+    else
+        MPI_Init_thread(&argc, &argv, level, &provided);
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -260,6 +260,11 @@ static int open_split(const char *dir, int train, ddp_dataset **ds)
     return 0;
 }
 
+/* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
+ * printed by every rank on stderr at the end (bench/ddp_mnist.sh). */
+enum { PH_LOAD, PH_FORWARD, PH_BACKWARD, PH_STEP, PH_N };
+static const char *const phase_names[PH_N] = {"load", "forward", "backward", "optimizer"};
+
 /* One job: this process's place in it and what it trains. */
 typedef struct job {
     const args *a;
@@ -271,6 +276,8 @@ typedef struct job {
     ddp_optim_t *opt;
     ddp_train_state st;   /* where training starts (after a resume) */
     char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
+    int profile;          /* DDP_MNIST_PROFILE set */
+    double phase[PH_N];   /* seconds spent in each phase (with profile) */
 } job;
 
 static int save_checkpoint(job *j, int64_t epoch, int64_t step)
@@ -298,19 +305,63 @@ static double wall_clock(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* With profiling, adds the time since *t to phase ph and restarts *t. */
+static void lap(job *j, int ph, double *t)
+{
+    if (!j->profile)
+        return;
+    double now = ddp_time_now();
+    j->phase[ph] += now - *t;
+    *t = now;
+}
+
 static int train_step(job *j, const ddp_batch *b, float *loss_value)
 {
     ddp_var_t *logits, *loss;
     int rc;
+    double t = j->profile ? ddp_time_now() : 0;
     if ((rc = forward(j->dm, j->model, j->tape, b, &logits)) < 0 ||
         (rc = ddp_op_cross_entropy(j->tape, logits, b->y64, &loss)) < 0)
         return rc;
     ddp_optim_zero_grad(j->opt);
+    lap(j, PH_FORWARD, &t);
     rc = j->dm ? ddp_ddp_backward(j->dm, j->tape, loss) : ddp_backward(j->tape, loss, j->model);
+    lap(j, PH_BACKWARD, &t);
     if (rc < 0 || (rc = ddp_optim_step(j->opt)) < 0)
         return rc;
+    lap(j, PH_STEP, &t);
     *loss_value = ddp_var_item(loss);
     return 0;
+}
+
+static double cpu_seconds(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* cpu: this process's CPU time over the loop (all its threads: training,
+ * loader workers, the process group's), main: the training thread's. */
+static void print_profile(const job *j, size_t steps, double dt, double cpu, double main_cpu)
+{
+    if (!j->profile || steps == 0)
+        return;
+    char line[512];
+    int n = snprintf(line, sizeof line, "Profile rank %d: %zu steps, %.1f us/step:", j->rank,
+                     steps, dt / (double)steps * 1e6);
+    double rest = dt;
+    for (int ph = 0; ph < PH_N && n > 0 && (size_t)n < sizeof line; ph++) {
+        rest -= j->phase[ph];
+        n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1f", phase_names[ph],
+                      j->phase[ph] / (double)steps * 1e6);
+    }
+    if (n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n,
+                 " other %.1f; cpu %.1f us/step (training thread %.1f, others %.1f)",
+                 rest / (double)steps * 1e6, cpu / (double)steps * 1e6,
+                 main_cpu / (double)steps * 1e6, (cpu - main_cpu) / (double)steps * 1e6);
+    fprintf(stderr, "%s\n", line);
 }
 
 /* Prints the global samples/s: every rank's samples over the slowest
@@ -332,18 +383,22 @@ static int report_throughput(job *j, size_t samples, double dt)
 static int train(job *j, ddp_loader *dl)
 {
     const args *a = j->a;
-    size_t total = ddp_loader_length(dl), samples = 0;
+    size_t total = ddp_loader_length(dl), samples = 0, steps = 0;
     double t0 = ddp_time_now();
+    double cpu0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), main0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (long epoch = (long)j->st.epoch; epoch < a->epochs; epoch++) {
         int rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch);
         size_t skip = epoch == j->st.epoch ? (size_t)j->st.step : 0; /* trained before */
         ddp_batch b;
+        double tl = j->profile ? ddp_time_now() : 0;
         while (rc >= 0 && (rc = ddp_loader_next(dl, &b)) == 1) {
+            lap(j, PH_LOAD, &tl);
             if (b.index < skip)
                 continue;
             float loss;
             if ((rc = train_step(j, &b, &loss)) < 0)
                 break;
+            steps++;
             samples += b.size;
             j->st.global_step++;
             if (samples == b.size && j->rank == 0 && getenv("DDP_MNIST_TIMESTAMPS"))
@@ -357,11 +412,15 @@ static int train(job *j, ddp_loader *dl)
                                           : save_checkpoint(j, epoch, (int64_t)b.index + 1);
             if (rc < 0)
                 break;
+            if (j->profile)
+                tl = ddp_time_now();
         }
         if (rc < 0)
             return rc;
         fflush(stdout);
     }
+    print_profile(j, steps, ddp_time_now() - t0, cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0,
+                  cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - main0);
     if (a->epochs > j->st.epoch)
         return report_throughput(j, samples, ddp_time_now() - t0);
     return 0;
@@ -488,7 +547,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen */
 
     int status = 1, rc = 0;
-    job j = {.a = &a};
+    job j = {.a = &a, .profile = getenv("DDP_MNIST_PROFILE") != NULL};
     ddp_dataset *train_ds = NULL, *test_ds = NULL;
     ddp_loader *dl = NULL;
     ddp_sampler *sampler = NULL;

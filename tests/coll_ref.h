@@ -156,36 +156,66 @@ static void ref_divide(void *acc, ddp_dtype dt, int n)
 /* Reduction orders (docs/algorithms.md). */
 enum { ORDER_RANK, ORDER_RING, ORDER_RD };
 
-/* Element i of the reduction of case c over n ranks, into out.  ring_block
- * is the ring block holding i (ORDER_RING). */
-static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,
-                       int order, int ring_block)
+/* Folds the m values vals[] (partials of ranks, or of hosts) in the given
+ * order into acc (vals is clobbered).  AVG folds as SUM. */
+static void ref_fold(uint8_t (*vals)[8], int m, ddp_dtype dt, ddp_reduce_op op, int order,
+                     int ring_block, uint8_t *acc)
 {
-    uint8_t acc[8], x[8];
     if (order == ORDER_RD) {
         int p2 = 1;
-        while (p2 * 2 <= n)
+        while (p2 * 2 <= m)
             p2 *= 2;
-        uint8_t vals[64][8];
-        for (int j = 0; j < p2; j++) {
-            ref_input(vals[j], dt, op, c, j, i);
-            if (j + p2 < n) {
-                ref_input(x, dt, op, c, j + p2, i);
-                ref_combine_any(vals[j], x, dt, op);
-            }
-        }
+        for (int j = 0; j + p2 < m; j++)
+            ref_combine_any(vals[j], vals[j + p2], dt, op);
         for (int mask = 1; mask < p2; mask <<= 1)
             for (int j = 0; j < p2; j += 2 * mask)
                 ref_combine_any(vals[j], vals[j + mask], dt, op);
         memcpy(acc, vals[0], 8);
-    } else {
-        int first = order == ORDER_RING ? (ring_block + 1) % n : 0;
-        ref_input(acc, dt, op, c, first, i);
-        for (int k = 1; k < n; k++) {
-            ref_input(x, dt, op, c, (first + k) % n, i);
-            ref_combine_any(acc, x, dt, op);
-        }
+        return;
     }
+    int first = order == ORDER_RING ? (ring_block + 1) % m : 0;
+    memcpy(acc, vals[first], 8);
+    for (int k = 1; k < m; k++)
+        ref_combine_any(acc, vals[(first + k) % m], dt, op);
+}
+
+/* Element i of the reduction of case c over n ranks, into out.  ring_block
+ * is the ring block holding i (ORDER_RING). */
+__attribute__((unused)) static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,
+                       int order, int ring_block)
+{
+    uint8_t acc[8], vals[64][8] = {{0}};
+    for (int r = 0; r < n; r++)
+        ref_input(vals[r], dt, op, c, r, i);
+    ref_fold(vals, n, dt, op, order, ring_block, acc);
+    if (op == DDP_AVG)
+        ref_divide(acc, dt, n);
+    memcpy(out, acc, ddp_dtype_size(dt));
+}
+
+/* Element i of a hierarchical all-reduce (docs/hierarchical.md): each
+ * host's inputs folded in rank order, then the host partials (hosts numbered
+ * by their lowest rank, host_of[r] for rank r) folded in the leaders'
+ * order (ORDER_RANK for direct, ORDER_RD, ORDER_RING with the ring block of
+ * i over nhosts blocks), AVG dividing by n once at the end. */
+__attribute__((unused)) static void ref_reduce_hier(void *out, ddp_dtype dt, ddp_reduce_op op,
+                                                    uint64_t c, int n, size_t i,
+                                                    const int *host_of, int nhosts, int order,
+                                                    int ring_block)
+{
+    uint8_t y[64][8] = {{0}}, x[8], acc[8];
+    int seen[64] = {0};
+    for (int r = 0; r < n; r++) {
+        int h = host_of[r];
+        if (!seen[h]) {
+            ref_input(y[h], dt, op, c, r, i);
+            seen[h] = 1;
+            continue;
+        }
+        ref_input(x, dt, op, c, r, i);
+        ref_combine_any(y[h], x, dt, op);
+    }
+    ref_fold(y, nhosts, dt, op, order, ring_block, acc);
     if (op == DDP_AVG)
         ref_divide(acc, dt, n);
     memcpy(out, acc, ddp_dtype_size(dt));

@@ -475,6 +475,126 @@ static void test_hooks_random_graphs(void **state)
     ddp_model_destroy(m);
 }
 
+/* ==== chunked weight gradients (nn.h rule 7) ============================== */
+
+#define CK_IN 784
+#define CK_OUT 256
+#define CK_B 64
+
+typedef struct chunk_log {
+    int nchunks;          /* what plan answers for 0.weight */
+    int plans[8];         /* plan calls per parameter index */
+    char seq[512];        /* "r1 r0 c0-48 c48-96 ... r0" (ready / chunk events) */
+    const float *ref_dw;  /* the unchunked 0.weight gradient */
+    int rows_ok;          /* every chunk's rows were final when reported */
+    int fail_chunk;       /* chunk call to fail on (-1: none) */
+    int nchunk_calls;
+} chunk_log;
+
+static int ck_ready(ddp_param *p, int used, void *user)
+{
+    chunk_log *l = user;
+    (void)used;
+    size_t n = strlen(l->seq);
+    snprintf(l->seq + n, sizeof l->seq - n, "r%d ", p->index);
+    return 0;
+}
+
+static int ck_plan(ddp_param *p, int64_t rows, void *user)
+{
+    chunk_log *l = user;
+    l->plans[p->index]++;
+    return p->index == 0 && rows == CK_OUT ? l->nchunks : 0;
+}
+
+static int ck_chunk(ddp_param *p, int64_t r0, int64_t r1, void *user)
+{
+    chunk_log *l = user;
+    if (l->nchunk_calls++ == l->fail_chunk)
+        return DDP_ERROR(DDP_ERR_PEER, "chunk %ld-%ld refused", (long)r0, (long)r1);
+    size_t len = strlen(l->seq);
+    snprintf(l->seq + len, sizeof l->seq - len, "c%ld-%ld ", (long)r0, (long)r1);
+    size_t a = (size_t)r0 * CK_IN, n = (size_t)(r1 - r0) * CK_IN;
+    l->rows_ok &= memcmp(p->grad + a, l->ref_dw + a, n * sizeof(float)) == 0;
+    return 0;
+}
+
+/* The reference model's first layer (784 -> 256, batch 64): dW computed in
+ * 3, 5 and 7 row chunks is bitwise the unchunked dW, each chunk's rows are
+ * final when reported, the bias is reported before the chunks and the
+ * weight after the last; plan is asked once per weight, at its last use. */
+static void test_chunked_weight_gradient(void **state)
+{
+    (void)state;
+    ddp_module_t *mods[3];
+    assert_int_equal(ddp_linear_create(CK_IN, CK_OUT, 1, 1, &mods[0]), 0);
+    assert_int_equal(ddp_relu_create(&mods[1]), 0);
+    assert_int_equal(ddp_linear_create(CK_OUT, 10, 1, 2, &mods[2]), 0);
+    ddp_module_t *seq;
+    assert_int_equal(ddp_sequential_create(mods, 3, &seq), 0);
+    ddp_model_t *m;
+    assert_int_equal(ddp_model_from_module(seq, &m), 0);
+    static float xs[CK_B * CK_IN];
+    int64_t labels[CK_B];
+    for (int i = 0; i < CK_B * CK_IN; i++)
+        xs[i] = (float)sin(0.013 * i) * 0.5f;
+    for (int i = 0; i < CK_B; i++)
+        labels[i] = i % 10;
+    ddp_tensor xt;
+    assert_int_equal(ddp_tensor_wrap(&xt, xs, 2, (int64_t[]){CK_B, CK_IN}), 0);
+    ddp_tape_t *t;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    size_t total;
+    float *ref = NULL;
+    const int counts[] = {0, 3, 5, 7, 3};
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+        chunk_log log = {.nchunks = counts[k], .rows_ok = 1, .fail_chunk = k == 4 ? 1 : -1,
+                         .ref_dw = ref};
+        ddp_model_set_grad_ready_hook(m, ck_ready, &log);
+        ddp_model_set_grad_chunk_hook(m, k ? &(ddp_grad_chunk_hook){ck_plan, ck_chunk, &log}
+                                           : NULL);
+        ddp_model_zero_grad(m);
+        ddp_var_t *x, *y, *loss;
+        ddp_tape_reset(t);
+        assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
+        assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
+        assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
+        int rc = ddp_backward(t, loss, m);
+        const float *g = ddp_model_grad_block(m, &total);
+        if (k == 0) { /* the unchunked reference */
+            assert_int_equal(rc, 0);
+            assert_null(ddp_model_grad_chunk_hook(m));
+            assert_string_equal(log.seq, "r3 r2 r1 r0 ");
+            ref = malloc(total * sizeof *ref);
+            memcpy(ref, g, total * sizeof *ref);
+            continue;
+        }
+        if (k == 4) { /* a failing chunk call stops backward with its message */
+            assert_int_equal(rc, DDP_ERR_PEER);
+            assert_non_null(strstr(ddp_last_error(), "chunk 96-192 refused"));
+            assert_string_equal(log.seq, "r3 r2 r1 c0-96 ");
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_memory_equal(g, ref, total * sizeof *ref);
+        assert_true(log.rows_ok);
+        assert_int_equal(log.plans[0], 1);
+        assert_int_equal(log.plans[2], 1);
+        int64_t bounds[8];
+        int n = ddp_grad_chunk_bounds(CK_OUT, counts[k], bounds);
+        assert_int_equal(n, counts[k] < 6 ? counts[k] : 6); /* 256 rows: 6 units of 48 */
+        char expect[512] = "r3 r2 r1 ";
+        for (int c = 0; c < n; c++)
+            snprintf(expect + strlen(expect), sizeof expect - strlen(expect), "c%ld-%ld ",
+                     (long)bounds[c], (long)bounds[c + 1]);
+        strcat(expect, "r0 ");
+        assert_string_equal(log.seq, expect);
+    }
+    free(ref);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -483,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_hooks_sequential),
         cmocka_unit_test(test_set_grad),
         cmocka_unit_test(test_hooks_random_graphs),
+        cmocka_unit_test(test_chunked_weight_gradient),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

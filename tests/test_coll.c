@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/hier.h"
 #include "coll/reduce.h"
 #include "coll_ref.h"
 #include "ddp/dist.h"
@@ -82,6 +83,38 @@ static int sampled(size_t i, size_t count, int n)
     return 0;
 }
 
+/* Hooks for test_hier_coll.c: the host of each rank ("ABAB": ranks 0, 2 on
+ * host A; NULL: DDP_HOST_ID untouched), and a check of the group after the
+ * cases (0: fine). */
+#ifndef COLL_HOST_LAYOUT
+#define COLL_HOST_LAYOUT(n) ((const char *)NULL)
+#endif
+#ifndef COLL_CHECK_GROUP
+#define COLL_CHECK_GROUP(pg) 0
+#endif
+
+/* Element i of a hierarchical all-reduce's result, the leaders running
+ * the algorithm whose order is given. */
+static void want_hier_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i,
+                                 int order)
+{
+    const ddp__hier *h = ddp__pg_hier(pg);
+    ref_reduce_hier(want, c->dt, c->op, c->id, ddp_pg_size(pg), i, h->host_of, h->nhosts, order,
+                    order == ORDER_RING ? (int)ring_block_of(i, c->count, h->nhosts) : 0);
+}
+
+/* Element i of a reduce's result at the root: rank order, or on a
+ * hierarchical group each host in rank order, then hosts in order. */
+static void want_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
+{
+    const int n = ddp_pg_size(pg);
+    const ddp__hier *h = ddp__pg_hier(pg);
+    if (h)
+        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, ORDER_RANK, 0);
+    else
+        ref_reduce(want, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+}
+
 static void fill(uint8_t *buf, size_t count, const ccase *c, int rank, size_t first)
 {
     size_t es = ddp_dtype_size(c->dt);
@@ -109,7 +142,15 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
     return 0;
 }
 
-static const char *algo_names[] = {"direct", "ring", "rd"}; /* by ORDER_* */
+/* All-reduce algorithms the matrix runs, and the order each folds in.
+ * test_shm_coll adds "shared" (the shared-window algorithm) by defining
+ * COLL_NALGOS 4 before it includes this file. */
+#ifndef COLL_NALGOS
+#define COLL_NALGOS 3
+#endif
+enum { ALGO_SHARED = 3 };
+static const char *algo_names[] = {"direct", "ring", "rd", "shared"};
+static const int algo_order[] = {ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RANK};
 
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
@@ -134,10 +175,14 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
                 ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
-                           n == 1 ? ORDER_RANK : c->algo,
+                           n == 1 ? ORDER_RANK : algo_order[c->algo],
                            c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
             else
                 memcpy(want + i * es, out + i * es, es);
+        if (ddp__pg_hier(pg)) /* two levels fold in another order */
+            for (size_t i = 0; i < cnt; i++)
+                if (sampled(i, cnt, n))
+                    want_hier_all_reduce(pg, want + i * es, c, i, c->algo);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__BROADCAST:
@@ -152,7 +197,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         if (r == c->root)
             for (size_t i = 0; i < cnt; i++)
                 if (sampled(i, cnt, n))
-                    ref_reduce(want + i * es, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
+                    want_reduce(pg, want + i * es, c, i);
                 else
                     memcpy(want + i * es, out + i * es, es);
         else
@@ -245,14 +290,15 @@ static int run_all_cases(ddp_pg_t *pg, int *ncases)
         size_t cnt = counts[ci];
         int big = ci == 4;
         size_t block = big ? cnt / (size_t)n : cnt; /* per-rank blocks of n-block collectives */
-        for (int algo = 0; algo < (n == 1 ? 1 : 3); algo++)
+        for (int algo = 0; algo < (n == 1 ? 1 : COLL_NALGOS); algo++)
             for (int dt = 0; dt < DDP_NUM_DTYPES; dt++)
                 for (int op = 0; op < DDP_NUM_REDUCE_OPS; op++) {
                     if (!op_applies(dt, op))
                         continue;
                     if (big && !((dt == DDP_FLOAT32 && op == DDP_SUM) ||
-                                 (algo == ORDER_RING && ((dt == DDP_BFLOAT16 && op == DDP_AVG) ||
-                                                         (dt == DDP_INT64 && op == DDP_MAX)))))
+                                 ((algo == ORDER_RING || algo == ALGO_SHARED) &&
+                                  ((dt == DDP_BFLOAT16 && op == DDP_AVG) ||
+                                   (dt == DDP_INT64 && op == DDP_MAX)))))
                         continue;
                     RUN(.kind = DDP__ALL_REDUCE, .algo = algo, .dt = dt, .op = op, .count = cnt);
                 }
@@ -288,6 +334,12 @@ static int matrix_rank(int rank, void *arg)
     matrix_arg *m = arg;
     int n = atoi(strrchr(m->url, '.') + 1);
     ddp_pg_t *pg = NULL;
+    const char *layout = COLL_HOST_LAYOUT(n);
+    if (layout) {
+        char id[16];
+        snprintf(id, sizeof id, "host%c", layout[rank]);
+        setenv("DDP_HOST_ID", id, 1);
+    }
     if (ddp_init_process_group("tcp", m->url, rank, n, 60.0, &pg) != 0) {
         fprintf(stderr, "rank %d: init: %s\n", rank, ddp_last_error());
         return 1;
@@ -295,6 +347,7 @@ static int matrix_rank(int rank, void *arg)
     int ncases = 0;
     double t0 = ddp_time_now();
     int failed = run_all_cases(pg, &ncases);
+    failed += COLL_CHECK_GROUP(pg);
     if (rank == 0)
         fprintf(stderr, "world size %d: %d cases in %.2f s, %d failed\n", n, ncases,
                 ddp_time_now() - t0, failed);

@@ -147,7 +147,42 @@ typedef struct {
     ddp_comm_hook_kind hook;
     const char *tag;
     int user_hook;          /* register sum_then_divide_hook */
+    int tail_chunks;        /* ddp_ddp_options.tail_chunks */
+    int hidden;             /* first layer's width (0: HID) */
+    const char *algo;       /* DDP_ALLREDUCE_ALGO for the ranks (NULL: auto) */
+    const char *out;        /* parameters file name (NULL: "params") */
 } train_case;
+
+/* tail_min_piece_mb for the ranks of the next case (the test models are
+ * far below the default 1 MiB floor), and how many chunks per step the spy
+ * must see (-1: as many as ddp_grad_chunk_bounds gives). */
+static double min_piece_mb = 0;
+static int expect_chunks = -1;
+
+/* Wraps DDP's chunk hook (nn.h rule 7) to count the chunks nn computed and
+ * check that they tile the rows in order. */
+typedef struct {
+    ddp_grad_chunk_hook inner;
+    int64_t next_row;
+    int chunks, bad;
+} chunk_spy;
+
+static int spy_plan(ddp_param *p, int64_t rows, void *user)
+{
+    chunk_spy *s = user;
+    s->next_row = 0;
+    return s->inner.plan(p, rows, s->inner.user);
+}
+
+static int spy_chunk(ddp_param *p, int64_t r0, int64_t r1, void *user)
+{
+    chunk_spy *s = user;
+    s->bad |= r0 != s->next_row || r1 <= r0 || r1 > p->shape[0] ||
+              (r1 < p->shape[0] && r1 % DDP_GRAD_CHUNK_ROW_ALIGN != 0);
+    s->next_row = r1;
+    s->chunks++;
+    return s->inner.chunk(p, r0, r1, s->inner.user);
+}
 
 /* A user hook: all-reduce the sum, divide by the world size in finish;
  * counts its calls. */
@@ -187,8 +222,12 @@ static int train_rank(int rank, void *arg)
     ddp_ddp_options o = ddp_ddp_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = c->cap_mb;
     o.comm_hook = c->hook;
+    o.tail_chunks = c->tail_chunks;
+    o.tail_min_piece_mb = min_piece_mb;
+    if (c->algo)
+        setenv("DDP_ALLREDUCE_ALGO", c->algo, 1);
     CHILD_CHECK(join_group(rank, c->world, c->tag, &pg) == 0);
-    CHILD_CHECK(make_model(HID, 0, &m) == 0);
+    CHILD_CHECK(make_model(c->hidden ? c->hidden : HID, 0, &m) == 0);
     if (rank == 1) /* different initial values: DDP must broadcast rank 0's */
         CHILD_CHECK(ddp_model_reset_parameters(m, 99) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
@@ -200,6 +239,14 @@ static int train_rank(int rank, void *arg)
     ddp_comm_hook hook = {sum_launch, divide_finish, &counts};
     if (c->user_hook)
         CHILD_CHECK(ddp_ddp_register_comm_hook(dm, &hook) == 0);
+    chunk_spy spy = {0};
+    const char *env = getenv("DDP_TAIL_CHUNKS");
+    int chunks = env ? atoi(env) : c->tail_chunks;
+    if (chunks) {
+        CHILD_CHECK(ddp_model_grad_chunk_hook(m) != NULL);
+        spy.inner = *ddp_model_grad_chunk_hook(m);
+        ddp_model_set_grad_chunk_hook(m, &(ddp_grad_chunk_hook){spy_plan, spy_chunk, &spy});
+    }
     int64_t micro = (int64_t)c->world * B;
     for (int s = 0; s < STEPS; s++) {
         ddp_optim_zero_grad(opt);
@@ -213,12 +260,19 @@ static int train_rank(int rank, void *arg)
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
     CHILD_CHECK(ddp_ddp_buckets_rebuilt(dm));
+    if (chunks) { /* every synchronised backward chunked the first layer's weight */
+        int64_t bounds[64];
+        int n = expect_chunks >= 0 ? expect_chunks : ddp_grad_chunk_bounds(c->hidden, chunks, bounds);
+        CHILD_CHECK(!spy.bad && spy.chunks == STEPS * n);
+        if (expect_chunks < 0)
+            CHILD_CHECK(n > 1);
+    }
     if (c->user_hook) /* one launch and one finish per bucket and step */
         CHILD_CHECK(counts.launches == STEPS * ddp_ddp_num_buckets(dm) &&
                     counts.finishes == counts.launches);
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
-    CHILD_CHECK(write_floats("params", rank, params, n) == 0);
+    CHILD_CHECK(write_floats(c->out ? c->out : "params", rank, params, n) == 0);
     ddp_optim_destroy(opt);
     ddp_ddp_destroy(dm);
     ddp_tape_destroy(tape);
@@ -228,14 +282,14 @@ static int train_rank(int rank, void *arg)
 }
 
 /* The same training on one process with the whole global batch. */
-static float *train_reference(int world, int accumulate, size_t *n)
+static float *train_reference(int world, int accumulate, int hidden, size_t *n)
 {
     ddp_model_t *m;
     ddp_tape_t *tape;
     ddp_optim_t *opt;
     ddp_sgd_options so = ddp_sgd_defaults(0.1);
     so.momentum = 0.9;
-    assert_int_equal(make_model(HID, 0, &m), 0);
+    assert_int_equal(make_model(hidden ? hidden : HID, 0, &m), 0);
     assert_int_equal(ddp_tape_create(&tape), 0);
     assert_int_equal(ddp_sgd_create(m, &so, &opt), 0);
     int micro = world * B;
@@ -265,10 +319,11 @@ static float *check_case(train_case *c, double tol)
 {
     assert_int_equal(run_children(c->world, train_rank, c, 60), 0);
     size_t n;
-    float *ref = train_reference(c->world, c->accumulate, &n);
-    float *p0 = read_floats("params", 0, n);
+    float *ref = train_reference(c->world, c->accumulate, c->hidden, &n);
+    const char *out = c->out ? c->out : "params";
+    float *p0 = read_floats(out, 0, n);
     for (int r = 1; r < c->world; r++) {
-        float *pr = read_floats("params", r, n);
+        float *pr = read_floats(out, r, n);
         assert_memory_equal(p0, pr, n * sizeof *p0);
         free(pr);
     }
@@ -288,7 +343,7 @@ static void test_equivalence(void **state)
         for (size_t k = 0; k < sizeof caps / sizeof *caps; k++) {
             char tag[32];
             snprintf(tag, sizeof tag, "eq-%d-%zu", world, k);
-            train_case c = {world, caps[k], 1, DDP_HOOK_ALLREDUCE, tag, 0};
+            train_case c = {world, caps[k], 1, DDP_HOOK_ALLREDUCE, tag, 0, 0, 0, NULL, NULL};
             free(check_case(&c, 1e-5));
         }
     }
@@ -297,12 +352,12 @@ static void test_equivalence(void **state)
 static void test_deterministic(void **state)
 {
     (void)state;
-    train_case a = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-a", 0};
+    train_case a = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-a", 0, 0, 0, NULL, NULL};
     float *pa = check_case(&a, 1e-5);
-    train_case b = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-b", 0};
+    train_case b = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "det-b", 0, 0, 0, NULL, NULL};
     float *pb = check_case(&b, 1e-5);
     size_t n;
-    float *ref = train_reference(3, 1, &n);
+    float *ref = train_reference(3, 1, 0, &n);
     assert_memory_equal(pa, pb, n * sizeof *pa);
     free(ref);
     free(pa);
@@ -312,7 +367,7 @@ static void test_deterministic(void **state)
 static void test_no_sync_accumulation(void **state)
 {
     (void)state;
-    train_case c = {2, 1.0 / 1024, 3, DDP_HOOK_ALLREDUCE, "nosync", 0};
+    train_case c = {2, 1.0 / 1024, 3, DDP_HOOK_ALLREDUCE, "nosync", 0, 0, 0, NULL, NULL};
     free(check_case(&c, 1e-5));
 }
 
@@ -323,17 +378,104 @@ static void test_compression_hooks(void **state)
      * bf16 (8 bits): measured 7e-5 and 2e-3 of the weights' scale; the
      * documented tolerances are 5e-4 and 5e-3
      * after 20 steps. */
-    train_case h = {2, 1.0 / 1024, 1, DDP_HOOK_FP16, "fp16", 0};
+    train_case h = {2, 1.0 / 1024, 1, DDP_HOOK_FP16, "fp16", 0, 0, 0, NULL, NULL};
     free(check_case(&h, 5e-4));
-    train_case bf = {2, 1.0 / 1024, 1, DDP_HOOK_BF16, "bf16", 0};
+    train_case bf = {2, 1.0 / 1024, 1, DDP_HOOK_BF16, "bf16", 0, 0, 0, NULL, NULL};
     free(check_case(&bf, 5e-3));
 }
 
 static void test_user_comm_hook(void **state)
 {
     (void)state;
-    train_case c = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "user-hook", 1};
+    train_case c = {3, 1.0 / 1024, 1, DDP_HOOK_ALLREDUCE, "user-hook", 1, 0, 0, NULL, NULL};
     free(check_case(&c, 1e-5));
+}
+
+/* ==== tail-free overlap ==================================================== */
+
+/* The chunked path (tail_chunks) against the unchunked one: bitwise the same
+ * parameters after STEPS steps on every rank, and both within tolerance of
+ * the single-process run.  The first layer is 150 (3 chunks of 48-row
+ * units and a rest: 48, 48, 54 rows) or 400 wide (7 chunks); caps of 1 KiB
+ * put every parameter in its own bucket (the layer's bias and weight in
+ * different buckets), 25 MiB all in one; 20 KiB splits the model in two.
+ * With 3 ranks the default choice runs pieces of the last bucket with other
+ * algorithms than the whole bucket (ring vs recursive doubling), whose
+ * per-element reduction orders differ (docs/algorithms.md): DDP_ALLREDUCE_ALGO
+ * pins one algorithm there (direct, then rd), so any difference comes from
+ * the chunked path itself. */
+static void test_tail_chunks_bitwise(void **state)
+{
+    (void)state;
+    const struct {
+        int world, hidden, chunks;
+        double cap_mb;
+        const char *algo;
+    } cases[] = {
+        {2, 150, 3, 1.0 / 1024, NULL},  {2, 150, 3, 25, NULL},   {2, 400, 7, 20.0 / 1024, NULL},
+        {3, 150, 3, 1.0 / 1024, "direct"}, {3, 400, 7, 25, "direct"}, {3, 150, 3, 20.0 / 1024, "rd"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char tag_on[32], tag_off[32];
+        snprintf(tag_on, sizeof tag_on, "tail-on-%zu", k);
+        snprintf(tag_off, sizeof tag_off, "tail-off-%zu", k);
+        train_case on = {cases[k].world, cases[k].cap_mb, 1, DDP_HOOK_ALLREDUCE, tag_on, 0,
+                         cases[k].chunks, cases[k].hidden, cases[k].algo, "on"};
+        train_case off = on;
+        off.tag = tag_off;
+        off.tail_chunks = 0;
+        off.out = "off";
+        float *pon = check_case(&on, 1e-5), *poff = check_case(&off, 1e-5);
+        size_t n;
+        free(train_reference(1, 1, cases[k].hidden, &n));
+        if (memcmp(pon, poff, n * sizeof *pon) != 0)
+            fail_msg("world %d, %d chunks, cap %g MiB: chunked parameters differ from unchunked "
+                     "(relative %.3g)",
+                     cases[k].world, cases[k].chunks, cases[k].cap_mb, rel_diff(pon, poff, n));
+        free(pon);
+        free(poff);
+    }
+}
+
+/* The piece floor: 7 chunks asked of a 79 KB bucket become 2 with a floor of
+ * 0.03 MiB (31 KB) and none with the default 1 MiB; both give the
+ * unchunked parameters. */
+static void test_tail_chunks_min_piece(void **state)
+{
+    (void)state;
+    const double floors[] = {0.03, 1.0};
+    const int chunks[] = {2, 0};
+    for (int k = 0; k < 2; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "tail-floor-%d", k);
+        train_case on = {2, 25, 1, DDP_HOOK_ALLREDUCE, tag, 0, 7, 400, NULL, "floor"};
+        min_piece_mb = floors[k];
+        expect_chunks = chunks[k];
+        float *pon = check_case(&on, 1e-5);
+        min_piece_mb = 0;
+        expect_chunks = -1;
+        train_case off = on;
+        off.tail_chunks = 0;
+        off.tag = k ? "tail-floor-off1" : "tail-floor-off0";
+        off.out = "floor-off";
+        float *poff = check_case(&off, 1e-5);
+        size_t n;
+        free(train_reference(1, 1, 400, &n));
+        assert_memory_equal(pon, poff, n * sizeof *pon);
+        free(pon);
+        free(poff);
+    }
+}
+
+/* no_sync accumulation and the environment override with chunking on. */
+static void test_tail_chunks_no_sync_env(void **state)
+{
+    (void)state;
+    setenv("DDP_TAIL_CHUNKS", "5", 1);
+    train_case c = {2, 25, 3, DDP_HOOK_ALLREDUCE, "tail-nosync", 0, 5, 400, NULL, NULL};
+    c.tail_chunks = 0; /* the environment turns it on: the spy must still see chunks */
+    free(check_case(&c, 1e-5));
+    unsetenv("DDP_TAIL_CHUNKS");
 }
 
 /* ==== unused parameters, mismatches ======================================= */
@@ -570,7 +712,7 @@ static int options_mismatch_rank(int rank, void *arg)
     CHILD_CHECK(make_model(HID, 0, &m) == 0);
     CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == DDP_ERR_MISMATCH);
     CHILD_CHECK(strstr(ddp_last_error(), "rank 1 differs from rank 0: options "));
-    CHILD_CHECK(strstr(ddp_last_error(), "comm_hook 2 on rank 1 but"));
+    CHILD_CHECK(strstr(ddp_last_error(), "comm_hook 2, tail_chunks 0, tail_min_piece_mb 1 on rank 1 but"));
     ddp_model_destroy(m);
     ddp_pg_destroy(pg);
     return 0;
@@ -587,7 +729,10 @@ static void test_mismatched_options(void **state)
 /* Rank r has 4 + 3 r batches; everyone ends with identical parameters. */
 static int join_rank(int rank, void *arg)
 {
-    (void)arg;
+    /* arg: NULL, or tail_chunks for a run with a 150-wide first layer */
+    int tail = arg ? *(int *)arg : 0, wide = arg != NULL;
+    char tag[32];
+    snprintf(tag, sizeof tag, wide ? "join-tail-%d" : "join", tail);
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
@@ -596,12 +741,19 @@ static int join_rank(int rank, void *arg)
     ddp_sgd_options so = ddp_sgd_defaults(0.1);
     ddp_ddp_options o = ddp_ddp_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = 1.0 / 1024;
-    CHILD_CHECK(join_group(rank, 3, "join", &pg) == 0);
-    CHILD_CHECK(make_model(HID, 0, &m) == 0);
+    o.tail_chunks = tail;
+    o.tail_min_piece_mb = 0; /* the 150-wide model's bucket is tiny */
+    CHILD_CHECK(join_group(rank, 3, tag, &pg) == 0);
+    CHILD_CHECK(make_model(wide ? 150 : HID, 0, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
     CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
     CHILD_CHECK(ddp_ddp_join_enable(dm, 1, 0) == 0);
+    chunk_spy spy = {0};
+    if (tail) { /* every step of this rank computes 3 chunks (150 rows: 48, 48, 54) */
+        spy.inner = *ddp_model_grad_chunk_hook(m);
+        ddp_model_set_grad_chunk_hook(m, &(ddp_grad_chunk_hook){spy_plan, spy_chunk, &spy});
+    }
     for (int s = 0; s < 4 + 3 * rank; s++) {
         ddp_var_t *loss;
         ddp_optim_zero_grad(opt);
@@ -609,10 +761,11 @@ static int join_rank(int rank, void *arg)
         CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
+    CHILD_CHECK(!spy.bad && spy.chunks == (tail ? 3 * (4 + 3 * rank) : 0));
     CHILD_CHECK(ddp_ddp_join(dm) == 0);
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
-    CHILD_CHECK(write_floats("join", rank, params, n) == 0);
+    CHILD_CHECK(write_floats(tag, rank, params, n) == 0);
     ddp_optim_destroy(opt);
     ddp_ddp_destroy(dm);
     ddp_tape_destroy(tape);
@@ -621,22 +774,38 @@ static int join_rank(int rank, void *arg)
     return 0;
 }
 
+/* Every rank of a join run ended with the same parameters; returns rank 0's. */
+static float *join_result(const char *tag, int hidden, size_t *n)
+{
+    ddp_model_t *m;
+    assert_int_equal(make_model(hidden, 0, &m), 0);
+    ddp_model_param_block(m, n);
+    float *p0 = read_floats(tag, 0, *n);
+    for (int r = 1; r < 3; r++) {
+        float *pr = read_floats(tag, r, *n);
+        assert_memory_equal(p0, pr, *n * sizeof *p0);
+        free(pr);
+    }
+    ddp_model_destroy(m);
+    return p0;
+}
+
 static void test_join_uneven_inputs(void **state)
 {
     (void)state;
-    assert_int_equal(run_children(3, join_rank, NULL, 30), 0);
-    ddp_model_t *m;
-    assert_int_equal(make_model(HID, 0, &m), 0);
     size_t n;
-    ddp_model_param_block(m, &n);
-    float *p0 = read_floats("join", 0, n);
-    for (int r = 1; r < 3; r++) {
-        float *pr = read_floats("join", r, n);
-        assert_memory_equal(p0, pr, n * sizeof *p0);
-        free(pr);
-    }
-    free(p0);
-    ddp_model_destroy(m);
+    assert_int_equal(run_children(3, join_rank, NULL, 30), 0);
+    free(join_result("join", HID, &n));
+    /* With tail_chunks the joined ranks shadow the pieces of the last bucket
+     * (1 KiB caps: the first layer's weight alone, 9.6 KB, reduced by
+     * recursive doubling whole or in pieces): bitwise the unchunked run. */
+    int off = 0, on = 3;
+    assert_int_equal(run_children(3, join_rank, &off, 30), 0);
+    assert_int_equal(run_children(3, join_rank, &on, 30), 0);
+    float *poff = join_result("join-tail-0", 150, &n), *pon = join_result("join-tail-3", 150, &n);
+    assert_memory_equal(poff, pon, n * sizeof *pon);
+    free(poff);
+    free(pon);
 }
 
 /* Rank 1 dies (SIGKILL) after two steps; rank 0's next backward fails fast,
@@ -683,6 +852,7 @@ static void test_dead_peer(void **state)
 static void test_bad_options(void **state)
 {
     (void)state;
+    unsetenv("DDP_TAIL_CHUNKS"); /* a failed test before may have left it */
     ddp_ddp_options o = ddp_ddp_defaults();
     o.bucket_cap_mb = 0;
     ddp_ddp_t *dm;
@@ -690,6 +860,18 @@ static void test_bad_options(void **state)
     assert_int_equal(make_model(HID, 0, &m), 0);
     assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "bucket caps must be > 0 MiB"));
+    o = ddp_ddp_defaults();
+    o.tail_chunks = -1;
+    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "tail_chunks -1 out of range (0 = off, at most"));
+    setenv("DDP_TAIL_CHUNKS", "3x", 1);
+    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, NULL, &dm), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "DDP_TAIL_CHUNKS='3x': expected a chunk count"));
+    unsetenv("DDP_TAIL_CHUNKS");
+    o = ddp_ddp_defaults();
+    o.tail_min_piece_mb = -1;
+    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "tail_min_piece_mb -1 out of range"));
     ddp_model_destroy(m);
 }
 
@@ -707,6 +889,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_misuse_and_destroy, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_mismatched_options, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_join_uneven_inputs, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_tail_chunks_bitwise, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_tail_chunks_no_sync_env, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_tail_chunks_min_piece, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_dead_peer, setup_dir, remove_dir),
         cmocka_unit_test(test_bad_options),
     };

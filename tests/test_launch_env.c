@@ -15,7 +15,7 @@ static const char *all_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID",
-    "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
+    "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
 
 static int clear_env(void **state)
 {
@@ -41,7 +41,7 @@ static void test_torchrun(void **state)
     setenv("LOCAL_RANK", "1", 1);
     setenv("LOCAL_WORLD_SIZE", "4", 1);
     setenv("SLURM_PROCID", "0", 1); /* ddprun inside srun: ddprun's values win */
-    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "2", 1);
     ddp_launch_info info;
     assert_int_equal(ddp_launch_info_from_env(&info), 0);
     assert_int_equal(info.rank, 5);
@@ -64,8 +64,13 @@ static void test_openmpi_and_slurm(void **state)
     assert_int_equal(info.local_rank, 1);
     assert_string_equal(info.source, "openmpi");
     clear_env(NULL);
-    setenv("SLURM_PROCID", "2", 1);
+    /* A batch script's shell (sbatch --ntasks 3) is not a task of a step. */
+    setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_NTASKS", "3", 1);
+    assert_int_equal(ddp_launch_info_from_env(&info), DDP_ERR_NOT_FOUND);
+    assert_non_null(strstr(ddp_last_error(), "SLURM_STEP_NUM_TASKS (srun)"));
+    setenv("SLURM_PROCID", "2", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "3", 1); /* srun's task 2 of 3 */
     assert_int_equal(ddp_launch_info_from_env(&info), 0);
     assert_int_equal(info.rank, 2);
     assert_int_equal(info.world_size, 3);

@@ -150,6 +150,8 @@ static void test_async(void **state)
     assert_all_ok(3);
     assert_int_equal(mpirun(2, "DDP_MPI_PROGRESS=poll", "async"), 0);
     assert_all_ok(2);
+    assert_int_equal(mpirun(2, "DDP_MPI_THREAD=multiple", "async"), 0);
+    assert_all_ok(2);
 }
 
 static void test_subgroup(void **state)
@@ -159,6 +161,9 @@ static void test_subgroup(void **state)
     assert_all_ok(5);
     assert_int_equal(mpirun(1, "", "subgroup"), 0);
     assert_all_ok(1);
+    /* Full thread level: every group makes blocking calls. */
+    assert_int_equal(mpirun(3, "DDP_MPI_THREAD=multiple", "subgroup"), 0);
+    assert_all_ok(3);
 }
 
 static void test_rank_mismatch(void **state)

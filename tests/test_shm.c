@@ -1,9 +1,11 @@
 /* The shared-memory transport beyond the collective matrix (test_shm_coll):
  * transport selection (auto, DDP_TRANSPORT, DDP_HOST_ID), crash safety
- * (kill -9 of a rank during a large all-reduce is reported by name within
- * 2 s; /dev/shm keeps nothing of the job), a peer that leaves, timeouts,
- * the ring path without cross-memory attach and through a tiny ring, and
- * the error messages a user can reach.  Ranks are forked processes. */
+ * (kill -9 of a rank during a large all-reduce, shared-window and ring, is
+ * reported by name within 2 s; /dev/shm keeps nothing of the job), a peer
+ * that leaves, timeouts (message waits and shared-window waits), the ring
+ * path without cross-memory attach and through a tiny ring, the shared
+ * window through a tiny window and without one, and the error messages a
+ * user can reach.  Ranks are forked processes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -170,6 +172,105 @@ static void test_bad_environment(void **state)
     init_fails("DDP_HOST_ID", "a b", "DDP_HOST_ID='a b'");
     init_fails("DDP_SHM_RING_BYTES", "12", "DDP_SHM_RING_BYTES=12: expected 4096 to 1 GiB");
     init_fails("DDP_SHM_SPIN_US", "fast", "DDP_SHM_SPIN_US='fast': expected a number >= 0");
+    init_fails("DDP_SHM_WINDOW_BYTES", "2e9", "DDP_SHM_WINDOW_BYTES=2000000000: expected 0 to 1 GiB");
+    init_fails("DDP_SHARED_CHUNK_BYTES", "0",
+               "DDP_SHARED_CHUNK_BYTES='0': expected a positive byte count");
+    init_fails("DDP_ALLREDUCE_SHARED_BYTES", "64k",
+               "DDP_ALLREDUCE_SHARED_BYTES='64k': expected a positive byte count");
+    init_fails("DDP_REDUCE_ISA", "sse9",
+               "DDP_REDUCE_ISA='sse9': expected auto, avx512, avx2 or portable");
+}
+
+/* Ranks that disagree on the window's size: the segment's size gives it
+ * away on the rank that attaches; rank 0 times out waiting for it. */
+static int window_mismatch_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_TRANSPORT", "shm", 1);
+    if (rank == 1)
+        setenv("DDP_SHM_WINDOW_BYTES", "8192", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 1.0, &pg) < 0);
+    if (rank == 1)
+        CHILD_CHECK(contains(ddp_last_error(), "were expected (ranks disagree on world size, "
+                                               "DDP_SHM_RING_BYTES or DDP_SHM_WINDOW_BYTES?)"));
+    return 0;
+}
+
+static void test_window_size_mismatch(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, window_mismatch_rank, NULL, 30.0), 0);
+    job_cleanup(&J);
+}
+
+/* Ranks whose shared-window all-reduces differ (here in count: 4 and 5
+ * chunks) fail with a message instead of mixing the two calls' data. */
+static int count_mismatch_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_TRANSPORT", "shm", 1);
+    setenv("DDP_ALLREDUCE_ALGO", "shared", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    size_t cnt = (size_t)(rank == 0 ? 4 : 5) << 16; /* 256 KiB chunks */
+    float *x = calloc(cnt, sizeof *x);
+    CHILD_CHECK(x != NULL);
+    double t0 = ddp_time_now();
+    int rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+    CHILD_CHECK(rc < 0 && ddp_time_now() - t0 < 5.0);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d runs a different collective", 1 - rank);
+    if (!contains(ddp_last_error(), want))
+        fprintf(stderr, "rank %d: %s\n", rank, ddp_last_error());
+    /* Its own finding, or its peer's passed on ("gave up: ..."). */
+    CHILD_CHECK(contains(ddp_last_error(), "runs a different collective (do the ranks call the "
+                                           "same collectives with the same counts"));
+    free(x);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_shared_calls_differ(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, count_mismatch_rank, NULL, 30.0), 0);
+    job_cleanup(&J);
+}
+
+/* The shared-window all-reduce forced where there is no window: tcp, or shm
+ * with DDP_SHM_WINDOW_BYTES=0. */
+static int no_window_rank(int rank, void *arg)
+{
+    const char *mode = arg;
+    setenv("DDP_TRANSPORT", mode, 1);
+    setenv("DDP_ALLREDUCE_ALGO", "shared", 1);
+    setenv("DDP_SHM_WINDOW_BYTES", "0", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    float x[4] = {1, 2, 3, 4};
+    CHILD_CHECK(ddp_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM) == DDP_ERR_UNSUPPORTED);
+    char want[160];
+    snprintf(want, sizeof want,
+             "all_reduce algorithm 'shared' needs a shared window: the shm transport with "
+             "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
+             mode, strcmp(mode, "shm") == 0 ? " without a window" : "");
+    CHILD_CHECK(contains(ddp_last_error(), want));
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_shared_algo_needs_window(void **state)
+{
+    (void)state;
+    const char *modes[] = {"tcp", "shm"};
+    for (int i = 0; i < 2; i++) {
+        job_init(&J);
+        assert_int_equal(run_children(2, no_window_rank, (void *)modes[i], 30.0), 0);
+        job_cleanup(&J);
+    }
 }
 
 /* ---- crash safety ----------------------------------------------------- */
@@ -182,9 +283,9 @@ typedef struct crash_report {
     char msg[4][512];
 } crash_report;
 
-static void test_kill9_during_large_all_reduce(void **state)
+/* algo: DDP_ALLREDUCE_ALGO of the ranks. */
+static void kill9_during_all_reduce(const char *algo)
 {
-    (void)state;
     job_init(&J);
     const int n = 3, victim = 1;
     crash_report *rep = shared_page(sizeof *rep);
@@ -194,6 +295,7 @@ static void test_kill9_during_large_all_reduce(void **state)
         pids[r] = fork();
         if (pids[r] == 0) {
             setenv("DDP_TRANSPORT", "shm", 1);
+            setenv("DDP_ALLREDUCE_ALGO", algo, 1);
             ddp_pg_t *pg = NULL;
             if (ddp_init_process_group("tcp", J.url, r, n, 30.0, &pg) != 0)
                 _exit(2);
@@ -237,7 +339,7 @@ static void test_kill9_during_large_all_reduce(void **state)
             waitpid(pids[r], &status, 0);
             fail_msg("rank %d hangs after rank %d was killed", r, victim);
         }
-        fprintf(stderr, "rank %d failed %.3f s after the kill: %s\n", r,
+        fprintf(stderr, "%s: rank %d failed %.3f s after the kill: %s\n", algo, r,
                 rep->err_time[r] - killed, rep->msg[r]);
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
@@ -252,6 +354,13 @@ static void test_kill9_during_large_all_reduce(void **state)
     assert_int_equal(shm_entries(prefix), 0);
     munmap(rep, sizeof *rep);
     job_cleanup(&J);
+}
+
+static void test_kill9_during_large_all_reduce(void **state)
+{
+    (void)state;
+    kill9_during_all_reduce("shared");
+    kill9_during_all_reduce("ring");
 }
 
 /* ---- leaving, timeouts ------------------------------------------------ */
@@ -288,6 +397,64 @@ static void test_peer_leaves(void **state)
     job_cleanup(&J);
 }
 
+/* A peer that leaves instead of joining a shared-window all-reduce: the
+ * others fail at once naming it (not at the deadline).  timeout: the
+ * group's; rank 1 sleeps for sleep_s, then leaves (or, sleep_s < 0, never
+ * comes: rank 0 times out naming it). */
+typedef struct shared_wait_arg {
+    double timeout, sleep_s;
+    const char *want;
+    double min_s, max_s; /* rank 0's failure comes within [min_s, max_s] */
+} shared_wait_arg;
+
+static int shared_wait_rank(int rank, void *arg)
+{
+    shared_wait_arg *a = arg;
+    setenv("DDP_TRANSPORT", "shm", 1);
+    setenv("DDP_ALLREDUCE_ALGO", "shared", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, a->timeout, &pg) == 0);
+    if (rank == 1) {
+        sleep_s(a->sleep_s < 0 ? -a->sleep_s : a->sleep_s);
+        ddp_pg_destroy(pg);
+        return 0;
+    }
+    size_t cnt = (size_t)1 << 20; /* 4 MiB */
+    float *x = calloc(cnt, sizeof *x);
+    CHILD_CHECK(x != NULL);
+    double t0 = ddp_time_now();
+    int rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+    double took = ddp_time_now() - t0;
+    free(x);
+    if (!(rc < 0 && contains(ddp_last_error(), a->want) && took >= a->min_s && took <= a->max_s))
+        fprintf(stderr, "rank 0: rc %d after %.3f s: %s\n", rc, took, ddp_last_error());
+    CHILD_CHECK(rc < 0 && contains(ddp_last_error(), a->want));
+    CHILD_CHECK(took >= a->min_s && took <= a->max_s);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_shared_window_peer_leaves(void **state)
+{
+    (void)state;
+    job_init(&J);
+    shared_wait_arg a = {.timeout = 30.0, .sleep_s = 0.2, .want = "left the group",
+                         .min_s = 0.1, .max_s = 2.0};
+    assert_int_equal(run_children(2, shared_wait_rank, &a, 60.0), 0);
+    job_cleanup(&J);
+}
+
+static void test_shared_window_wait_honours_deadline(void **state)
+{
+    (void)state;
+    job_init(&J);
+    shared_wait_arg a = {.timeout = 0.3, .sleep_s = -0.8,
+                         .want = "timed out after 0.3 s waiting for rank 1 (pid ",
+                         .min_s = 0.25, .max_s = 1.5};
+    assert_int_equal(run_children(2, shared_wait_rank, &a, 60.0), 0);
+    job_cleanup(&J);
+}
+
 static int timeout_rank(int rank, void *arg)
 {
     (void)arg;
@@ -320,8 +487,10 @@ static void test_wait_honours_deadline(void **state)
 /* ---- data paths ------------------------------------------------------- */
 
 typedef struct path_arg {
-    const char *cma;  /* DDP_SHM_CMA */
-    const char *ring; /* DDP_SHM_RING_BYTES */
+    const char *cma;    /* DDP_SHM_CMA */
+    const char *ring;   /* DDP_SHM_RING_BYTES */
+    const char *window; /* DDP_SHM_WINDOW_BYTES */
+    const char *algo;   /* DDP_ALLREDUCE_ALGO */
     int n;
 } path_arg;
 
@@ -335,6 +504,10 @@ static int path_rank(int rank, void *arg)
         setenv("DDP_SHM_CMA", a->cma, 1);
     if (a->ring)
         setenv("DDP_SHM_RING_BYTES", a->ring, 1);
+    if (a->window)
+        setenv("DDP_SHM_WINDOW_BYTES", a->window, 1);
+    if (a->algo)
+        setenv("DDP_ALLREDUCE_ALGO", a->algo, 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, a->n, 30.0, &pg) == 0);
     const size_t sizes[] = {1, 100, 4097, 70000, (1u << 20) + 3};
@@ -403,6 +576,18 @@ static void test_tiny_ring_wraps(void **state)
     run_path(&a);
 }
 
+/* The all-reduces through the shared window of one page per rank (2 slots
+ * of 4032 bytes on 3 ranks: every slot reused hundreds of times), then
+ * with no window at all (auto takes the ring). */
+static void test_tiny_window_wraps(void **state)
+{
+    (void)state;
+    path_arg a = {.n = 3, .window = "4096", .algo = "shared"};
+    run_path(&a);
+    path_arg b = {.n = 2, .window = "0"};
+    run_path(&b);
+}
+
 int main(void)
 {
     unsetenv("DDP_TRANSPORT");
@@ -419,6 +604,12 @@ int main(void)
         cmocka_unit_test(test_cross_memory_attach),
         cmocka_unit_test(test_ring_only),
         cmocka_unit_test(test_tiny_ring_wraps),
+        cmocka_unit_test(test_tiny_window_wraps),
+        cmocka_unit_test(test_shared_algo_needs_window),
+        cmocka_unit_test(test_window_size_mismatch),
+        cmocka_unit_test(test_shared_calls_differ),
+        cmocka_unit_test(test_shared_window_peer_leaves),
+        cmocka_unit_test(test_shared_window_wait_honours_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

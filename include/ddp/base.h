@@ -78,7 +78,7 @@ DDP_API double ddp_time_now(void);
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), Open MPI's mpirun
  * (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE), MPICH/Hydra (PMI_RANK,
  * PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS) and Slurm's srun (SLURM_PROCID,
- * SLURM_NTASKS, SLURM_LOCALID).  Missing local values default to rank and
+ * SLURM_STEP_NUM_TASKS, SLURM_LOCALID).  Missing local values default to rank and
  * world size (one node). */
 typedef struct ddp_launch_info {
     int rank, world_size, local_rank, local_world_size;

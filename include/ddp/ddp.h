@@ -54,6 +54,23 @@ typedef struct ddp_ddp_options {
     int find_unused_parameters; /* 0: see ddp_ddp_backward */
     int rebuild_buckets;        /* 1: re-bucket once from the observed ready order */
     ddp_comm_hook_kind comm_hook;
+    /* Tail-free overlap: 0 (default) off; N >= 2: the gradient computed
+     * last (the first Linear's weight, last in the bucket fill order) is
+     * computed in up to N row chunks (nn.h rule 7) and the last bucket is
+     * all-reduced in the matching pieces as the chunks are done, overlapping
+     * that layer's own backward.  Parameters are bitwise those of the
+     * unchunked path with 2 ranks; with more, the ring's reduction order
+     * depends on an element's position in the vector (docs/ddp.md).  Default
+     * comm hook only.  DDP_TAIL_CHUNKS, when set, overrides it.  Off by
+     * default: it pays for a wide first layer in a large last bucket; small
+     * pieces cost more in thread hand-offs than they save, hence the floor
+     * below (docs/ddp.md). */
+    int tail_chunks;
+    /* 1: with tail_chunks, fewer chunks so that each piece of the last
+     * bucket holds at least this many MiB (none when the bucket is smaller
+     * than two): smaller pieces cost more in thread hand-offs than their
+     * overlap saves (docs/ddp.md).  0: no floor. */
+    double tail_min_piece_mb;
 } ddp_ddp_options;
 
 /* PyTorch's defaults. */

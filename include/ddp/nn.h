@@ -59,6 +59,25 @@
  *   6. A hook returning a negative code stops the backward pass, which
  *      returns that code (the hook sets ddp_last_error's message).
  *
+ * CHUNKED WEIGHT GRADIENTS (optional; what DDP's tail-free overlap builds on):
+ *
+ *   7. With a chunk hook installed (ddp_model_set_grad_chunk_hook), when the
+ *      backward of ddp_op_linear(x, w, b) is about to add the LAST
+ *      contribution to a weight w of the model (its last reachable use, w
+ *      appearing once among the op's inputs), it first reports the op's bias
+ *      as ready if that was its last use (rule 3 still holds: b before w),
+ *      then asks plan(w, rows, user) how many row chunks to compute dW in.
+ *      With n > 1, dW (rows = w->shape[0] output features, each row
+ *      contiguous) is computed in n row ranges [r0, r1), ascending, their
+ *      boundaries on multiples of DDP_GRAD_CHUNK_ROW_ALIGN (fewer chunks when
+ *      the rows do not allow n), and chunk(w, r0, r1, user) is called after
+ *      each: rows r0 .. r1-1 of w->grad are final then.  The last call has
+ *      r1 == rows.  w's grad-ready hook then fires as rule 3 says.  The
+ *      gradient is bitwise the one an unchunked backward computes (the
+ *      alignment keeps every row in the GEMM micro-kernel position it has in
+ *      the whole product; tests/test_autograd_hooks.c checks it).  Negative
+ *      returns stop backward as in rule 6.
+ *
  * Threading: a model, a tape and its vars belong to one thread at a time.
  */
 #ifndef DDP_NN_H
@@ -292,6 +311,24 @@ DDP_API int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double nor
  * it).  DistributedDataParallel installs its own. */
 DDP_API void ddp_model_set_grad_ready_hook(ddp_model_t *m, ddp_grad_ready_fn fn, void *user);
 DDP_API ddp_grad_ready_fn ddp_model_grad_ready_hook(const ddp_model_t *m, void **user);
+
+/* Row chunks of a weight gradient (contract rule 7).  plan returns the number
+ * of chunks wanted (0 or 1: compute dW whole) or a negative code; chunk is
+ * called after each chunk with its row range. */
+#define DDP_GRAD_CHUNK_ROW_ALIGN 48
+typedef struct ddp_grad_chunk_hook {
+    int (*plan)(ddp_param *p, int64_t rows, void *user);
+    int (*chunk)(ddp_param *p, int64_t row_begin, int64_t row_end, void *user);
+    void *user; /* borrowed */
+} ddp_grad_chunk_hook;
+/* The row boundaries backward uses for nchunks chunks of a weight with rows
+ * output features: bounds[0] = 0 < bounds[1] < ... < bounds[n] = rows, n
+ * returned (1 <= n <= nchunks; bounds holds nchunks + 1 entries). */
+DDP_API int ddp_grad_chunk_bounds(int64_t rows, int nchunks, int64_t *bounds);
+/* Installs (a copy of) hook, replacing any earlier one; NULL removes it. */
+DDP_API void ddp_model_set_grad_chunk_hook(ddp_model_t *m, const ddp_grad_chunk_hook *hook);
+/* The installed chunk hook, or NULL (borrowed from the model). */
+DDP_API const ddp_grad_chunk_hook *ddp_model_grad_chunk_hook(const ddp_model_t *m);
 
 /* Re-draws every module's parameters with PyTorch's default init, in
  * registration order, from one generator seeded with seed (what

@@ -14,7 +14,10 @@ static const launcher launchers[] = {
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    /* SLURM_STEP_NUM_TASKS, not SLURM_NTASKS: a batch script's own shell has
+     * SLURM_PROCID=0 and SLURM_NTASKS=N too, and a program started there
+     * without srun is one process, not rank 0 of N waiting for the rest. */
+    {"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
 
 /* Reads a non-negative integer variable; *out keeps dflt when unset. */
@@ -58,5 +61,5 @@ int ddp_launch_info_from_env(ddp_launch_info *out)
     }
     return DDP_ERROR(DDP_ERR_NOT_FOUND,
                      "no launcher environment: none of RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, "
-                     "PMI_*, SLURM_PROCID/SLURM_NTASKS is set");
+                     "PMI_*, SLURM_PROCID/SLURM_STEP_NUM_TASKS (srun) is set");
 }

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -11,6 +12,8 @@
 #define DEFAULT_CHUNK (256u << 10)
 #define DEFAULT_DIRECT_MAX (64u << 10)
 #define DEFAULT_RD_MAX (16u << 10)
+#define DEFAULT_SHARED_MIN (64u << 10)
+#define DEFAULT_SHARED_CHUNK (256u << 10)
 
 static const char *const coll_names[DDP__NUM_COLL] = {
     "all_reduce", "broadcast",  "reduce",         "all_gather", "gather", "scatter",
@@ -35,26 +38,33 @@ static int env_size(const char *name, size_t dflt, size_t *out)
     return 0;
 }
 
+int ddp__coll_algo_parse(const char *name)
+{
+    static const char *const names[] = {"auto", "ring", "rd", "direct", "shared"};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(name, names[i]) == 0)
+            return i; /* DDP__AR_* order */
+    return -1;
+}
+
 int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
 {
     memset(c, 0, sizeof *c);
     c->rank = rank;
     c->size = size;
     const char *algo = getenv("DDP_ALLREDUCE_ALGO");
-    if (!algo || !*algo || strcmp(algo, "auto") == 0)
-        c->allreduce_algo = DDP__AR_AUTO;
-    else if (strcmp(algo, "ring") == 0)
-        c->allreduce_algo = DDP__AR_RING;
-    else if (strcmp(algo, "rd") == 0)
-        c->allreduce_algo = DDP__AR_RD;
-    else if (strcmp(algo, "direct") == 0)
-        c->allreduce_algo = DDP__AR_DIRECT;
-    else
-        return DDP_ERROR(DDP_ERR_INVALID_ARG,
-                         "DDP_ALLREDUCE_ALGO='%s': expected ring, rd, direct or auto", algo);
+    c->allreduce_algo = algo && *algo ? ddp__coll_algo_parse(algo) : DDP__AR_AUTO;
+    DDP_FAIL_IF(c->allreduce_algo < 0, DDP_ERR_INVALID_ARG,
+                "DDP_ALLREDUCE_ALGO='%s': expected ring, rd, direct, shared or auto", algo);
     DDP_TRY(env_size("DDP_CHUNK_BYTES", DEFAULT_CHUNK, &c->chunk));
     DDP_TRY(env_size("DDP_ALLREDUCE_DIRECT_BYTES", DEFAULT_DIRECT_MAX, &c->direct_max));
     DDP_TRY(env_size("DDP_ALLREDUCE_RD_BYTES", DEFAULT_RD_MAX, &c->rd_max));
+    DDP_TRY(env_size("DDP_ALLREDUCE_SHARED_BYTES", DEFAULT_SHARED_MIN, &c->shared_min));
+    DDP_TRY(env_size("DDP_SHARED_CHUNK_BYTES", DEFAULT_SHARED_CHUNK, &c->shared_chunk));
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->cpus = cpus > 0 ? (int)cpus : 1;
+    int isa; /* the kernels read it themselves; a bad value is reported here */
+    DDP_TRY(ddp__reduce_isa_parse(getenv("DDP_REDUCE_ISA"), &isa));
     return 0;
 }
 
@@ -201,12 +211,20 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
             algo = bytes <= c->direct_max ? DDP__AR_DIRECT : DDP__AR_RING;
         else
             algo = bytes <= c->rd_max ? DDP__AR_RD : DDP__AR_RING;
+        /* Ranks that share memory reduce straight out of it, unless they
+         * outnumber the cores: then every chunk waits for all of them to be
+         * scheduled, and the ring's buffered messages do better. */
+        if (algo == DDP__AR_RING && bytes >= c->shared_min && c->size <= c->cpus &&
+            ddp__tp_window(c->tp))
+            algo = DDP__AR_SHARED;
     }
     switch (algo) {
     case DDP__AR_DIRECT:
         return ddp__allreduce_direct(c, buf, count, dt, op);
     case DDP__AR_RD:
         return ddp__allreduce_rd(c, buf, count, dt, op);
+    case DDP__AR_SHARED:
+        return ddp__allreduce_shared(c, buf, count, dt, op);
     default:
         return ddp__allreduce_ring(c, buf, count, dt, op);
     }

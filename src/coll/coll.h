@@ -33,7 +33,7 @@ enum ddp__coll_kind {
 };
 
 /* all_reduce algorithms (DDP_ALLREDUCE_ALGO) */
-enum { DDP__AR_AUTO, DDP__AR_RING, DDP__AR_RD, DDP__AR_DIRECT };
+enum { DDP__AR_AUTO, DDP__AR_RING, DDP__AR_RD, DDP__AR_DIRECT, DDP__AR_SHARED };
 
 /* One operation, as the user issued it. */
 typedef struct ddp__coll_args {
@@ -60,12 +60,20 @@ typedef struct ddp__coll_ctx {
     size_t chunk;       /* bytes per pipeline unit (ring, tree) */
     size_t direct_max;  /* AUTO: direct all-reduce up to this many bytes (2 ranks) */
     size_t rd_max;      /* AUTO: recursive doubling up to this many bytes */
+    size_t shared_min;  /* AUTO: shared-window all-reduce from this many bytes */
+    int cpus;           /* AUTO: ... and for at most this many ranks (online CPUs) */
+    size_t shared_chunk; /* bytes per pipeline chunk of the shared-window all-reduce */
 } ddp__coll_ctx;
 
-/* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|auto,
- * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES.  Sets
- * the error on bad values.  The caller sets c->tp afterwards. */
+/* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|auto,
+ * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES,
+ * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES; checks DDP_REDUCE_ISA
+ * (reduce.h).  Sets the error on bad values.  The caller sets c->tp
+ * afterwards. */
 int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
+/* The DDP__AR_* of an all-reduce algorithm's name ("auto", "ring", "rd",
+ * "direct", "shared"); -1 for anything else. */
+int ddp__coll_algo_parse(const char *name);
 void ddp__coll_ctx_free(ddp__coll_ctx *c);
 /* Checks the arguments of an operation (before it is queued). */
 int ddp__coll_check(const ddp__coll_args *a, int rank, int size);
@@ -120,6 +128,9 @@ int ddp__allreduce_ring(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
 int ddp__allreduce_rd(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                       ddp_reduce_op op);
 int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                          ddp_reduce_op op);
+/* Over the transport's shared window (fails without one). */
+int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
 /* Ring reduce-scatter: block b of in (blocks bl) is reduced over all ranks
  * in ring order b+1, b+2, ..., b (mod size); rank r's block lands in out.

@@ -17,8 +17,22 @@
 typedef void (*ddp__reduce_fn)(void *dst, const void *a, const void *b, size_t n);
 
 /* The kernel for dtype and op (AVG uses SUM); NULL when op does not apply
- * to dtype (bitwise ops on floating types). */
+ * to dtype (bitwise ops on floating types).  Vectorised for the best
+ * instruction set the CPU has, capped by DDP_REDUCE_ISA (read once per
+ * process). */
 ddp__reduce_fn ddp__reduce_kernel(ddp_dtype dtype, ddp_reduce_op op);
+
+/* Kernel tables by instruction set: every one computes the same bits. */
+enum { DDP__ISA_PORTABLE, DDP__ISA_AVX2, DDP__ISA_AVX512, DDP__ISA_COUNT };
+/* The kernel of one table; NULL also when this CPU cannot run it. */
+ddp__reduce_fn ddp__reduce_kernel_isa(ddp_dtype dtype, ddp_reduce_op op, int isa);
+/* The best table this CPU runs. */
+int ddp__reduce_isa_best(void);
+/* DDP_REDUCE_ISA's value (NULL, "", "auto", "avx512", "avx2", "portable")
+ * into *isa: the best table, capped by the value.  Sets the error on
+ * anything else. */
+int ddp__reduce_isa_parse(const char *value, int *isa);
+const char *ddp__reduce_isa_name(int isa);
 /* Checks dtype and op (and that op applies to dtype); sets the error. */
 int ddp__check_dtype_op(ddp_dtype dtype, ddp_reduce_op op);
 /* Divides n elements by divisor in place (AVG's last step). */

@@ -4,12 +4,15 @@
  * reducer.cpp): buckets in reverse registration order, a small first bucket,
  * one rebuild from the observed ready order, gradients as views into bucket
  * memory, buckets launched strictly in order.  The grad-ready hook of nn/
- * (include/ddp/nn.h) is the only point where nn/ and dist/ meet.
+ * (include/ddp/nn.h) is the only point where nn/ and dist/ meet, with the
+ * optional chunk hook (rule 7) for the tail-free overlap of the last bucket.
  *
  * Per synchronised iteration, for a model of P floats in B buckets:
- *   - B asynchronous all-reduces, P floats in all (4P bytes; 2P with the
- *     fp16/bf16 hooks), the first launched as soon as the last layer's
- *     gradients are final;
+ *   - B all-reduces, P floats in all (4P bytes; 2P with the fp16/bf16
+ *     hooks), the first launched as soon as the last layer's gradients are
+ *     final, the last one reduced on the caller's thread after backward; with
+ *     tail_chunks, the last bucket goes as K pieces (B + K - 1 all-reduces),
+ *     launched while its last gradient is computed;
  *   - no copies: the model's p->grad points into the bucket memory.
  */
 #include "ddp/ddp.h"
@@ -24,6 +27,7 @@
 #include "ddp/bucket.h"
 
 #define MIB (1024.0 * 1024.0)
+#define DDP_TAIL_CHUNKS_MAX 1024
 
 _Static_assert(sizeof(int) == 4, "bucket orders travel as DDP_INT32");
 
@@ -49,8 +53,21 @@ struct ddp_ddp {
     ddp_comm_hook user_hook;
     int has_user_hook;
     int join_enabled, join_throw;
-    int deferred;                 /* the last bucket waits for the end of backward */
+    int deferred;                 /* [defer_start, +defer_count) waits for the end of backward */
+    size_t defer_start, defer_count;
     int no_defer;                 /* DDP_NO_DEFER=1: launch it like the others (to measure) */
+    /* Tail-free overlap (opts.tail_chunks): the last bucket is reduced as
+     * npieces consecutive pieces, the same on every rank in every
+     * iteration; piece k ends where chunk k of the last parameter in fill
+     * order (computed last) ends.  The pieces go out one by one while that
+     * parameter's gradient is computed in row chunks (live), or all at once
+     * when the bucket completes otherwise. */
+    int npieces;                  /* 0: the last bucket is reduced whole */
+    int piece_param;              /* the chunked parameter */
+    size_t *piece_end;            /* (npieces) element offsets in grads */
+    ddp_work_t **piece_works;     /* (npieces) */
+    int pieces_launched;          /* pieces launched this iteration */
+    int pieces_live;              /* launched as the chunks are computed */
 };
 
 ddp_ddp_options ddp_ddp_defaults(void)
@@ -59,7 +76,9 @@ ddp_ddp_options ddp_ddp_defaults(void)
                              .first_bucket_cap_mb = 1.0,
                              .find_unused_parameters = 0,
                              .rebuild_buckets = 1,
-                             .comm_hook = DDP_HOOK_ALLREDUCE};
+                             .comm_hook = DDP_HOOK_ALLREDUCE,
+                             .tail_chunks = 0,
+                             .tail_min_piece_mb = 1.0};
 }
 
 /* ==== parameter agreement ================================================= */
@@ -77,9 +96,11 @@ static char *describe_params(ddp_ddp_t *dm, size_t *len)
     const ddp_ddp_options *o = &dm->opts;
     n += (size_t)snprintf(s, cap,
                           "bucket_cap_mb %g, first_bucket_cap_mb %g, find_unused_parameters %d, "
-                          "rebuild_buckets %d, comm_hook %d|",
+                          "rebuild_buckets %d, comm_hook %d, tail_chunks %d, "
+                          "tail_min_piece_mb %g|",
                           o->bucket_cap_mb, o->first_bucket_cap_mb, o->find_unused_parameters,
-                          o->rebuild_buckets, (int)o->comm_hook);
+                          o->rebuild_buckets, (int)o->comm_hook, o->tail_chunks,
+                          o->tail_min_piece_mb);
     for (int i = 0; i < dm->nparams; i++) {
         char shape[128];
         ddp_tensor t = {.ndim = dm->params[i]->ndim};
@@ -181,6 +202,49 @@ out:
 
 /* ==== buckets ============================================================= */
 
+/* The pieces of the last bucket for tail-free overlap: chunk boundaries of
+ * the parameter last in fill order (the last gradient computed), when it is
+ * a matrix (a Linear weight: rows of contiguous floats) that splits. */
+static int plan_pieces(ddp_ddp_t *dm)
+{
+    free(dm->piece_end);
+    free(dm->piece_works);
+    dm->piece_end = NULL;
+    dm->piece_works = NULL;
+    dm->npieces = 0;
+    const ddp__bucket_layout *l = &dm->layout;
+    if (dm->opts.tail_chunks < 2 || dm->nparams == 0 || dm->opts.comm_hook != DDP_HOOK_ALLREDUCE)
+        return 0;
+    int p = dm->order[dm->nparams - 1], b = l->nbuckets - 1;
+    const ddp_param *w = dm->params[p];
+    if (w->ndim != 2 || w->shape[0] < 2)
+        return 0;
+    int64_t rows = w->shape[0];
+    size_t row_len = w->numel / (size_t)rows;
+    int want = dm->opts.tail_chunks < rows ? dm->opts.tail_chunks : (int)rows;
+    size_t min_bytes = (size_t)(dm->opts.tail_min_piece_mb * MIB);
+    if (min_bytes && l->bucket_numel[b] * sizeof(float) / min_bytes < (size_t)want)
+        want = (int)(l->bucket_numel[b] * sizeof(float) / min_bytes);
+    if (want < 2)
+        return 0;
+    int64_t *bounds = calloc((size_t)want + 1, sizeof *bounds);
+    DDP_FAIL_IF(!bounds, DDP_ERR_NOMEM, "DDP: out of memory");
+    int n = ddp_grad_chunk_bounds(rows, want, bounds);
+    dm->piece_end = calloc((size_t)n, sizeof *dm->piece_end);
+    dm->piece_works = calloc((size_t)n, sizeof *dm->piece_works);
+    if (!dm->piece_end || !dm->piece_works) {
+        free(bounds);
+        return DDP_ERROR(DDP_ERR_NOMEM, "DDP: out of memory");
+    }
+    for (int k = 0; k < n; k++)
+        dm->piece_end[k] = l->offset[p] + (size_t)bounds[k + 1] * row_len;
+    dm->piece_end[n - 1] = l->bucket_start[b] + l->bucket_numel[b]; /* the rest of the bucket */
+    free(bounds);
+    dm->npieces = n > 1 ? n : 0;
+    dm->piece_param = p;
+    return 0;
+}
+
 /* Lays the gradients out as `order` says, moving current gradients along. */
 static int apply_layout(ddp_ddp_t *dm, const int *order)
 {
@@ -213,6 +277,8 @@ static int apply_layout(ddp_ddp_t *dm, const int *order)
     launched = NULL;
     rc = ddp__bucket_tracker_init(&tr, &dm->layout);
     dm->tracker = tr;
+    if (rc == 0)
+        rc = plan_pieces(dm);
     return rc;
 out:
     for (int i = 0; i < dm->nparams && dm->grads; i++)
@@ -304,6 +370,19 @@ static int wait_buckets(ddp_ddp_t *dm, int finish)
 {
     int rc = 0;
     char first_msg[1024] = "";
+    for (int k = 0; k < dm->pieces_launched; k++) { /* the default hook: nothing to finish */
+        if (!dm->piece_works[k])
+            continue;
+        int r = ddp_work_wait(dm->piece_works[k], ddp_pg_timeout(dm->pg));
+        ddp_work_free(dm->piece_works[k]);
+        dm->piece_works[k] = NULL;
+        if (r < 0 && rc == 0) {
+            rc = r;
+            snprintf(first_msg, sizeof first_msg, "%s", ddp_last_error());
+        }
+    }
+    dm->pieces_launched = 0;
+    dm->pieces_live = 0;
     for (int b = 0; b < dm->layout.nbuckets; b++) {
         if (!dm->launched[b])
             continue;
@@ -344,30 +423,95 @@ static int defer_last(const ddp_ddp_t *dm, int b)
            dm->opts.comm_hook == DDP_HOOK_ALLREDUCE && !dm->no_defer;
 }
 
+/* Are the last bucket's reductions split into pieces this iteration?  Only
+ * with the default hook (a user hook sees whole buckets). */
+static int use_pieces(const ddp_ddp_t *dm, int b)
+{
+    return dm->npieces && b == dm->layout.nbuckets - 1 && !dm->has_user_hook;
+}
+
+/* Launches pieces [pieces_launched, upto) of the last bucket, the final one
+ * deferred to the caller's thread when the last bucket would be. */
+static int launch_pieces(ddp_ddp_t *dm, int upto)
+{
+    int b = dm->layout.nbuckets - 1;
+    for (int k = dm->pieces_launched; k < upto; k++) {
+        size_t start = k ? dm->piece_end[k - 1] : dm->layout.bucket_start[b];
+        size_t n = dm->piece_end[k] - start;
+        dm->piece_works[k] = NULL;
+        if (k == dm->npieces - 1 && defer_last(dm, b)) {
+            dm->deferred = 1;
+            dm->defer_start = start;
+            dm->defer_count = n;
+        } else {
+            DDP_TRY(ddp_all_reduce_async(dm->pg, dm->grads + start, n, DDP_FLOAT32, DDP_AVG,
+                                         &dm->piece_works[k]));
+        }
+        dm->pieces_launched = k + 1;
+    }
+    return 0;
+}
+
 static int mark_ready(ddp_ddp_t *dm, int p)
 {
     int first, n = ddp__bucket_tracker_mark(&dm->tracker, p, &first);
     if (n < 0)
         return n;
     for (int b = first; b < first + n; b++) {
-        if (defer_last(dm, b))
+        if (use_pieces(dm, b)) {
+            DDP_TRY(launch_pieces(dm, dm->npieces)); /* those not launched while computed */
+        } else if (defer_last(dm, b)) {
             dm->deferred = 1;
-        else
+            dm->defer_start = dm->layout.bucket_start[b];
+            dm->defer_count = dm->layout.bucket_numel[b];
+        } else {
             DDP_TRY(launch_bucket(dm, b));
+        }
     }
     return 0;
 }
 
-/* Reduces the deferred last bucket on this thread (behind any bucket still
- * in flight: the group runs operations in issue order). */
+/* Reduces the deferred last bucket (or its last piece) on this thread
+ * (behind anything still in flight: the group runs operations in issue
+ * order). */
 static int reduce_deferred(ddp_ddp_t *dm)
 {
     if (!dm->deferred)
         return 0;
     dm->deferred = 0;
+    return ddp_all_reduce(dm->pg, dm->grads + dm->defer_start, dm->defer_count, DDP_FLOAT32,
+                          DDP_AVG);
+}
+
+/* nn's chunk plan (nn.h rule 7): chunk the parameter computed last when its
+ * bucket is the next to go and it is the bucket's last missing gradient. */
+static int on_chunk_plan(ddp_param *p, int64_t rows, void *user)
+{
+    ddp_ddp_t *dm = user;
     int b = dm->layout.nbuckets - 1;
-    return ddp_all_reduce(dm->pg, dm->grads + dm->layout.bucket_start[b],
-                          dm->layout.bucket_numel[b], DDP_FLOAT32, DDP_AVG);
+    (void)rows;
+    if (!dm->in_backward || dm->no_sync || !use_pieces(dm, b) || p->index != dm->piece_param ||
+        dm->pieces_launched || dm->tracker.next_launch != b || dm->tracker.pending[b] != 1)
+        return 0;
+    dm->pieces_live = 1;
+    return dm->npieces;
+}
+
+/* Rows [.., row_end) of the chunked parameter are final: launch the pieces
+ * they complete. */
+static int on_chunk(ddp_param *p, int64_t row_begin, int64_t row_end, void *user)
+{
+    ddp_ddp_t *dm = user;
+    (void)row_begin;
+    if (!dm->pieces_live || p->index != dm->piece_param)
+        return 0;
+    size_t done = dm->layout.offset[p->index] + (size_t)row_end * (p->numel / (size_t)p->shape[0]);
+    int upto = dm->pieces_launched;
+    while (upto < dm->npieces - 1 && dm->piece_end[upto] <= done)
+        upto++;
+    if (row_end == p->shape[0])
+        upto = dm->npieces;
+    return launch_pieces(dm, upto);
 }
 
 /* nn's grad-ready hook: p's gradient is final (used) or p is not in the graph. */
@@ -477,7 +621,10 @@ static int shadow_iteration(ddp_ddp_t *dm)
     memset(dm->grads, 0, dm->layout.total_numel * sizeof(float));
     int rc = 0;
     for (int b = 0; b < dm->layout.nbuckets && rc == 0; b++)
-        rc = launch_bucket(dm, b);
+        rc = use_pieces(dm, b) ? launch_pieces(dm, dm->npieces) : launch_bucket(dm, b);
+    if (rc == 0)
+        rc = reduce_deferred(dm);
+    dm->deferred = 0;
     int wrc = wait_buckets(dm, 1);
     DDP_TRY(rc);
     DDP_TRY(wrc);
@@ -541,6 +688,26 @@ static int check_options(const ddp_ddp_options *o)
                 o->bucket_cap_mb, o->first_bucket_cap_mb);
     DDP_FAIL_IF(o->comm_hook < DDP_HOOK_ALLREDUCE || o->comm_hook > DDP_HOOK_BF16,
                 DDP_ERR_INVALID_ARG, "DDP: unknown comm_hook %d", (int)o->comm_hook);
+    DDP_FAIL_IF(o->tail_chunks < 0 || o->tail_chunks > DDP_TAIL_CHUNKS_MAX, DDP_ERR_INVALID_ARG,
+                "DDP: tail_chunks %d out of range (0 = off, at most %d)", o->tail_chunks,
+                DDP_TAIL_CHUNKS_MAX);
+    DDP_FAIL_IF(!(o->tail_min_piece_mb >= 0 && o->tail_min_piece_mb <= 1e6), DDP_ERR_INVALID_ARG,
+                "DDP: tail_min_piece_mb %g out of range (0 to 1e6 MiB)", o->tail_min_piece_mb);
+    return 0;
+}
+
+/* DDP_TAIL_CHUNKS, when set, overrides opts.tail_chunks. */
+static int tail_chunks_from_env(ddp_ddp_options *o)
+{
+    const char *s = getenv("DDP_TAIL_CHUNKS");
+    if (!s || !*s)
+        return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    DDP_FAIL_IF(*end || v < 0 || v > DDP_TAIL_CHUNKS_MAX, DDP_ERR_INVALID_ARG,
+                "DDP_TAIL_CHUNKS='%s': expected a chunk count from 0 (off) to %d", s,
+                DDP_TAIL_CHUNKS_MAX);
+    o->tail_chunks = (int)v;
     return 0;
 }
 
@@ -550,6 +717,7 @@ int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts
     DDP_FAIL_IF(!model || !pg || !out, DDP_ERR_INVALID_ARG, "ddp_ddp_create: NULL argument");
     *out = NULL;
     ddp_ddp_options o = opts ? *opts : ddp_ddp_defaults();
+    DDP_TRY(tail_chunks_from_env(&o));
     DDP_TRY(check_options(&o));
     int rc = 0;
     int *order = NULL;
@@ -583,6 +751,9 @@ int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts
         DDP_FAIL_OUT(!dm->half, DDP_ERR_NOMEM, "DDP: out of memory for the compression buffer");
     }
     ddp_model_set_grad_ready_hook(model, on_grad_ready, dm);
+    if (o.tail_chunks > 1)
+        ddp_model_set_grad_chunk_hook(model,
+                                      &(ddp_grad_chunk_hook){on_chunk_plan, on_chunk, dm});
     *out = dm;
     dm = NULL;
 out:
@@ -602,6 +773,9 @@ void ddp_ddp_destroy(ddp_ddp_t *dm)
         void *user;
         if (ddp_model_grad_ready_hook(dm->model, &user) == on_grad_ready && user == dm)
             ddp_model_set_grad_ready_hook(dm->model, NULL, NULL);
+        const ddp_grad_chunk_hook *ch = ddp_model_grad_chunk_hook(dm->model);
+        if (ch && ch->plan == on_chunk_plan && ch->user == dm)
+            ddp_model_set_grad_chunk_hook(dm->model, NULL);
     }
     ddp__bucket_tracker_free(&dm->tracker);
     ddp__bucket_layout_free(&dm->layout);
@@ -609,6 +783,8 @@ void ddp_ddp_destroy(ddp_ddp_t *dm)
     ddp__free_aligned(dm->half);
     free(dm->works);
     free(dm->launched);
+    free(dm->piece_end);
+    free(dm->piece_works);
     free(dm->params);
     free(dm->numel);
     free(dm->ready_order);

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "dist/hier.h"
+#include "transport/select.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
 
@@ -13,7 +15,10 @@
 typedef struct tp_backend {
     ddp__tp *tp;
     ddp__coll_ctx ctx;
+    ddp__hier *hier; /* groups spanning hosts: shm per host + tcp leaders */
 } tp_backend;
+
+static void tp_destroy(void *impl);
 
 static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
                       double timeout_s, void **impl)
@@ -22,18 +27,24 @@ static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size
     DDP_FAIL_IF(!b, DDP_ERR_NOMEM, "out of memory");
     /* Tuning first: a bad DDP_* value fails before anyone connects. */
     int rc = ddp__coll_ctx_init(&b->ctx, rank, size);
-    /* Same host everywhere: shared memory (transport/shm.h); DDP_TRANSPORT
-     * overrides. */
-    int use_shm = 0;
+    /* Same host everywhere: shared memory (transport/shm.h); several hosts:
+     * tcp, plus the two levels of hierarchical collectives when some host
+     * holds several ranks (dist/hier.h); DDP_TRANSPORT and DDP_HIERARCHICAL
+     * override. */
+    ddp__layout lay = {0};
     if (rc == 0)
-        rc = ddp__transport_select(store, prefix, rank, size, timeout_s, &use_shm);
+        rc = ddp__transport_layout(store, prefix, rank, size, timeout_s, &lay);
     if (rc == 0)
-        rc = use_shm ? ddp__shm_create(store, prefix, rank, size, timeout_s, &b->tp)
-                     : ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
+        rc = lay.kind == DDP__LAYOUT_SHM
+                 ? ddp__shm_create(store, prefix, rank, size, timeout_s, &b->tp)
+                 : ddp__tcp_create(store, prefix, rank, size, timeout_s, &b->tp);
+    if (rc == 0 && lay.kind == DDP__LAYOUT_HIER)
+        rc = ddp__hier_create(store, prefix, rank, size, ddp_time_now() + timeout_s, &lay,
+                              &b->hier);
+    ddp__layout_free(&lay);
     b->ctx.tp = b->tp;
     if (rc < 0) {
-        ddp__tp_destroy(b->tp);
-        free(b);
+        tp_destroy(b);
         return rc;
     }
     *impl = b;
@@ -45,13 +56,15 @@ static int tp_run(void *impl, const ddp__coll_args *op, uint64_t seq, double dea
     tp_backend *b = impl;
     b->ctx.seq = seq;
     b->ctx.deadline = deadline;
-    return ddp__coll_run(&b->ctx, op);
+    return b->hier ? ddp__hier_run(b->hier, &b->ctx, op) : ddp__coll_run(&b->ctx, op);
 }
 
 static void tp_abort(void *impl, int code, const char *why)
 {
     tp_backend *b = impl;
     ddp__tp_abort(b->tp, code, why);
+    if (b->hier)
+        ddp__hier_abort(b->hier, code, why);
 }
 
 static void tp_destroy(void *impl)
@@ -59,6 +72,7 @@ static void tp_destroy(void *impl)
     tp_backend *b = impl;
     if (!b)
         return;
+    ddp__hier_destroy(b->hier);
     ddp__coll_ctx_free(&b->ctx);
     ddp__tp_destroy(b->tp);
     free(b);
@@ -68,14 +82,11 @@ static int tp_set_option(void *impl, const char *key, const char *value)
 {
     tp_backend *b = impl;
     if (strcmp(key, "allreduce_algo") == 0) {
-        static const char *const names[] = {"auto", "ring", "rd", "direct"};
-        for (int i = 0; i < 4; i++)
-            if (strcmp(value, names[i]) == 0) {
-                b->ctx.allreduce_algo = i; /* DDP__AR_* order */
-                return 0;
-            }
-        return DDP_ERROR(DDP_ERR_INVALID_ARG,
-                         "allreduce_algo '%s': expected auto, ring, rd or direct", value);
+        int algo = ddp__coll_algo_parse(value);
+        DDP_FAIL_IF(algo < 0, DDP_ERR_INVALID_ARG,
+                    "allreduce_algo '%s': expected auto, ring, rd, direct or shared", value);
+        b->ctx.allreduce_algo = algo;
+        return 0;
     }
     if (strcmp(key, "chunk_bytes") == 0) {
         long long v = atoll(value);
@@ -87,6 +98,11 @@ static int tp_set_option(void *impl, const char *key, const char *value)
 }
 
 static ddp__tp *tp_transport(void *impl) { return ((tp_backend *)impl)->tp; }
+
+const ddp__hier *ddp__backend_hier(const ddp__backend *be, void *impl)
+{
+    return be && be->run == tp_run && impl ? ((tp_backend *)impl)->hier : NULL;
+}
 
 /* ---- the registry ---- */
 

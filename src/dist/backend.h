@@ -40,6 +40,11 @@ typedef struct ddp__backend {
  * (DDP_HAVE_MPI). */
 extern const ddp__backend ddp__backend_mpi;
 
+/* The hierarchical state of a group of a transport-backed backend (tests),
+ * or NULL for flat groups and other backends. */
+struct ddp__hier;
+const struct ddp__hier *ddp__backend_hier(const ddp__backend *be, void *impl);
+
 /* The backend called name, or NULL with the error set (listing the known). */
 const ddp__backend *ddp__backend_find(const char *name);
 

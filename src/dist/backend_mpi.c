@@ -11,8 +11,17 @@
  *   libnbc, measured 1.2-3.5x slower at 64 KiB-1 MiB here).  With
  *   DDP_MPI_PROGRESS=poll each runs as the non-blocking call (MPI_Iallreduce,
  *   ...) tested against the operation's deadline, which gives timeouts.
- * - Threads.  MPI_THREAD_MULTIPLE is requested (groups have a thread each);
- *   if the library offers less, a process-wide lock serialises our calls.
+ * - Threads.  MPI_THREAD_SERIALIZED is requested, as PyTorch's MPI backend
+ *   does: Open MPI's MPI_THREAD_MULTIPLE locks its progress path and costs
+ *   3-5 % at 16-64 KiB here.  A process-wide lock serialises our calls, so
+ *   at most one communicator may make blocking calls (two, each blocked
+ *   under its rank's lock while waiting for the other's, would deadlock):
+ *   the first one of the process; subgroups, and groups created while
+ *   another is alive, run in poll mode (the lock is held only inside
+ *   MPI_Test).  The mode is fixed at creation, the same on every rank: MPI
+ *   does not match a blocking collective with a non-blocking one.
+ *   DDP_MPI_THREAD=multiple asks for the full level (no lock, blocking
+ *   calls in every group).
  * - Dtypes.  float32/64, int32/64, uint8 map to MPI types and built-in ops;
  *   float16/bfloat16 travel as MPI_UINT16_T and reduce with user-defined ops
  *   around coll/'s kernels (float32 arithmetic, round to nearest even), as
@@ -81,14 +90,14 @@ static int mpi_ensure_init(void)
     DDP_FAIL_IF(finalized, DDP_ERR_STATE,
                 "MPI is already finalised (it cannot be initialised twice in a process; keep "
                 "one mpi process group alive for the whole program)");
-    int provided = MPI_THREAD_SINGLE, want = MPI_THREAD_MULTIPLE;
+    int provided = MPI_THREAD_SINGLE, want = MPI_THREAD_SERIALIZED;
     const char *lv = getenv("DDP_MPI_THREAD");
     if (lv && *lv) {
         DDP_FAIL_IF(strcmp(lv, "multiple") != 0 && strcmp(lv, "serialized") != 0,
                     DDP_ERR_INVALID_ARG, "DDP_MPI_THREAD='%s': expected multiple or serialized",
                     lv);
-        if (strcmp(lv, "serialized") == 0)
-            want = MPI_THREAD_SERIALIZED;
+        if (strcmp(lv, "multiple") == 0)
+            want = MPI_THREAD_MULTIPLE;
     }
     if (!inited) {
         int rc = MPI_Init_thread(NULL, NULL, want, &provided);
@@ -505,8 +514,9 @@ static void mpi_destroy(void *impl)
     pthread_mutex_unlock(&mpi_mu);
 }
 
-/* Under mpi_mu, MPI initialised: a backend over comm (taken). */
-static int backend_new(MPI_Comm comm, double timeout_s, void **impl)
+/* Under mpi_mu, MPI initialised: a backend over comm (taken); sub: comm is
+ * a subgroup's. */
+static int backend_new(MPI_Comm comm, int sub, double timeout_s, void **impl)
 {
     int rc = 0;
     mpi_backend *b = calloc(1, sizeof *b);
@@ -516,6 +526,8 @@ static int backend_new(MPI_Comm comm, double timeout_s, void **impl)
     }
     b->comm = comm;
     b->timeout_s = timeout_s;
+    /* One blocking communicator at most under a serialised library (top). */
+    b->poll = mpi_serialise && (sub || mpi_live > 0);
     for (int d = 0; d < 3; d++)
         for (int k = 0; k < 4; k++)
             b->user_ops[d][k] = MPI_OP_NULL;
@@ -540,7 +552,7 @@ static int backend_new(MPI_Comm comm, double timeout_s, void **impl)
     if (p && *p) {
         DDP_FAIL_OUT(strcmp(p, "poll") != 0 && strcmp(p, "blocking") != 0, DDP_ERR_INVALID_ARG,
                      "DDP_MPI_PROGRESS='%s': expected blocking or poll", p);
-        b->poll = strcmp(p, "poll") == 0;
+        b->poll |= strcmp(p, "poll") == 0;
     }
     const char *s = getenv("DDP_MPI_SPIN_US");
     long spin = s && *s ? atol(s) : DEFAULT_SPIN_US;
@@ -584,7 +596,7 @@ static int mpi_create(ddp_store_t *store, const char *prefix, int rank, int size
         goto out;
     }
     DDP_TRY_OUT(wait_setup(&req, ddp_time_now() + timeout_s, "MPI_Comm_idup"));
-    rc = backend_new(comm, timeout_s, impl);
+    rc = backend_new(comm, 0, timeout_s, impl);
 out: /* on failure MPI stays up (it cannot be initialised twice) */
     pthread_mutex_unlock(&mpi_mu);
     return rc;
@@ -613,7 +625,7 @@ static int mpi_create_sub(void *parent, const int *ranks, int n, int me, double 
         rc = mpi_fail(DDP_ERR_SYSTEM, e, "MPI_Comm_create_group");
         goto out;
     }
-    rc = backend_new(comm, timeout_s, impl);
+    rc = backend_new(comm, 1, timeout_s, impl);
 out:
     if (sub != MPI_GROUP_NULL)
         MPI_Group_free(&sub);

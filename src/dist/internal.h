@@ -10,4 +10,8 @@ int ddp__pg_set_option(ddp_pg_t *pg, const char *key, const char *value);
 /* The transport of a transport-backed group (tests inject bad frames). */
 struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg);
 
+/* The hierarchical state of a group (coll/hier.h: layout, per-kind counts
+ * of operations run hierarchically), NULL when the group runs flat. */
+const struct ddp__hier *ddp__pg_hier(ddp_pg_t *pg);
+
 #endif

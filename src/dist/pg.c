@@ -391,6 +391,11 @@ struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg)
     return pg && pg->be->transport ? pg->be->transport(pg->impl) : NULL;
 }
 
+const struct ddp__hier *ddp__pg_hier(ddp_pg_t *pg)
+{
+    return pg ? ddp__backend_hier(pg->be, pg->impl) : NULL;
+}
+
 int ddp_pg_rank(const ddp_pg_t *pg) { return pg ? pg->rank : -1; }
 int ddp_pg_size(const ddp_pg_t *pg) { return pg ? pg->size : -1; }
 const char *ddp_pg_backend(const ddp_pg_t *pg) { return pg ? pg->be->name : NULL; }

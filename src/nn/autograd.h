@@ -44,6 +44,7 @@ struct ddp_var {
     /* backward bookkeeping, reset at the start of every backward */
     int reachable;      /* on a path to the loss */
     int grad_written;   /* grad holds a value for this backward (else write, not add) */
+    unsigned released;  /* bit j: this op's use of in[j] is accounted (ddp__tape_release) */
 };
 
 struct ddp_tape {
@@ -56,6 +57,10 @@ struct ddp_tape {
     size_t nvars, vars_cap;
     uint64_t gen;       /* bumped by reset: invalidates parameter leaf caches */
     int grad_enabled;   /* 0: ops record no gradient state (ddp_tape_set_grad_enabled) */
+    /* the backward in progress (NULL model outside ddp_backward) */
+    ddp_model_t *bw_model;
+    ddp_grad_ready_fn bw_hook;
+    void *bw_user;
 };
 
 /* 64-byte aligned scratch from the tape's arena, valid until reset; NULL
@@ -70,6 +75,10 @@ int ddp__tape_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int
 int ddp__tape_has(const ddp_tape_t *tape, const ddp_var_t *v);
 /* Backward of one op (ops.c): reads v->grad, writes its inputs' grads. */
 int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v);
+/* Accounts for v's use of its input j (once; later calls do nothing): one
+ * pending use of its parameter less, and the grad-ready hook when that was
+ * the last (contract rule 3).  Returns the hook's status. */
+int ddp__tape_release(ddp_tape_t *tape, ddp_var_t *v, int j);
 /* The gradient buffer of v for writing and whether to add (1) or write (0). */
 float *ddp__grad_target(ddp_tape_t *tape, ddp_var_t *v, int *acc);
 

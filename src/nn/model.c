@@ -27,6 +27,8 @@ struct ddp_model {
     int sealed, training;
     ddp_grad_ready_fn hook;
     void *hook_user;
+    ddp_grad_chunk_hook chunk_hook;
+    int has_chunk_hook;
 };
 
 int ddp_model_create(ddp_model_t **out)
@@ -368,6 +370,20 @@ ddp_grad_ready_fn ddp_model_grad_ready_hook(const ddp_model_t *m, void **user)
     if (user)
         *user = m ? m->hook_user : NULL;
     return m ? m->hook : NULL;
+}
+
+void ddp_model_set_grad_chunk_hook(ddp_model_t *m, const ddp_grad_chunk_hook *hook)
+{
+    if (!m)
+        return;
+    m->has_chunk_hook = hook && hook->plan && hook->chunk;
+    if (m->has_chunk_hook)
+        m->chunk_hook = *hook;
+}
+
+const ddp_grad_chunk_hook *ddp_model_grad_chunk_hook(const ddp_model_t *m)
+{
+    return m && m->has_chunk_hook ? &m->chunk_hook : NULL;
 }
 
 static void reset_module(ddp_module_t *mod, ddp__rng *rng)

@@ -405,6 +405,56 @@ int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *lab
     if (!g)                                         \
         return DDP_ERR_NOMEM
 
+/* The chunk hook that applies to weight w of linear op v, or NULL: w is a
+ * parameter of the model being differentiated, this is its last reachable
+ * use, and it is none of the op's other inputs (contract rule 7). */
+static const ddp_grad_chunk_hook *chunk_hook_for(ddp_tape_t *tape, ddp_var_t *v, ddp_var_t *w)
+{
+    ddp_param *p = w->param;
+    if (!p || !tape->bw_model || p->priv.model != tape->bw_model || p->priv.pending != 1)
+        return NULL;
+    for (int j = 0; j < v->nin; j++)
+        if (j != 1 && v->in[j]->param == p)
+            return NULL;
+    return ddp_model_grad_chunk_hook(tape->bw_model);
+}
+
+/* dW (out, in) += dy^T x in row chunks (rule 7): boundaries on multiples of
+ * DDP_GRAD_CHUNK_ROW_ALIGN so that each row is computed exactly as in the
+ * whole GEMM (OpenBLAS's micro-kernels tile the output rows from the first;
+ * an unaligned cut moves rows to other tile positions and changes their
+ * last bits). */
+int ddp_grad_chunk_bounds(int64_t rows, int nchunks, int64_t *bounds)
+{
+    int64_t units = (rows + DDP_GRAD_CHUNK_ROW_ALIGN - 1) / DDP_GRAD_CHUNK_ROW_ALIGN;
+    int64_t n = nchunks < units ? nchunks : units;
+    if (n < 1)
+        n = 1;
+    bounds[0] = 0;
+    for (int64_t k = 1; k <= n; k++)
+        bounds[k] = k == n ? rows : (units * k / n) * DDP_GRAD_CHUNK_ROW_ALIGN;
+    return (int)n;
+}
+
+static int linear_dw_chunked(ddp_tape_t *tape, const ddp_grad_chunk_hook *h, ddp_param *p,
+                             int nchunks, const float *dy, const float *x, float *dw, int out,
+                             int in, int rows, int acc)
+{
+    if (nchunks > out) /* at most one chunk per row: bounds stays small */
+        nchunks = out;
+    int64_t *bounds = ddp__tape_alloc(tape, ((size_t)nchunks + 1) * sizeof *bounds);
+    if (!bounds)
+        return DDP_ERR_NOMEM;
+    int n = ddp_grad_chunk_bounds(out, nchunks, bounds);
+    for (int k = 0; k < n; k++) {
+        int64_t r0 = bounds[k], r1 = bounds[k + 1];
+        ddp_sgemm(1, 0, (int)(r1 - r0), in, rows, 1.0f, dy + r0, out, x, in, acc ? 1.0f : 0.0f,
+                  dw + (size_t)r0 * (size_t)in, in);
+        DDP_TRY(h->chunk(p, r0, r1, h->user));
+    }
+    return 0;
+}
+
 static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     ddp_var_t *x = v->in[0], *w = v->in[1], *b = v->nin > 2 ? v->in[2] : NULL;
@@ -412,13 +462,24 @@ static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
     int rows = (int)(x->t.numel / in);
     const float *dy = v->grad; /* (rows, out) */
     int acc;
+    const ddp_grad_chunk_hook *h = w->requires_grad ? chunk_hook_for(tape, v, w) : NULL;
     if (b && b->requires_grad) {
         TARGET(db, b); /* (out) */
         ddp__rows_sum_to(db, dy, (size_t)rows, (size_t)out, acc);
+        if (h) /* final before dW is computed: report it now (rule 7) */
+            DDP_TRY(ddp__tape_release(tape, v, 2));
     }
+    int nchunks = h ? h->plan(w->param, out, h->user) : 0;
+    if (nchunks < 0)
+        return nchunks;
     if (w->requires_grad) {
         TARGET(dw, w); /* (out, in) += dy^T x */
-        ddp_sgemm(1, 0, out, in, rows, 1.0f, dy, out, x->t.data, in, acc ? 1.0f : 0.0f, dw, in);
+        if (nchunks > 1)
+            DDP_TRY(linear_dw_chunked(tape, h, w->param, nchunks, dy, x->t.data, dw, out, in,
+                                      rows, acc));
+        else
+            ddp_sgemm(1, 0, out, in, rows, 1.0f, dy, out, x->t.data, in, acc ? 1.0f : 0.0f,
+                      dw, in);
     }
     if (x->requires_grad) {
         TARGET(dx, x); /* (rows, in) += dy W */

@@ -228,9 +228,31 @@ static void count_use(ddp_param *p, uint64_t pass, int uses)
     p->priv.pending += uses;
 }
 
+int ddp__tape_release(ddp_tape_t *tape, ddp_var_t *v, int j)
+{
+    if (v->released & (1u << j))
+        return 0;
+    v->released |= 1u << j;
+    ddp_param *p = v->in[j]->param;
+    if (p && --p->priv.pending == 0 && tape->bw_hook && p->priv.model == tape->bw_model)
+        return tape->bw_hook(p, 1, tape->bw_user);
+    return 0;
+}
+
+static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
+
 int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
+    int rc = backward_run(tape, loss, model);
+    tape->bw_model = NULL;
+    tape->bw_hook = NULL;
+    tape->bw_user = NULL;
+    return rc;
+}
+
+static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
+{
     DDP_FAIL_IF(!ddp__tape_has(tape, loss), DDP_ERR_INVALID_ARG,
                 "backward: the loss var is not on this tape (was the tape reset?)");
     char buf[64];
@@ -246,6 +268,9 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         DDP_TRY(ddp_model_seal(model));
         hook = ddp_model_grad_ready_hook(model, &user);
     }
+    tape->bw_model = model;
+    tape->bw_hook = hook;
+    tape->bw_user = user;
 
     /* Phase 1: which vars lie on a path to the loss (tape order is
      * topological: inputs come first), and how many reachable uses each
@@ -255,6 +280,7 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         ddp_var_t *v = tape->vars[i];
         v->reachable = 0;
         v->grad_written = 0;
+        v->released = 0;
     }
     uint64_t pass = atomic_fetch_add(&next_gen, 1);
     loss->reachable = 1;
@@ -297,12 +323,8 @@ int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             continue;
         if (v->grad_written)
             DDP_TRY(ddp__op_backward(tape, v));
-        for (int j = v->nin - 1; j >= 0; j--) { /* reverse argument order */
-            ddp_var_t *in = v->in[j];
-            ddp_param *p = in->param;
-            if (p && --p->priv.pending == 0 && hook && p->priv.model == model)
-                DDP_TRY(hook(p, 1, user));
-        }
+        for (int j = v->nin - 1; j >= 0; j--) /* reverse argument order */
+            DDP_TRY(ddp__tape_release(tape, v, j));
     }
     return 0;
 }

@@ -13,10 +13,11 @@
  * so a dead rank is reported by name ("rank 1 (pid 1234) died") within
  * milliseconds.
  *
- * Selection (ddp__transport_select): every rank publishes its host identity
- * (DDP_HOST_ID, else host name + kernel boot id) and its DDP_TRANSPORT
- * (auto|tcp|shm); the group uses shm when all ranks share a host and none
- * asks for tcp. */
+ * Selection (select.h, ddp__transport_layout): every rank publishes its
+ * host identity (DDP_HOST_ID, else host name + kernel boot id) and its
+ * DDP_TRANSPORT (auto|tcp|shm); the group uses shm when all ranks share a
+ * host and none asks for tcp (and shm inside each host of a hierarchical
+ * group). */
 #ifndef DDP_TRANSPORT_SHM_H
 #define DDP_TRANSPORT_SHM_H
 
@@ -32,13 +33,6 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
 
 /* This host's identity: DDP_HOST_ID when set, else "<hostname>/<boot id>". */
 int ddp__host_id(char *out, size_t len);
-
-/* Agrees with the other ranks (keys under prefix) on the transport of the
- * group: *use_shm is 1 for shm, 0 for tcp, the same on every rank.  Fails
- * when DDP_TRANSPORT is malformed, when ranks disagree (one says tcp,
- * another shm) or when shm is forced for a group that spans hosts. */
-int ddp__transport_select(ddp_store_t *store, const char *prefix, int rank, int size,
-                          double timeout_s, int *use_shm);
 
 /* Tests: the name the segment had ("/ddp-<pid>-<hex>"; unlinked once every
  * rank attached), NULL when tp is not a shm transport. */

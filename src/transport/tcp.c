@@ -545,7 +545,11 @@ static void tx_progress(tcp *t, peer *p)
                     update_events(t, p);
                     return;
                 }
-                peer_down(t, p, P_DEAD, "send: %s", strerror(errno));
+                /* A peer that gave up sent ABORT (its reason) before closing:
+                 * read it, so that the error names the cause, not the pipe. */
+                int err = errno;
+                rx_progress(t, p);
+                peer_down(t, p, P_DEAD, "send: %s", strerror(err));
                 return;
             }
         }

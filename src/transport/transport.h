@@ -17,6 +17,7 @@
 #ifndef DDP_TRANSPORT_TRANSPORT_H
 #define DDP_TRANSPORT_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,7 +55,38 @@ typedef struct ddp__tp_vtable {
      * may go away).  The transport stays failed. */
     void (*abort)(ddp__tp *tp, int code, const char *why);
     void (*destroy)(ddp__tp *tp);
+
+    /* ---- optional: memory shared by the ranks (NULL where not offered) ----
+     * A transport whose ranks share an address range (shm) offers a window:
+     * per rank a slot of bytes that every rank maps, and per rank
+     * DDP__WIN_FLAGS counters that only their owner advances.  Algorithms
+     * that reduce straight out of their peers' memory are written against
+     * it (coll/allreduce_shm.c); tcp leaves all three NULL. */
+    /* The window (same layout on every rank), or NULL when this group has
+     * none. */
+    const struct ddp__window *(*window)(ddp__tp *tp);
+    /* Publishes this rank's flag k = v (release: what the rank wrote before
+     * is visible to a peer that sees v) and wakes peers asleep in win_wait. */
+    void (*win_post)(ddp__tp *tp, int k, uint64_t v);
+    /* Waits until ready(arg) returns -1 (ready); otherwise it returns the
+     * rank it waits for, named in the timeout message.  Spins, yields, then
+     * sleeps until a peer posts; fails when the deadline passes or any peer
+     * of the group dies, gives up or leaves (the transport then stays
+     * failed, as after wait). */
+    int (*win_wait)(ddp__tp *tp, int (*ready)(void *arg), void *arg, double deadline);
 } ddp__tp_vtable;
+
+/* The shared window of a transport that has one (see the vtable). */
+#define DDP__WIN_FLAGS 4 /* the shared-window all-reduce uses all four */
+typedef struct ddp__win_flag {
+    _Atomic uint64_t v;
+} __attribute__((aligned(64))) ddp__win_flag; /* one cache line each */
+
+typedef struct ddp__window {
+    size_t bytes;                 /* per rank slot, a multiple of 4096 */
+    uint8_t *const *slot;         /* slot[q]: rank q's bytes, page aligned */
+    ddp__win_flag *const *flag;   /* flag[q][k], k < DDP__WIN_FLAGS: rank q's */
+} ddp__window;
 
 /* Common head of every transport. */
 struct ddp__tp {
@@ -104,6 +136,23 @@ static inline int ddp__tp_wait1(ddp__tp *tp, ddp__req *r, double deadline, int f
 static inline void ddp__tp_abort(ddp__tp *tp, int code, const char *why)
 {
     tp->vt->abort(tp, code, why);
+}
+
+/* The shared window, or NULL (transport without one, or none for this group). */
+static inline const ddp__window *ddp__tp_window(ddp__tp *tp)
+{
+    return tp->vt->window ? tp->vt->window(tp) : NULL;
+}
+
+static inline void ddp__tp_win_post(ddp__tp *tp, int k, uint64_t v)
+{
+    tp->vt->win_post(tp, k, v);
+}
+
+static inline int ddp__tp_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg,
+                                   double deadline)
+{
+    return tp->vt->win_wait(tp, ready, arg, deadline);
 }
 
 static inline void ddp__tp_destroy(ddp__tp *tp)

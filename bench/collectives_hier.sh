@@ -1,0 +1,75 @@
+#!/bin/sh
+# Hierarchical against flat all-reduce on the same fake-host layout, side by
+# side: 4 ranks as 2 hosts x 2 (DDP_HOST_ID: ranks 0, 1 on hostA, 2, 3 on
+# hostB), all on this machine.
+#   hier  ddp-bench-collectives, backend tcp, default selection: shm inside
+#         each "host", tcp between the two leaders (docs/hierarchical.md)
+#   flat  the same with DDP_HIERARCHICAL=0: the flat algorithms over tcp
+#         among all 4 ranks (ring / recursive doubling by size)
+# float32 sum, 4 B to 16 MiB (x4 steps), median of back-to-back iterations
+# per size; each sweep alternates between the two REPEATS times and the
+# table keeps, per size, the median of the runs' medians.  On one machine
+# the "network" is loopback TCP, so this measures what the hierarchy saves
+# in messages and copies, not what it saves on a real network.
+#
+# Usage: sh bench/collectives_hier.sh [REPEATS] [ITERS]   (default 3, 50)
+# Env:   BUILD (default build), MAX_BYTES (default 16M), STEP (default 4),
+#        LAYOUT (default AABB: host letter per rank)
+set -eu
+cd "$(dirname "$0")/.."
+reps=${1:-3}
+iters=${2:-50}
+build=${BUILD:-build}
+max=${MAX_BYTES:-16M}
+step=${STEP:-4}
+layout=${LAYOUT:-AABB}
+n=${#layout}
+bench="$build/bin/ddp-bench-collectives"
+[ -x "$bench" ] || { echo "build first (make)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# sweep HIER OUT: one sweep on n ranks through a file store; rank 0 prints.
+sweep() {
+    rm -f "$tmp/store"
+    r=$((n - 1))
+    while [ "$r" -ge 1 ]; do
+        host=$(echo "$layout" | cut -c$((r + 1)))
+        DDP_HIERARCHICAL=$1 DDP_HOST_ID="host$host" "$bench" --rank "$r" --world-size "$n" \
+            --init-method "file://$tmp/store" --min-bytes 4 --max-bytes "$max" \
+            --step-factor "$step" --iters "$iters" >/dev/null &
+        r=$((r - 1))
+    done
+    host=$(echo "$layout" | cut -c1)
+    DDP_HIERARCHICAL=$1 DDP_HOST_ID="host$host" "$bench" --rank 0 --world-size "$n" \
+        --init-method "file://$tmp/store" --min-bytes 4 --max-bytes "$max" \
+        --step-factor "$step" --iters "$iters" | grep -v '^#' >"$2"
+    wait
+}
+
+for i in $(seq "$reps"); do
+    sweep auto "$tmp/hier.$i"
+    sweep 0 "$tmp/flat.$i"
+done
+
+# med NAME: "bytes median_us" per size over the runs of NAME.
+med() {
+    cat "$tmp/$1".* | sort -n -k1,1 -k2,2 | awk '
+        { v[$1] = v[$1] " " $2; n[$1]++ }
+        END { for (b in v) { split(substr(v[b], 2), a, " "); print b, a[int((n[b] + 1) / 2)] } }' |
+        sort -n
+}
+med hier >"$tmp/m.hier"
+med flat >"$tmp/m.flat"
+
+echo "all_reduce float32 sum, $n ranks, hosts $layout (DDP_HOST_ID); median of $reps runs x $iters iterations"
+printf '%10s %12s %9s %12s %9s %10s\n' bytes hier_us GB/s flat_tcp_us GB/s flat/hier
+awk -v n="$n" '
+    function bw(b, us) { return us > 0 ? b * 2 * (n - 1) / n / us / 1e3 : 0 }
+    FILENAME ~ /m.flat$/ { flat[$1] = $2; next }
+    { b[++k] = $1; hier[$1] = $2 }
+    END { for (i = 1; i <= k; i++) { s = b[i]
+        printf "%10d %12.2f %9.2f %12.2f %9.2f %9.2fx\n", s, hier[s], bw(s, hier[s]), flat[s],
+               bw(s, flat[s]), (hier[s] > 0 ? flat[s] / hier[s] : 0) } }
+' "$tmp/m.flat" "$tmp/m.hier"
+echo "(GB/s: bus bandwidth, bytes x 2(n-1)/n / time)"

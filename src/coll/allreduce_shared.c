@@ -1,0 +1,243 @@
+/* Shared-window all-reduce: ranks that share memory (the shm transport's
+ * window, transport.h) reduce straight out of each other's staged data
+ * instead of passing messages.  The idea is that of MPI shared-memory
+ * collectives (MPICH's and Open MPI's "sm"/"han" reductions, NCCL's
+ * single-node copy engines): stage each rank's data once where everyone
+ * can read it, let each rank reduce its 1/n share from there, copy the
+ * results out.
+ *
+ * The vector is cut into chunks of C bytes (cache-sized); chunk j uses
+ * window slot (g mod K) of every rank, g = j + the group's running chunk
+ * count.  Chunk j is cut into n shares (64-byte aligned); rank r owns share
+ * r.  Per chunk, rank r:
+ *
+ *   copy-in   copies the shares s != r of its buffer into its slot;
+ *             posts COPIED = g + 1
+ *   reduce    when every rank posted COPIED >= g + 1: folds share r in rank
+ *             order x0 op x1 op ... op x(n-1), x_r read from its own buffer,
+ *             the others from their slots, into its buffer and share r of
+ *             its slot (AVG divides); posts REDUCED = g + 1
+ *   copy-out  when every rank posted REDUCED >= g + 1: copies each share
+ *             s != r from rank s's slot into its buffer; posts DONE = g + 1
+ *
+ * and may copy chunk g into slot g mod K only once every rank posted
+ * DONE >= g + 1 - K (nobody reads that slot's previous chunk any more).
+ * The three steps of different chunks run out of order (oldest ready step
+ * first), so a rank that is ahead keeps copying while it waits.  Each rank
+ * also posts a descriptor of the call (sequence number, count, dtype, op,
+ * chunk size); the first reduction checks the peers', so ranks whose calls
+ * differ fail with a message instead of mixing two collectives' data.
+ *
+ * Cost per rank, B bytes: its buffer is read once and written once (B in,
+ * B out of memory: (n-1)/n B by the copies, B/n by the reduction); the slot
+ * traffic ((n-1)/n B written, (n-1)/n B read by peers' reductions and
+ * copy-outs) stays in the caches.  So about 2B of DRAM traffic per rank
+ * where the ring over messages moves about 3-4B, and 3 flag posts per chunk
+ * instead of 2(n-1) messages per chunk.  Every rank computes the same bits
+ * (one fold in rank order per element: ORDER_RANK of docs/algorithms.md). */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "coll/coll.h"
+
+enum { F_COPIED, F_REDUCED, F_DONE, F_DESC };
+
+typedef struct shared {
+    const ddp__window *w;
+    int n, r;
+    uint8_t *buf;           /* (count,) the caller's vector, in place */
+    size_t count, es;
+    ddp_dtype dt;
+    ddp_reduce_op op;
+    ddp__reduce_fn fn;
+    size_t chunk;           /* elements per chunk, a multiple of n * (64 / es) */
+    size_t slot_bytes, nslots;
+    size_t nchunks;
+    uint64_t base;          /* chunks of earlier collectives on this window */
+    size_t copied, reduced, done; /* chunks of this one, per step */
+} shared;
+
+/* The first peer whose flag k is below v, or -1. */
+static int peers_at_least(const shared *s, int k, uint64_t v)
+{
+    for (int q = 0; q < s->n; q++)
+        if (q != s->r && atomic_load_explicit(&s->w->flag[q][k].v, memory_order_acquire) < v)
+            return q;
+    return -1;
+}
+
+/* Each step's readiness: -1 when it can run now, else the rank it waits
+ * for, or this rank's own number when it has nothing to do yet. */
+static int can_copy_out(const shared *s)
+{
+    return s->reduced > s->done ? peers_at_least(s, F_REDUCED, s->base + s->done + 1) : s->r;
+}
+
+static int can_reduce(const shared *s)
+{
+    return s->copied > s->reduced ? peers_at_least(s, F_COPIED, s->base + s->reduced + 1) : s->r;
+}
+
+static int can_copy_in(const shared *s)
+{
+    if (s->copied == s->nchunks || s->copied >= s->done + s->nslots)
+        return s->r;
+    uint64_t g = s->base + s->copied + 1;
+    return g > s->nslots ? peers_at_least(s, F_DONE, g - s->nslots) : -1;
+}
+
+/* win_wait's predicate: -1 when some step can run, else the rank that the
+ * oldest pending step waits for. */
+static int any_ready(void *arg)
+{
+    const shared *s = arg;
+    int a = can_copy_out(s), b = can_reduce(s), c = can_copy_in(s);
+    if (a < 0 || b < 0 || c < 0)
+        return -1;
+    return a != s->r ? a : b != s->r ? b : c;
+}
+
+/* Chunk j: its first element, its share length S (elements) and its length. */
+static size_t chunk_len(const shared *s, size_t j, size_t *first, size_t *share)
+{
+    size_t at = j * s->chunk, len = s->count - at < s->chunk ? s->count - at : s->chunk;
+    size_t line = 64 / s->es, per = (len + (size_t)s->n - 1) / (size_t)s->n;
+    *first = at;
+    *share = (per + line - 1) / line * line;
+    return len;
+}
+
+/* Share q of a chunk of len elements cut in shares of S: [*off, *off + ret). */
+static size_t share_of(size_t len, size_t S, int q, size_t *off)
+{
+    size_t a = (size_t)q * S;
+    *off = a;
+    return a >= len ? 0 : len - a < S ? len - a : S;
+}
+
+/* Rank q's slot for chunk j of this collective. */
+static uint8_t *slot(const shared *s, int q, size_t j)
+{
+    return s->w->slot[q] + ((s->base + j) % s->nslots) * s->slot_bytes;
+}
+
+static void copy_in(shared *s, size_t j)
+{
+    size_t first, S, len = chunk_len(s, j, &first, &S), off, n;
+    uint8_t *mine = slot(s, s->r, j);
+    for (int q = 0; q < s->n; q++)
+        if (q != s->r && (n = share_of(len, S, q, &off)) > 0)
+            memcpy(mine + off * s->es, s->buf + (first + off) * s->es, n * s->es);
+}
+
+static void reduce(shared *s, size_t j)
+{
+    size_t first, S, len = chunk_len(s, j, &first, &S), off;
+    size_t n = share_of(len, S, s->r, &off);
+    if (n == 0)
+        return;
+    const size_t es = s->es;
+    uint8_t *own = s->buf + (first + off) * es, *dst = slot(s, s->r, j) + off * es;
+    /* Ranks 0 and 1 fold in place into their buffer (the first fold reads
+     * its lines, so the stores hit the cache), then copy the result into
+     * the slot for the peers; the others fold into the slot (their own
+     * values are still needed after the first fold) and copy it back. */
+    uint8_t *acc = s->r <= 1 ? own : dst;
+#define X(q) ((q) == s->r ? (const uint8_t *)own : slot(s, (q), j) + off * es)
+    s->fn(acc, X(0), X(1), n);
+    for (int q = 2; q < s->n; q++)
+        s->fn(acc, acc, X(q), n);
+#undef X
+    if (s->op == DDP_AVG)
+        ddp__reduce_divide(acc, n, s->dt, s->n);
+    if (acc == own)
+        memcpy(dst, own, n * es);
+    else
+        memcpy(own, dst, n * es);
+}
+
+static void copy_out(shared *s, size_t j)
+{
+    size_t first, S, len = chunk_len(s, j, &first, &S), off, n;
+    for (int q = 0; q < s->n; q++)
+        if (q != s->r && (n = share_of(len, S, q, &off)) > 0)
+            memcpy(s->buf + (first + off) * s->es, slot(s, q, j) + off * s->es, n * s->es);
+}
+
+/* What this collective is, as a nonzero hash: ranks whose chunk numbers
+ * meet must be running the same one. */
+static uint64_t describe(const ddp__coll_ctx *c, const shared *s)
+{
+    const uint64_t v[4] = {c->seq, s->count, (uint64_t)s->dt << 8 | (uint64_t)s->op,
+                           s->slot_bytes};
+    uint64_t h = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < 4; i++) { /* splitmix64's finaliser over each word */
+        h ^= v[i];
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9u;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebu;
+        h ^= h >> 31;
+    }
+    return h | 1;
+}
+
+/* Before the first reduction reads the peers' slots: every peer has
+ * staged this collective's first chunk, so its descriptor is posted; a
+ * different one means the ranks' calls differ, and the slots hold data of
+ * another collective. */
+static int check_peers_agree(const shared *s, uint64_t desc)
+{
+    for (int q = 0; q < s->n; q++)
+        DDP_FAIL_IF(q != s->r &&
+                        atomic_load_explicit(&s->w->flag[q][F_DESC].v, memory_order_acquire) != desc,
+                    DDP_ERR_PROTOCOL,
+                    "shared-memory all_reduce: rank %d runs a different collective (do the "
+                    "ranks call the same collectives with the same counts, dtypes, ops and "
+                    "DDP_SHARED_CHUNK_BYTES?)",
+                    q);
+    return 0;
+}
+
+int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                          ddp_reduce_op op)
+{
+    const ddp__window *w = ddp__tp_window(c->tp);
+    DDP_FAIL_IF(!w, DDP_ERR_UNSUPPORTED,
+                "all_reduce algorithm 'shared' needs a shared window: the shm transport with "
+                "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
+                c->tp->vt->name, c->tp->vt->window ? " without a window" : "");
+    shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .count = count,
+                .es = ddp_dtype_size(dt), .dt = dt, .op = op, .fn = ddp__reduce_kernel(dt, op)};
+    /* Slots: K >= 2 of C bytes, C a multiple of n cache lines. */
+    size_t unit = (size_t)s.n * 64, want = c->shared_chunk;
+    if (want > w->bytes / 2)
+        want = w->bytes / 2;
+    s.slot_bytes = want / unit * unit;
+    DDP_FAIL_IF(s.slot_bytes == 0, DDP_ERR_INVALID_ARG,
+                "shared window of %zu bytes too small for %d ranks", w->bytes, s.n);
+    s.nslots = w->bytes / s.slot_bytes;
+    s.chunk = s.slot_bytes / s.es;
+    s.nchunks = (count + s.chunk - 1) / s.chunk;
+    /* Our own flags say how many chunks the window has seen (all equal at
+     * rest: every rank runs the same collectives). */
+    s.base = atomic_load_explicit(&w->flag[s.r][F_DONE].v, memory_order_relaxed);
+    const uint64_t desc = describe(c, &s);
+    ddp__tp_win_post(c->tp, F_DESC, desc); /* before the first COPIED */
+    while (s.done < s.nchunks) {
+        if (can_copy_out(&s) < 0) {
+            copy_out(&s, s.done++);
+            ddp__tp_win_post(c->tp, F_DONE, s.base + s.done);
+        } else if (can_reduce(&s) < 0) {
+            if (s.reduced == 0)
+                DDP_TRY(check_peers_agree(&s, desc));
+            reduce(&s, s.reduced++);
+            ddp__tp_win_post(c->tp, F_REDUCED, s.base + s.reduced);
+        } else if (can_copy_in(&s) < 0) {
+            copy_in(&s, s.copied++);
+            ddp__tp_win_post(c->tp, F_COPIED, s.base + s.copied);
+        } else {
+            DDP_TRY(ddp__tp_win_wait(c->tp, any_ready, &s, c->deadline));
+        }
+    }
+    return 0;
+}

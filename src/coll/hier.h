@@ -1,0 +1,40 @@
+/* Hierarchical collectives: for a group spread over several hosts, each
+ * host's ranks talk over a local transport (shared memory) and one leader
+ * per host (its lowest rank) talks to the other leaders over a second
+ * transport (tcp).  all_reduce, broadcast, reduce and barrier run in three
+ * phases (inside each host, among leaders, inside each host again); every
+ * other operation runs flat, on the group's own transport.  Steps, reduction
+ * order and costs: docs/hierarchical.md.  The transports are made by
+ * dist/hier.c; this file only uses the transport interface. */
+#ifndef DDP_COLL_HIER_H
+#define DDP_COLL_HIER_H
+
+#include <stdint.h>
+
+#include "coll/coll.h"
+
+typedef struct ddp__hier {
+    int rank, size;          /* in the whole group */
+    int nhosts, host;        /* hosts, and this rank's host index */
+    ddp__coll_ctx local;     /* this host's ranks; local.tp NULL when alone */
+    ddp__coll_ctx leaders;   /* one rank per host; leaders.tp NULL unless a leader */
+    int *host_of;            /* [size] host index of each rank */
+    int *local_index;        /* [size] index of each rank among its host's ranks */
+    int *local_ranks;        /* [local.size] group rank of each local rank */
+    int *leader_ranks;       /* [nhosts] group rank of each host's leader */
+    uint64_t runs[DDP__NUM_COLL]; /* operations run hierarchically, per kind */
+} ddp__hier;
+
+/* Runs one operation: hierarchically where it pays (all_reduce, broadcast,
+ * reduce, barrier), else on flat (the transport that connects every rank).
+ * seq, deadline, the all-reduce algorithm (the leaders') and the chunk size
+ * come from flat.  Errors name ranks by their group rank. */
+int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a);
+
+/* Rewrites the rank numbers of a sub-transport's message (in ddp_last_error)
+ * from its numbering to the group's (map[i] = group rank of its rank i) and
+ * prepends what; returns rc.  The reason quoted after "gave up: " is left
+ * alone unless it is the sub-transport's own ("rank N: ..."). */
+int ddp__hier_error(int rc, const int *map, int n, const char *what);
+
+#endif
