@@ -204,26 +204,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
-/* Maps the pages of [p, p+len) now, without changing a byte: a page's first
- * touch costs a fault of 10-30 us here, which the first few hundred small
- * messages through a fresh ring would otherwise pay one by one (a 4 KiB
- * all-reduce took 31 us instead of 1.3 until its ring had wrapped once).
- * Older kernels: a read of every page maps it too. */
-static void prefault(uint8_t *p, size_t len)
-{
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1);
-    size_t n = (size_t)((uintptr_t)p + len - a);
-    if (len == 0 || madvise((void *)a, n, MADV_POPULATE_WRITE) == 0)
-        return;
-    for (size_t off = 0; off < n; off += pg)
-        (void)*(volatile uint8_t *)(a + off);
-}
-
 /* Wakes rank r if it sleeps on its bell.  The fence orders our ring update
  * before the read of "sleeping"; the sleeper orders them the other way. */
 static void notify(shm *s, int r)
@@ -1360,12 +1340,7 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
         p->tx_data = s->map + o.data + (size_t)(rank * size + r) * ring;
         p->rx_ring = &ctl[r * size + rank];
         p->rx_data = s->map + o.data + (size_t)(r * size + rank) * ring;
-        if (r != rank) {
-            prefault(p->tx_data, ring);
-            prefault(p->rx_data, ring);
-        }
     }
-    prefault(s->map + o.win, (size_t)size * window); /* own slot written, peers' read */
     if (window) {
         s->win_slot = calloc((size_t)size, sizeof *s->win_slot);
         s->win_flag = calloc((size_t)size, sizeof *s->win_flag);
