@@ -165,12 +165,62 @@ static void test_env_caps_the_table(void **state)
                            "DDP_REDUCE_ISA='sse9': expected auto, avx512, avx2 or portable"));
 }
 
+/* AVG's division: a power-of-two divisor multiplies by its reciprocal;
+ * the bits must be those of the division, for every float32 and float64
+ * pattern (random bits: subnormals, infinities, NaNs). */
+static void test_divide_matches_division(void **state)
+{
+    (void)state;
+    enum { N = 1 << 16 };
+    uint32_t *f = malloc(N * sizeof *f);
+    uint64_t *d = malloc(N * sizeof *d);
+    assert_non_null(f);
+    assert_non_null(d);
+    const int divisors[] = {2, 3, 4, 8, 1024, 7};
+    for (size_t k = 0; k < sizeof divisors / sizeof *divisors; k++) {
+        int div = divisors[k];
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < N; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            f[i] = (uint32_t)(i < 64 ? i : x); /* the first ones: tiny subnormals */
+            d[i] = i < 64 ? i : x;
+        }
+        ddp__reduce_divide(f, N, DDP_FLOAT32, div);
+        ddp__reduce_divide(d, N, DDP_FLOAT64, div);
+        x = 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < N; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            uint32_t fb = (uint32_t)(i < 64 ? i : x);
+            uint64_t db = i < 64 ? i : x;
+            float fv;
+            double dv;
+            memcpy(&fv, &fb, 4);
+            memcpy(&dv, &db, 8);
+            volatile float fq = fv / (float)div;
+            volatile double dq = dv / (double)div;
+            float fr = fq;
+            double dr = dq;
+            if (fr == fr) /* NaN payloads may differ: a NaN stays a NaN */
+                assert_memory_equal(&f[i], &fr, 4);
+            else
+                assert_true(((f[i] >> 23) & 0xff) == 0xff && (f[i] & 0x7fffff));
+            if (dr == dr)
+                assert_memory_equal(&d[i], &dr, 8);
+            else
+                assert_true(((d[i] >> 52) & 0x7ff) == 0x7ff && (d[i] & 0xfffffffffffffull));
+        }
+    }
+    free(f);
+    free(d);
+}
+
 int main(void)
 {
     (void)ref_reduce; /* coll_ref.h's, for the collective tests */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tables_agree),
         cmocka_unit_test(test_env_caps_the_table),
+        cmocka_unit_test(test_divide_matches_division),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
