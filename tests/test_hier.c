@@ -366,6 +366,16 @@ static void test_messages_use_group_ranks(void **state)
                        "shm.c:4: rank 4 (pid 5) gave up: all_reduce #3 on rank 4: rank 1 died");
     /* Out of range or not a rank word: unchanged. */
     expect_translation("rank 9 and frank 1, ranks x", map, 3, "rank 9 and frank 1, ranks x");
+    /* A rank word with no room left in the 1 KiB message: it ends there
+     * (this looped forever once). */
+    const int wide[2] = {1000000, 2000000};
+    char longmsg[1100];
+    size_t len = 0;
+    while (len + 16 < sizeof longmsg - 1)
+        len += (size_t)snprintf(longmsg + len, sizeof longmsg - len, "rank 1 ");
+    ddp__error_restore(longmsg);
+    assert_int_equal(ddp__hier_error(DDP_ERR_PEER, wide, 2, "x"), DDP_ERR_PEER);
+    assert_non_null(strstr(ddp_last_error(), "rank 2000000 rank 2000000"));
 }
 
 /* ---- kill -9 ---------------------------------------------------------- */

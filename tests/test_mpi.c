@@ -152,6 +152,9 @@ static void test_async(void **state)
     assert_all_ok(2);
     assert_int_equal(mpirun(2, "DDP_MPI_THREAD=multiple", "async"), 0);
     assert_all_ok(2);
+    /* Rank 0 alone asks for poll mode: the group agrees on it, no hang. */
+    assert_int_equal(mpirun(3, "", "mixed"), 0);
+    assert_all_ok(3);
 }
 
 static void test_subgroup(void **state)

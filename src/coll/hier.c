@@ -91,7 +91,10 @@ int ddp__hier_error(int rc, const int *map, int n, const char *what)
     int translate = 1;
     while (*s && o + 1 < sizeof out) {
         if (translate && at_rank_word(msg, s)) {
-            o += put_ranks(&s, out + o, sizeof out - o, map, n);
+            size_t w = put_ranks(&s, out + o, sizeof out - o, map, n);
+            if (w == 0) /* no room left for the rank word: the message ends here */
+                break;
+            o += w;
             continue;
         }
         if (translate && strncmp(s, "gave up: ", 9) == 0) {

@@ -35,6 +35,7 @@
 
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__)) && !defined(DDP_NO_CLONES)
 #define HAVE_X86_ISA 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define T_AVX2 __attribute__((target("avx2,f16c")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")))
@@ -223,7 +224,12 @@ const char *ddp__reduce_isa_name(int isa)
 int ddp__reduce_isa_best(void)
 {
 #if HAVE_X86_ISA
-    /* (Every CPU with AVX2 has F16C; clang cannot ask for it by name.) */
+    /* Both tables convert float16 with F16C; hardware has it wherever it has
+     * AVX2, but a hypervisor may hide it, and clang cannot ask
+     * __builtin_cpu_supports for it by name: CPUID leaf 1, ECX bit 29. */
+    unsigned a, b, c = 0, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C))
+        return DDP__ISA_PORTABLE;
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))

@@ -18,8 +18,9 @@
  *   under its rank's lock while waiting for the other's, would deadlock):
  *   the first one of the process; subgroups, and groups created while
  *   another is alive, run in poll mode (the lock is held only inside
- *   MPI_Test).  The mode is fixed at creation, the same on every rank: MPI
- *   does not match a blocking collective with a non-blocking one.
+ *   MPI_Test).  The mode is fixed at creation and agreed by all ranks of
+ *   the communicator (poll if any rank wants it): MPI does not match a
+ *   blocking collective with a non-blocking one.
  *   DDP_MPI_THREAD=multiple asks for the full level (no lock, blocking
  *   calls in every group).
  * - Dtypes.  float32/64, int32/64, uint8 map to MPI types and built-in ops;
@@ -514,6 +515,28 @@ static void mpi_destroy(void *impl)
     pthread_mutex_unlock(&mpi_mu);
 }
 
+static int wait_setup(MPI_Request *req, double deadline, const char *what);
+
+/* Under mpi_mu: every rank of the new communicator takes poll mode if any
+ * wants it.  The wishes are local (this process's live communicators, its
+ * environment), and MPI never matches a blocking collective with a
+ * non-blocking one: a mode that differed between ranks would hang. */
+static int agree_on_mode(mpi_backend *b, double deadline)
+{
+    int mine = b->poll, any = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int e = MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_LOR, b->comm, &req);
+    if (e != MPI_SUCCESS)
+        return mpi_fail(DDP_ERR_SYSTEM, e, "MPI_Iallreduce (progress mode)");
+    int rc = wait_setup(&req, deadline, "MPI_Iallreduce (progress mode)");
+    if (rc < 0) {
+        b->abandoned = 1; /* the request is still in flight on b->comm */
+        return rc;
+    }
+    b->poll = any;
+    return 0;
+}
+
 /* Under mpi_mu, MPI initialised: a backend over comm (taken); sub: comm is
  * a subgroup's. */
 static int backend_new(MPI_Comm comm, int sub, double timeout_s, void **impl)
@@ -558,6 +581,7 @@ static int backend_new(MPI_Comm comm, int sub, double timeout_s, void **impl)
     long spin = s && *s ? atol(s) : DEFAULT_SPIN_US;
     DDP_FAIL_OUT(spin < 0, DDP_ERR_INVALID_ARG, "DDP_MPI_SPIN_US='%s' must be >= 0", s);
     b->spin_s = (double)spin * 1e-6;
+    DDP_TRY_OUT(agree_on_mode(b, ddp_time_now() + timeout_s));
     *impl = b;
     b = NULL;
 out:

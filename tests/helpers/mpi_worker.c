@@ -330,6 +330,15 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "matrix";
     ddp_pg_t *pg = NULL;
+    /* "mixed": only the first rank asks for poll mode; the group must agree
+     * on one mode (a blocking collective never matches a non-blocking one). */
+    const char *wr = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK")
+                                                      : getenv("PMI_RANK");
+    if (strcmp(mode, "mixed") == 0) {
+        if (wr && strcmp(wr, "0") == 0)
+            setenv("DDP_MPI_PROGRESS", "poll", 1);
+        mode = "async";
+    }
     double timeout = strcmp(mode, "timeout") == 0 ? 2.0 : 60.0;
     if (strcmp(mode, "mismatch") == 0) {
         /* a world size MPI does not have, then a rank that is not ours */
