@@ -137,7 +137,8 @@ DDP_API int ddp_ddp_register_comm_hook(ddp_ddp_t *dm, const ddp_comm_hook *hook)
  * Gradients are averaged over the whole group (PyTorch's
  * divide_by_initial_world_size).  With throw_on_early_termination, the
  * first rank to run out makes every rank's next ddp_ddp_forward fail with
- * DDP_ERR_STATE instead.  Not combinable with no_sync. */
+ * DDP_ERR_STATE instead.  Works with no_sync: joined ranks shadow only the
+ * iterations whose backward reduces. */
 DDP_API int ddp_ddp_join_enable(ddp_ddp_t *dm, int enable, int throw_on_early_termination);
 DDP_API int ddp_ddp_join(ddp_ddp_t *dm);
 

@@ -587,19 +587,27 @@ int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
 
 /* ==== join ================================================================ */
 
-static int join_flag(ddp_ddp_t *dm, int32_t mine, int32_t *total)
+/* The join protocol's per-iteration all-reduce: each rank adds 1 if it
+ * still trains, plus JOIN_SYNC if this iteration's backward reduces
+ * gradients (not no_sync), so that joined ranks shadow exactly the
+ * iterations that reduce (PyTorch all-reduces require_backward_grad_sync the
+ * same way).  Splits the sum into active and syncing ranks. */
+#define JOIN_SYNC (1 << 16)
+static int join_flag(ddp_ddp_t *dm, int active, int sync, int32_t *nactive, int32_t *nsync)
 {
-    *total = mine;
-    return ddp_all_reduce(dm->pg, total, 1, DDP_INT32, DDP_SUM);
+    int32_t total = (active ? 1 : 0) + (active && sync ? JOIN_SYNC : 0);
+    DDP_TRY(ddp_all_reduce(dm->pg, &total, 1, DDP_INT32, DDP_SUM));
+    *nactive = total % JOIN_SYNC;
+    *nsync = total / JOIN_SYNC;
+    return 0;
 }
 
 int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
 {
     DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_forward: NULL module");
     if (dm->join_enabled) {
-        DDP_FAIL_IF(dm->no_sync, DDP_ERR_STATE, "DDP: join cannot be combined with no_sync");
-        int32_t active;
-        DDP_TRY(join_flag(dm, 1, &active));
+        int32_t active, syncing;
+        DDP_TRY(join_flag(dm, 1, !dm->no_sync, &active, &syncing));
         DDP_FAIL_IF(dm->join_throw && active < ddp_pg_size(dm->pg), DDP_ERR_STATE,
                     "DDP: %d of %d ranks ran out of data (throw_on_early_termination)",
                     ddp_pg_size(dm->pg) - active, ddp_pg_size(dm->pg));
@@ -638,21 +646,23 @@ int ddp_ddp_join(ddp_ddp_t *dm)
 {
     DDP_FAIL_IF(!dm || !dm->join_enabled, DDP_ERR_STATE,
                 "ddp_ddp_join: join is not enabled (ddp_ddp_join_enable on every rank first)");
-    int shadows = 0;
+    int waited = 0; /* others still trained after this rank joined */
     for (;;) {
-        int32_t active;
-        DDP_TRY(join_flag(dm, 0, &active));
+        int32_t active, syncing;
+        DDP_TRY(join_flag(dm, 0, 0, &active, &syncing));
         if (active == 0)
             break;
         DDP_FAIL_IF(dm->join_throw, DDP_ERR_STATE,
                     "DDP: this rank ran out of data while %d ranks still train "
                     "(throw_on_early_termination)",
                     active);
+        waited = 1;
+        if (syncing == 0) /* the others accumulate locally (no_sync): nothing to shadow */
+            continue;
         DDP_TRY(shadow_iteration(dm));
-        shadows++;
     }
     /* The model of the highest rank that trained to the end goes to all. */
-    int32_t src = shadows == 0 ? ddp_pg_rank(dm->pg) : -1;
+    int32_t src = waited ? -1 : ddp_pg_rank(dm->pg);
     DDP_TRY(ddp_all_reduce(dm->pg, &src, 1, DDP_INT32, DDP_MAX));
     size_t n;
     float *block = ddp_model_param_block(dm->model, &n);
