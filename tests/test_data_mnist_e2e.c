@@ -13,26 +13,12 @@
 #include <sys/wait.h>
 
 #include "data_fixture.h"
+#include "mnist_output.h"
 
 typedef struct run_result {
     int status;     /* exit status, or -1 if it did not exit normally */
     char *out, *err;
 } run_result;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
 
 /* Runs ddp-mnist with args (a shell word list) in scratch folder dir. */
 static run_result run(const char *dir, const char *args)
@@ -77,12 +63,6 @@ static void lines_starting(const char *s, const char *prefix, char *dst, size_t 
         }
         p = nl ? nl + 1 : NULL;
     }
-}
-
-static double accuracy(const char *out)
-{
-    const char *p = strstr(out, "Test accuracy: ");
-    return p ? strtod(p + strlen("Test accuracy: "), NULL) : -1.0;
 }
 
 static void test_fashion_mnist_one_epoch(void **state)

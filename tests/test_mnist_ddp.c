@@ -17,27 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mnist_output.h"
+
 static char dir[64], bin[1024], ddprun[1024];
 
 typedef struct {
     int status; /* exit status, -1 when killed */
     char *out;  /* stdout and stderr together */
 } result;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
 
 /* Runs a shell command (at most 600 s), output to dir/log. */
 static result sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -66,12 +53,6 @@ static int free_port(void)
     assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
     close(fd);
     return ntohs(a.sin_port);
-}
-
-static double accuracy(const char *out)
-{
-    const char *p = strstr(out, "Test accuracy: ");
-    return p ? atof(p + strlen("Test accuracy: ")) : -1;
 }
 
 static int same_files(const char *a, const char *b)
