@@ -868,18 +868,24 @@ static int timeout_error(shm *s, ddp__req *const *reqs, int n, double waited)
 }
 
 /* Sleeps on this rank's bell until a peer rings it or `s` seconds pass. */
-static void nap(shm *s, double secs)
+/* Sleeps on this rank's bell for at most secs, unless done(arg) says the
+ * wait is over after "sleeping" is announced: a peer that posts then (its
+ * write, its fence, its look at "sleeping") either sees the flag and wakes
+ * us, or was seen by done(). */
+static void nap(shm *s, double secs, int (*done)(void *arg), void *arg)
 {
     seg_bell *b = &s->bells[s->base.rank];
     uint32_t v = atomic_load_explicit(&b->word, memory_order_acquire);
     atomic_store_explicit(&b->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (!progress_all(s)) {
+    if (!done(arg)) {
         struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
         futex(&b->word, FUTEX_WAIT, v, &ts);
     }
     atomic_store_explicit(&b->sleeping, 0, memory_order_relaxed);
 }
+
+static int moved(void *arg) { return progress_all(arg); }
 
 static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, int flags)
 {
@@ -935,7 +941,7 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
         if (unhold_all(s))
             continue;
         double left = deadline - now;
-        nap(s, left < SLEEP_MAX_S ? left : SLEEP_MAX_S);
+        nap(s, left < SLEEP_MAX_S ? left : SLEEP_MAX_S, moved, s);
     }
 }
 
@@ -1023,6 +1029,17 @@ static const peer *win_down(shm *s)
     return failed_peer(s); /* deaths first */
 }
 
+typedef struct {
+    int (*ready)(void *arg); /* the window wait's condition: < 0 when met */
+    void *arg;
+} win_cond;
+
+static int win_met(void *arg)
+{
+    const win_cond *c = arg;
+    return c->ready(c->arg) < 0;
+}
+
 static int shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double deadline)
 {
     shm *s = (shm *)tp;
@@ -1059,16 +1076,9 @@ static int shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double 
          * with the yield phase, 5.9 without). */
         if (now - start < s->spin_s)
             continue;
-        seg_bell *b = &s->bells[s->base.rank];
-        uint32_t v = atomic_load_explicit(&b->word, memory_order_acquire);
-        atomic_store_explicit(&b->sleeping, 1, memory_order_relaxed);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (ready(arg) >= 0) {
-            double left = deadline - now, secs = left < SLEEP_MAX_S ? left : SLEEP_MAX_S;
-            struct timespec ts = {0, (long)(secs * 1e9)};
-            futex(&b->word, FUTEX_WAIT, v, &ts);
-        }
-        atomic_store_explicit(&b->sleeping, 0, memory_order_relaxed);
+        win_cond c = {ready, arg};
+        double left = deadline - now;
+        nap(s, left < SLEEP_MAX_S ? left : SLEEP_MAX_S, win_met, &c);
     }
 }
 
