@@ -3,6 +3,7 @@
 #ifndef DDP_TESTS_DIST_UTIL_H
 #define DDP_TESTS_DIST_UTIL_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,20 @@ __attribute__((unused)) static void *shared_page(size_t bytes)
 __attribute__((unused)) static int contains(const char *hay, const char *needle)
 {
     return hay && strstr(hay, needle) != NULL;
+}
+
+/* Number of /dev/shm entries whose name starts with prefix. */
+__attribute__((unused)) static int shm_entries(const char *prefix)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
 }
 
 #endif

@@ -49,20 +49,6 @@ static int open_fds(void)
     return n;
 }
 
-/* Number of /dev/shm entries whose name starts with prefix. */
-static int shm_entries(const char *prefix)
-{
-    DIR *d = opendir("/dev/shm");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-    closedir(d);
-    return n;
-}
-
 static void set_host(const char *layout, int rank)
 {
     char id[16];

@@ -36,20 +36,6 @@ static const char *transport_of(ddp_pg_t *pg)
     return tp ? tp->vt->name : "none";
 }
 
-/* Number of /dev/shm entries whose name starts with prefix. */
-static int shm_entries(const char *prefix)
-{
-    DIR *d = opendir("/dev/shm");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-    closedir(d);
-    return n;
-}
-
 /* ---- selection -------------------------------------------------------- */
 
 typedef struct sel_arg {

@@ -31,6 +31,7 @@ static void usage(const char *argv0)
             "all_to_all|barrier]\n"
             "          [--op sum] [--dtype float32] [--min-bytes 4] [--max-bytes 64M]\n"
             "          [--step-factor 2] [--iters 50] [--warmup 5] [--timeout 60] [--json]\n"
+            "          [--symmetric]\n"
             "Rank and world size default to RANK and WORLD_SIZE; the init method to env://.\n",
             argv0);
 }
@@ -73,7 +74,7 @@ static int run_once(ddp_pg_t *pg, int coll, void *a, void *b, size_t count, ddp_
 
 int main(int argc, char **argv)
 {
-    int rank = -1, world = -1, iters = 50, warmup = 5, json = 0, coll = C_AR;
+    int rank = -1, world = -1, iters = 50, warmup = 5, json = 0, coll = C_AR, sym = 0;
     const char *init = "env://", *backend = "tcp", *opname = "sum", *dtname = "float32";
     size_t min_bytes = 4, max_bytes = 64u << 20;
     double factor = 2, timeout = 60;
@@ -85,7 +86,8 @@ int main(int argc, char **argv)
         {"iters", required_argument, 0, 'n'},       {"warmup", required_argument, 0, 'W'},
         {"json", no_argument, 0, 'j'},              {"collective", required_argument, 0, 'c'},
         {"step-factor", required_argument, 0, 'f'}, {"timeout", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+        {"symmetric", no_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -100,6 +102,7 @@ int main(int argc, char **argv)
         case 'n': iters = atoi(optarg); break;
         case 'W': warmup = atoi(optarg); break;
         case 'j': json = 1; break;
+        case 's': sym = 1; break;
         case 'f': factor = atof(optarg); break;
         case 't': timeout = atof(optarg); break;
         case 'c':
@@ -134,7 +137,13 @@ int main(int argc, char **argv)
     world = ddp_pg_size(pg);
     size_t es = ddp_dtype_size(dt);
     size_t cap = (max_bytes / es + 1) * es * (size_t)world;
-    char *a = malloc(cap), *b = malloc(cap);
+    char *a = NULL, *b = malloc(cap);
+    if (sym && ddp_pg_symmetric_alloc(pg, cap, (void **)&a) < 0) { /* dist.h */
+        fprintf(stderr, "symmetric_alloc: %s\n", ddp_last_error());
+        return 1;
+    }
+    if (!sym)
+        a = malloc(cap);
     double *t = malloc(sizeof *t * (size_t)iters);
     if (!a || !b || !t) {
         fprintf(stderr, "out of memory\n");
@@ -145,6 +154,8 @@ int main(int argc, char **argv)
     if (rank == 0 && !json)
         printf("# %s %s %s, %d ranks, backend %s\n# bytes median_us busbw_GBps\n",
                coll_names[coll], dtname, opname, world, backend);
+    if (rank == 0 && !json && sym)
+        printf("# buffers in symmetric memory\n");
     if (rank == 0 && json)
         printf("[");
     int first = 1, rc = 0;
@@ -196,7 +207,10 @@ int main(int argc, char **argv)
     }
     if (rank == 0 && json)
         printf("\n]\n");
-    free(a);
+    if (sym)
+        ddp_pg_symmetric_free(pg, a);
+    else
+        free(a);
     free(b);
     free(t);
     ddp_pg_destroy(pg);

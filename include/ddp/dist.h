@@ -108,6 +108,22 @@ DDP_API double ddp_pg_timeout(const ddp_pg_t *pg);
  * thread.  Caller destroys *out (before pg). */
 DDP_API int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out);
 
+/* Symmetric memory: bytes (> 0) of zeroed, 64-byte aligned memory that
+ * the group's collectives may read straight from the peers that share this
+ * host, as PyTorch's SymmetricMemory or OpenSHMEM's symmetric heap: an
+ * all-reduce on a buffer inside it skips the staging copy (DDP keeps its
+ * gradient buckets there).  Collective: every rank calls it with the same
+ * bytes, in the same order relative to the group's collectives; it runs
+ * once the group's queued operations are done.  Where the group cannot
+ * share memory (tcp between hosts, mpi, a group of one, /dev/shm full on
+ * some rank) it returns private memory: callers need no other path.  The
+ * memory stays valid until ddp_pg_symmetric_free, which every rank calls
+ * (before ddp_pg_destroy).  Fails only when a peer fails or the group's
+ * timeout passes (the group is then broken, as after a failed collective). */
+DDP_API int ddp_pg_symmetric_alloc(ddp_pg_t *pg, size_t bytes, void **out);
+/* Frees memory from ddp_pg_symmetric_alloc (local; NULL is a no-op). */
+DDP_API void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p);
+
 /* Backends registered ("tcp", ...): NULL-terminated list of names. */
 DDP_API const char *const *ddp_backend_names(void);
 

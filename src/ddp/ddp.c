@@ -253,18 +253,24 @@ static int apply_layout(ddp_ddp_t *dm, const int *order)
     size_t cap = (size_t)(dm->opts.bucket_cap_mb * MIB);
     DDP_TRY(ddp__bucket_layout_build(dm->numel, dm->nparams, order, first, cap, sizeof(float),
                                      &l));
-    int rc = 0;
-    float *grads = ddp__calloc_aligned(l.total_numel * sizeof(float));
+    /* The buckets live in the group's symmetric memory: on one host the
+     * all-reduce then reads the peers' buckets in place (dist.h). */
+    void *block = NULL;
+    int rc = ddp_pg_symmetric_alloc(dm->pg, (l.total_numel ? l.total_numel : 1) * sizeof(float),
+                                    &block);
+    float *grads = block;
     ddp_work_t **works = calloc((size_t)l.nbuckets + 1, sizeof *works);
     unsigned char *launched = calloc((size_t)l.nbuckets + 1, 1);
     ddp__bucket_tracker tr = {0};
-    DDP_FAIL_OUT(!grads || !works || !launched, DDP_ERR_NOMEM,
-                 "DDP: out of memory for %zu gradient floats", l.total_numel);
+    if (rc < 0)
+        goto out;
+    DDP_FAIL_OUT(!works || !launched, DDP_ERR_NOMEM, "DDP: out of memory for %d buckets",
+                 l.nbuckets);
     for (int i = 0; i < dm->nparams; i++)
         DDP_TRY_OUT(ddp_param_set_grad(dm->params[i], grads + l.offset[i]));
     ddp__bucket_layout_free(&dm->layout);
     ddp__bucket_tracker_free(&dm->tracker);
-    ddp__free_aligned(dm->grads);
+    ddp_pg_symmetric_free(dm->pg, dm->grads);
     free(dm->works);
     free(dm->launched);
     memcpy(dm->order, order, (size_t)dm->nparams * sizeof *order);
@@ -284,7 +290,7 @@ out:
     for (int i = 0; i < dm->nparams && dm->grads; i++)
         ddp_param_set_grad(dm->params[i], dm->grads + dm->layout.offset[i]);
     ddp__bucket_layout_free(&l);
-    ddp__free_aligned(grads);
+    ddp_pg_symmetric_free(dm->pg, grads);
     free(works);
     free(launched);
     return rc;
@@ -789,7 +795,7 @@ void ddp_ddp_destroy(ddp_ddp_t *dm)
     }
     ddp__bucket_tracker_free(&dm->tracker);
     ddp__bucket_layout_free(&dm->layout);
-    ddp__free_aligned(dm->grads);
+    ddp_pg_symmetric_free(dm->pg, dm->grads);
     ddp__free_aligned(dm->half);
     free(dm->works);
     free(dm->launched);

@@ -1,10 +1,12 @@
 /* Backend registry and the transport-backed backends; see backend.h. */
 #include "dist/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "dist/hier.h"
 #include "transport/select.h"
 #include "transport/shm.h"
@@ -106,6 +108,71 @@ static int tp_set_option(void *impl, const char *key, const char *value)
     return DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown option '%s'", key);
 }
 
+/* One step's outcome, exchanged: the first rank whose step failed, -1
+ * when none did; < 0 (error set) when the exchange itself failed. */
+static int first_failed(tp_backend *b, int ok, uint64_t seq, double deadline, int *who)
+{
+    uint8_t mine = (uint8_t)ok, *all = calloc((size_t)b->ctx.size, 1);
+    DDP_FAIL_IF(!all, DDP_ERR_NOMEM, "out of memory");
+    b->ctx.seq = seq;
+    b->ctx.deadline = deadline;
+    ddp__coll_args a = {.kind = DDP__ALL_GATHER, .send = &mine, .recv = all, .count = 1,
+                        .dtype = DDP_UINT8};
+    int rc = ddp__coll_run(&b->ctx, &a);
+    *who = -1;
+    for (int q = 0; rc == 0 && q < b->ctx.size && *who < 0; q++)
+        if (!all[q])
+            *who = q;
+    free(all);
+    return rc;
+}
+
+/* Symmetric memory on a shared-memory group: make, exchange, map,
+ * exchange, seal (transport/symmetric.h).  A rank that cannot make or map
+ * its part (/dev/shm full, say) makes every rank fall back to private
+ * memory rather than fail: the memory is only faster, never required. */
+static int tp_sym_alloc(void *impl, size_t bytes, uint64_t seq, double deadline, void **out)
+{
+    tp_backend *b = impl;
+    ddp__tp *tp = b->tp;
+    *out = NULL;
+    if (b->hier || !tp->vt->sym_make || b->ctx.size < 2)
+        return 0;
+    void *mine = NULL;
+    char why[512] = "";
+    int who, ok = tp->vt->sym_make(tp, bytes, &mine) == 0;
+    if (!ok)
+        snprintf(why, sizeof why, "%s", ddp_last_error());
+    int rc = first_failed(b, ok, seq, deadline, &who);
+    if (rc == 0 && who < 0) {
+        ok = tp->vt->sym_map(tp, mine) == 0;
+        if (!ok)
+            snprintf(why, sizeof why, "%s", ddp_last_error());
+        rc = first_failed(b, ok, seq + 1, deadline, &who);
+    }
+    if (rc == 0 && who < 0) {
+        tp->vt->sym_seal(tp, mine);
+        *out = mine;
+        return 0;
+    }
+    if (mine)
+        tp->vt->sym_drop(tp, mine);
+    if (rc < 0)
+        return rc;
+    if (who == b->ctx.rank)
+        DDP_WARN("rank %d: no symmetric memory, using private memory: %s", who, why);
+    else
+        DDP_INFO("rank %d: no symmetric memory (rank %d could not share), using private memory",
+                 b->ctx.rank, who);
+    return 0;
+}
+
+static int tp_sym_free(void *impl, void *p)
+{
+    ddp__tp *tp = ((tp_backend *)impl)->tp;
+    return tp->vt->sym_drop ? tp->vt->sym_drop(tp, p) : 0;
+}
+
 static ddp__tp *tp_transport(void *impl) { return ((tp_backend *)impl)->tp; }
 
 const ddp__hier *ddp__backend_hier(const ddp__backend *be, void *impl)
@@ -116,7 +183,8 @@ const ddp__hier *ddp__backend_hier(const ddp__backend *be, void *impl)
 /* ---- the registry ---- */
 
 static const ddp__backend backends[] = {
-    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport, NULL, NULL},
+    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport, NULL, NULL,
+     tp_sym_alloc, tp_sym_free},
 };
 #ifdef DDP_HAVE_MPI
 static const char *const backend_names[] = {"tcp", "mpi", NULL};

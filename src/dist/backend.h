@@ -34,6 +34,13 @@ typedef struct ddp__backend {
      * n parent ranks listed.  NULL: create() over the store, sub-prefix. */
     int (*create_sub)(void *parent, const int *ranks, int n, int me, double timeout_s,
                       void **impl);
+    /* Symmetric memory (ddp_pg_symmetric_alloc), run by the executor; may
+     * be NULL.  Collective: bytes on every rank, seq and seq + 1 numbering
+     * its two exchanges.  *out NULL (and 0) when this group cannot share
+     * memory: the caller then allocates private memory. */
+    int (*sym_alloc)(void *impl, size_t bytes, uint64_t seq, double deadline, void **out);
+    /* Local: frees p when it is this group's symmetric memory (1), else 0. */
+    int (*sym_free)(void *impl, void *p);
 } ddp__backend;
 
 /* The MPI backend (backend_mpi.c), compiled when the build found MPI

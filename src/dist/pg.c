@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "coll/coll.h"
@@ -206,6 +207,7 @@ static int submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
         pg->busy = 0;
         if (pg->head)
             pthread_cond_signal(&pg->cv_work);
+        pthread_cond_broadcast(&pg->cv_done); /* for become_executor */
         pthread_mutex_unlock(&pg->mu);
         if (rc < 0) /* execute left the message on this thread */
             return rc;
@@ -394,6 +396,87 @@ struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg)
 const struct ddp__hier *ddp__pg_hier(ddp_pg_t *pg)
 {
     return pg ? ddp__backend_hier(pg->be, pg->impl) : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Symmetric memory                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Under mu: waits until nothing is queued or running (each queued
+ * operation is bounded by its deadline), then takes the executor's place. */
+static void become_executor(ddp_pg_t *pg)
+{
+    while (pg->head || pg->busy)
+        pthread_cond_wait(&pg->cv_done, &pg->mu);
+    pg->busy = 1;
+}
+
+static void leave_executor(ddp_pg_t *pg)
+{
+    pg->busy = 0;
+    if (pg->head)
+        pthread_cond_signal(&pg->cv_work);
+    pthread_cond_broadcast(&pg->cv_done);
+}
+
+/* The backend's part of ddp_pg_symmetric_alloc, as the executor. */
+static int sym_alloc(ddp_pg_t *pg, size_t bytes, void **p)
+{
+    pthread_mutex_lock(&pg->mu);
+    become_executor(pg);
+    int rc = pg->broken ? pg->broken_rc : 0;
+    char msg[MSG_LEN];
+    snprintf(msg, sizeof msg, "process group already failed: %.960s", pg->broken_msg);
+    uint64_t seq = pg->next_seq;
+    pg->next_seq += 2; /* the allocation's two exchanges */
+    pthread_mutex_unlock(&pg->mu);
+    if (rc == 0) {
+        rc = pg->be->sym_alloc(pg->impl, bytes, seq, ddp_time_now() + pg->timeout_s, p);
+        if (rc < 0) {
+            ddp__error_context(rc, "symmetric_alloc (%zu bytes) on rank %d", bytes, pg->rank);
+            snprintf(msg, sizeof msg, "%s", ddp_last_error());
+            pg->be->abort(pg->impl, rc, msg);
+        }
+    }
+    pthread_mutex_lock(&pg->mu);
+    if (rc < 0)
+        mark_broken(pg, rc, msg);
+    leave_executor(pg);
+    pthread_mutex_unlock(&pg->mu);
+    return rc < 0 ? DDP_ERROR(rc, "%s", msg) : 0;
+}
+
+int ddp_pg_symmetric_alloc(ddp_pg_t *pg, size_t bytes, void **out)
+{
+    DDP_FAIL_IF(!pg || !out, DDP_ERR_INVALID_ARG, "ddp_pg_symmetric_alloc: NULL argument");
+    *out = NULL;
+    DDP_FAIL_IF(bytes == 0, DDP_ERR_INVALID_ARG, "ddp_pg_symmetric_alloc: 0 bytes");
+    void *p = NULL;
+    if (pg->be->sym_alloc)
+        DDP_TRY(sym_alloc(pg, bytes, &p));
+    if (!p)
+        p = ddp__calloc_aligned(bytes);
+    DDP_FAIL_IF(!p, DDP_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    *out = p;
+    return 0;
+}
+
+void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p)
+{
+    if (!p)
+        return;
+    int freed = 0;
+    if (pg && pg->be->sym_free) {
+        pthread_mutex_lock(&pg->mu);
+        become_executor(pg); /* the executor may be looking the memory up */
+        pthread_mutex_unlock(&pg->mu);
+        freed = pg->be->sym_free(pg->impl, p);
+        pthread_mutex_lock(&pg->mu);
+        leave_executor(pg);
+        pthread_mutex_unlock(&pg->mu);
+    }
+    if (!freed)
+        ddp__free_aligned(p);
 }
 
 int ddp_pg_rank(const ddp_pg_t *pg) { return pg ? pg->rank : -1; }

@@ -49,6 +49,7 @@
 #include "transport/handshake.h"
 #include "transport/net.h"
 #include "transport/rendezvous.h"
+#include "transport/symmetric.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -168,6 +169,7 @@ typedef struct shm {
     double last_check;
     volatile uint64_t probe; /* read by peers' CMA probes */
     char name[64];
+    ddp__sym_set *sym;  /* symmetric memory (NULL for a group of one) */
 } shm;
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -982,6 +984,7 @@ static void shm_destroy(ddp__tp *tp)
         }
         free_unexp(p->ux_head);
     }
+    ddp__sym_set_destroy(s->sym);
     if (s->map)
         munmap(s->map, s->map_len);
     free(s->win_slot);
@@ -1082,6 +1085,30 @@ static int shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double 
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* Symmetric memory (transport/symmetric.c)                             */
+/* ------------------------------------------------------------------ */
+
+static int shm_sym_make(ddp__tp *tp, size_t len, void **mine)
+{
+    shm *s = (shm *)tp;
+    DDP_FAIL_IF(!s->sym, DDP_ERR_UNSUPPORTED, "symmetric memory needs a group of 2 or more ranks");
+    return ddp__sym_make(s->sym, len, mine);
+}
+
+static int shm_sym_map(ddp__tp *tp, void *mine) { return ddp__sym_map(((shm *)tp)->sym, mine); }
+static void shm_sym_seal(ddp__tp *tp, void *mine) { ddp__sym_seal(((shm *)tp)->sym, mine); }
+static int shm_sym_drop(ddp__tp *tp, void *mine)
+{
+    shm *s = (shm *)tp;
+    return s->sym ? ddp__sym_drop(s->sym, mine) : 0;
+}
+
+static uint8_t *const *shm_sym_find(ddp__tp *tp, const void *p, size_t len, size_t *off)
+{
+    return ddp__sym_find(((shm *)tp)->sym, p, len, off);
+}
+
 static const ddp__tp_vtable shm_vtable = {
     .name = "shm",
     .isend = shm_isend,
@@ -1092,6 +1119,11 @@ static const ddp__tp_vtable shm_vtable = {
     .window = shm_window,
     .win_post = shm_win_post,
     .win_wait = shm_win_wait,
+    .sym_make = shm_sym_make,
+    .sym_map = shm_sym_map,
+    .sym_seal = shm_sym_seal,
+    .sym_drop = shm_sym_drop,
+    .sym_find = shm_sym_find,
 };
 
 /* ------------------------------------------------------------------ */
@@ -1393,6 +1425,7 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
     DDP_TRY_OUT(seg_barrier(s, has_probed, deadline, "finish shared-memory setup", timeout_s));
     for (int r = 0; r < size; r++)
         s->peers[r].cma = atomic_load_explicit(&s->slots[r].cma, memory_order_acquire) == 1;
+    DDP_TRY_OUT(ddp__sym_set_create(s->name, rank, size, &s->sym));
     DDP_DEBUG("shm rank %d: segment %s, %zu bytes, ring %zu, cma %d", rank, s->name, len, ring,
               s->peers[(rank + 1) % size].cma);
     *out = &s->base;

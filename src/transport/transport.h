@@ -74,6 +74,21 @@ typedef struct ddp__tp_vtable {
      * of the group dies, gives up or leaves (the transport then stays
      * failed, as after wait). */
     int (*win_wait)(ddp__tp *tp, int (*ready)(void *arg), void *arg, double deadline);
+
+    /* ---- optional: symmetric memory (shm; NULL elsewhere) ----
+     * Allocations every rank makes at the same point, each rank's region
+     * mapped by every rank (transport/symmetric.h): the steps of one
+     * allocation, each local, which the caller separates by an exchange of
+     * their outcomes, dropping the allocation everywhere when a rank failed
+     * (dist/backend.c). */
+    int (*sym_make)(ddp__tp *tp, size_t len, void **mine);
+    int (*sym_map)(ddp__tp *tp, void *mine);
+    void (*sym_seal)(ddp__tp *tp, void *mine);
+    /* 1 when mine was an allocation (now unmapped here), else 0. */
+    int (*sym_drop)(ddp__tp *tp, void *mine);
+    /* Every rank's region of the sealed allocation holding [p, p + len) of
+     * this rank's memory, p at *off in each; NULL when p is not in one. */
+    uint8_t *const *(*sym_find)(ddp__tp *tp, const void *p, size_t len, size_t *off);
 } ddp__tp_vtable;
 
 /* The shared window of a transport that has one (see the vtable). */
@@ -142,6 +157,14 @@ static inline void ddp__tp_abort(ddp__tp *tp, int code, const char *why)
 static inline const ddp__window *ddp__tp_window(ddp__tp *tp)
 {
     return tp->vt->window ? tp->vt->window(tp) : NULL;
+}
+
+/* The regions of symmetric memory holding [p, p + len), or NULL (see the
+ * vtable). */
+static inline uint8_t *const *ddp__tp_sym_find(ddp__tp *tp, const void *p, size_t len,
+                                               size_t *off)
+{
+    return tp->vt->sym_find ? tp->vt->sym_find(tp, p, len, off) : NULL;
 }
 
 static inline void ddp__tp_win_post(ddp__tp *tp, int k, uint64_t v)
