@@ -15,7 +15,9 @@
  *          gradient computed in row chunks, its bucket reduced piece by piece
  *          (tail_min_piece_mb F: the library's default unless given).
  * Each of R rounds (default 3) runs N steps of each of the four, so that
- * the machine's noise falls on all alike.  Rank 0 prints the medians and
+ * the machine's noise falls on all alike.  Rank 0 prints the medians (each
+ * the slowest rank's: ranks on a shared machine run at different speeds
+ * for seconds at a time, and a DDP step waits for the slowest) and
  * step / max(compute, comm); the target is <= 1.1 (perfect overlap is 1.0;
  * no overlap is (compute + comm) / max), and tail/ddp.
  */
@@ -208,8 +210,12 @@ int main(int argc, char **argv)
         }
     }
 
-    double comp = median(t_comp, (int)nt), comm = median(t_comm, (int)nt);
-    double dstep = median(t_ddp, (int)nt), tstep = median(t_tail, (int)nt);
+    /* Each figure is the slowest rank's median: a synchronised step can
+     * be no faster than the slowest rank's compute. */
+    double med[4] = {median(t_comp, (int)nt), median(t_comm, (int)nt), median(t_ddp, (int)nt),
+                     median(t_tail, (int)nt)};
+    check(ddp_all_reduce(pg, med, 4, DDP_FLOAT64, DDP_MAX), "all_reduce of the medians");
+    double comp = med[0], comm = med[1], dstep = med[2], tstep = med[3];
     double roof = comp > comm ? comp : comm;
     if (li.rank == 0) {
         char desc[64];

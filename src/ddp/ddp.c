@@ -245,7 +245,10 @@ static int plan_pieces(ddp_ddp_t *dm)
     return 0;
 }
 
-/* Lays the gradients out as `order` says, moving current gradients along. */
+/* Lays the gradients out as `order` says, moving current gradients along.
+ * Collective (the buckets are symmetric memory): every rank calls it at the
+ * same point, as create and rebuild_buckets do (all ranks hold the same
+ * order before the rebuild, so they decide alike). */
 static int apply_layout(ddp_ddp_t *dm, const int *order)
 {
     ddp__bucket_layout l;

@@ -47,9 +47,9 @@ static void region_name(const ddp__sym_set *set, unsigned id, int q, char *buf, 
     snprintf(buf, len, "%s.m%u.%d", set->name, id, q);
 }
 
-static region *find_mine(const ddp__sym_set *set, const void *mine, region ***link)
+static region *find_mine(ddp__sym_set *set, const void *mine, region ***link)
 {
-    region **l = (region **)&set->head;
+    region **l = &set->head;
     for (region *g = set->head; g; l = &g->next, g = g->next)
         if (g->base[set->rank] == mine) {
             if (link)
