@@ -13,6 +13,9 @@
  *   rows     row by row, convert then the next row (the library before it
  *            prefetched)
  *   touch    only reading every cache line of the 64 rows (memory alone)
+ *   touch-4k the same from a copy of the images in 4 KiB pages (the
+ *            library's array is in 2 MiB pages where the kernel allows it:
+ *            transparent huge pages, madvise mode)
  *   stage    copying the rows into a 50 KB buffer, then converting it
  *   pf8      rows, with each row's lines prefetched 8 rows ahead
  *   pf32     the same, 32 rows ahead
@@ -24,17 +27,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ddp.h"
 
-enum { NEXT, ROWS, TOUCH, STAGE, PF8, PF32, PFALL, PFNEXT, NV };
-static const char *const names[NV] = {"next", "rows", "touch", "stage",
+enum { NEXT, ROWS, TOUCH, TOUCH4K, STAGE, PF8, PF32, PFALL, PFNEXT, NV };
+static const char *const names[NV] = {"next", "rows", "touch", "touch-4k", "stage",
                                       "pf8", "pf32", "pfall", "pfnext"};
 
 #define B 64
 
 typedef struct gather {
     const uint8_t *px, *lb;
+    const uint8_t *px4k; /* a copy of px in 4 KiB pages */
     size_t numel;
     float *x;
     int64_t *y;
@@ -81,9 +86,10 @@ static unsigned run(int v, const gather *g, const size_t *idx)
                 prefetch(g, idx[g->next_at + i]);
         break;
     case TOUCH:
+    case TOUCH4K:
         for (size_t i = 0; i < B; i++)
             for (size_t o = 0; o < g->numel; o += 64)
-                acc += g->px[idx[i] * g->numel + o];
+                acc += (v == TOUCH ? g->px : g->px4k)[idx[i] * g->numel + o];
         break;
     case STAGE:
         for (size_t i = 0; i < B; i++) {
@@ -148,6 +154,16 @@ int main(int argc, char **argv)
     gather g = {.px = im->data, .lb = lb->data, .numel = im->item_bytes,
                 .x = malloc(B * im->item_bytes * sizeof(float)),
                 .y = malloc(B * sizeof(int64_t)), .stage = malloc(B * im->item_bytes)};
+    size_t bytes = n * g.numel;
+    uint8_t *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                         -1, 0);
+    if (copy == MAP_FAILED) {
+        perror("loader_gather: mmap");
+        return 1;
+    }
+    madvise(copy, bytes, MADV_NOHUGEPAGE);
+    memcpy(copy, g.px, bytes);
+    g.px4k = copy;
     float *scratch = calloc(1, evict);
     double *t[NV];
     for (int v = 0; v < NV; v++)
@@ -213,6 +229,7 @@ int main(int argc, char **argv)
     free(g.y);
     free(g.stage);
     free(scratch);
+    munmap(copy, bytes);
     ddp_sampler_destroy(sm);
     ddp_loader_destroy(dl);
     ddp_dataset_destroy(ds);
