@@ -76,10 +76,9 @@ static void prefetch_sample(const mnist *m, size_t index)
     __builtin_prefetch(m->labels.data + index, 0, 3);
 }
 
-/* A batch's samples are random rows of a 47 MB array: each one misses every
- * cache (and the TLB), and converting row by row leaves those misses one
- * after another, 0.5-0.9 us per sample once a training step has evicted
- * the caches.  Prefetching the rows PREFETCH_BYTES ahead (a batch of 64 all
+/* A batch's samples are random rows of a 47 MB array: each one misses the
+ * caches, and converting row by row leaves those misses one after another,
+ * 0.6-0.9 us per sample once a training step has evicted the caches.  Prefetching the rows PREFETCH_BYTES ahead (a batch of 64 all
  * at once, before the first conversion) overlaps the misses: 2-2.5x less
  * time per batch (bench/loader_gather.c, bench/RESULTS.md).  Same bytes
  * out: the conversion is unchanged. */
