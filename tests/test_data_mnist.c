@@ -91,6 +91,69 @@ static void test_normalize_and_batch(void **state)
     ddp_dataset_destroy(ds);
 }
 
+/* get_batch prefetches rows ahead of its conversion (64 KiB: 83 samples of
+ * 28 x 28, the first of them all at once; one sample at a time, its first
+ * 64 KiB, when a sample is larger): whatever the batch size, the sample
+ * size and the order (repeats included), its bytes are those of the
+ * formula, sample by sample. */
+static void check_batches(const char *dir, uint32_t n, uint32_t rows, uint32_t cols,
+                          const size_t *sizes, int n_sizes)
+{
+    fx_write_split(dir, "train", 0, n, rows, cols, 10);
+    size_t numel = (size_t)rows * cols, max = 0;
+    for (int k = 0; k < n_sizes; k++)
+        max = sizes[k] > max ? sizes[k] : max;
+    float *x = malloc(max * numel * sizeof *x), *want = malloc(max * numel * sizeof *want);
+    float *one = malloc(numel * sizeof *one);
+    int64_t *y = malloc(max * sizeof *y), y1;
+    size_t *idx = malloc(max * sizeof *idx);
+    for (int normalize = 0; normalize <= 1; normalize++) {
+        ddp_mnist_opts o = ddp_mnist_defaults();
+        o.normalize = normalize;
+        o.mean = 0.2860f;
+        o.std = 0.3530f;
+        ddp_dataset *ds;
+        assert_int_equal(ddp_mnist_create(dir, &o, &ds), 0);
+        uint64_t r = 88172645463325252ULL;
+        for (int k = 0; k < n_sizes; k++) {
+            size_t B = sizes[k];
+            for (size_t b = 0; b < B; b++) { /* xorshift64: any order, repeats too */
+                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                idx[b] = (size_t)(r % n);
+                for (size_t j = 0; j < numel; j++) {
+                    float p = (float)fx_pixel(idx[b], j) / 255.0f;
+                    want[b * numel + j] = normalize ? (p - 0.2860f) / 0.3530f : p;
+                }
+            }
+            memset(x, 0xff, B * numel * sizeof *x);
+            assert_int_equal(ddp_dataset_get_batch(ds, idx, B, x, y), 0);
+            if (memcmp(x, want, B * numel * sizeof *x) != 0)
+                fail_msg("batch of %zu samples of %zu pixels (normalize %d): bytes differ",
+                         B, numel, normalize);
+            for (size_t b = 0; b < B; b++) {
+                assert_int_equal(y[b], (int64_t)(idx[b] % 10));
+                assert_int_equal(ddp_dataset_get(ds, idx[b], one, &y1), 0);
+                assert_memory_equal(one, x + b * numel, numel * sizeof *x);
+            }
+        }
+        ddp_dataset_destroy(ds);
+    }
+    free(x);
+    free(want);
+    free(one);
+    free(y);
+    free(idx);
+}
+
+static void test_batch_bytes_any_size(void **state)
+{
+    const char *dir = *state;
+    static const size_t small[] = {1, 2, 64, 83, 84, 257};
+    check_batches(dir, 300, 28, 28, small, 6);
+    static const size_t large[] = {1, 2, 5}; /* 90000 bytes a sample: past 64 KiB */
+    check_batches(dir, 4, 300, 300, large, 3);
+}
+
 static void test_raw_preferred_over_gz(void **state)
 {
     const char *dir = *state;
@@ -266,6 +329,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         IN_TMPDIR(test_generated_splits),
         IN_TMPDIR(test_normalize_and_batch),
+        IN_TMPDIR(test_batch_bytes_any_size),
         IN_TMPDIR(test_raw_preferred_over_gz),
         IN_TMPDIR(test_label_range_and_count_mismatch),
         IN_TMPDIR(test_missing_and_malformed_files),
