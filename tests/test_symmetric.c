@@ -20,12 +20,17 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "ddp.h"
 #include "dist/internal.h"
 #include "dist_util.h"
@@ -45,7 +50,8 @@ static int init_group(int rank, int n, const char *transport, double timeout, dd
 static int is_symmetric(ddp_pg_t *pg, const void *p, size_t len)
 {
     size_t off;
-    return ddp__tp_sym_find(ddp__pg_transport(pg), p, len, &off) != NULL;
+    unsigned id;
+    return ddp__tp_sym_find(ddp__pg_transport(pg), p, len, &off, &id) != NULL;
 }
 
 /* /dev/shm entries named after this group's segment (its regions). */
@@ -151,21 +157,31 @@ static void test_allreduce_more_ranks(void **state)
     run_allreduce((ar_case){3, 100001, 3, DDP_BFLOAT16, DDP_AVG, 3});
 }
 
-/* ---- one rank in symmetric memory, the other not: an error ---------- */
+/* ---- ranks whose buffers do not correspond: an error ---------------- */
 
+enum { PRIVATE_ON_ONE, OTHER_OFFSET, OTHER_ALLOCATION };
+
+/* Rank 1 passes private memory, or the same allocation at another offset,
+ * or another allocation at the same offset; rank 0 the first allocation. */
 static int mismatch_rank(int rank, void *arg)
 {
-    (void)arg;
+    int how = *(const int *)arg;
     ddp_pg_t *pg;
     CHILD_CHECK(init_group(rank, 2, "shm", 10.0, &pg) == 0);
     CHILD_CHECK(ddp__pg_set_option(pg, "allreduce_algo", "shared") == 0);
     size_t count = 100000;
-    float *sym, *plain = calloc(count, sizeof *plain);
-    CHILD_CHECK(ddp_pg_symmetric_alloc(pg, count * sizeof *sym, (void **)&sym) == 0);
-    CHILD_CHECK(ddp_all_reduce(pg, rank ? plain : sym, count, DDP_FLOAT32, DDP_SUM) < 0);
+    float *a, *b, *plain = calloc(count, sizeof *plain);
+    CHILD_CHECK(ddp_pg_symmetric_alloc(pg, (count + 16) * sizeof *a, (void **)&a) == 0);
+    CHILD_CHECK(ddp_pg_symmetric_alloc(pg, (count + 16) * sizeof *b, (void **)&b) == 0);
+    float *mine = rank == 0                 ? a
+                  : how == PRIVATE_ON_ONE   ? plain
+                  : how == OTHER_OFFSET     ? a + 16
+                                            : b;
+    CHILD_CHECK(ddp_all_reduce(pg, mine, count, DDP_FLOAT32, DDP_SUM) < 0);
     CHILD_CHECK(contains(ddp_last_error(), "runs a different collective"));
-    CHILD_CHECK(contains(ddp_last_error(), "symmetric memory"));
-    ddp_pg_symmetric_free(pg, sym);
+    CHILD_CHECK(contains(ddp_last_error(), "symmetric"));
+    ddp_pg_symmetric_free(pg, b);
+    ddp_pg_symmetric_free(pg, a);
     free(plain);
     ddp_pg_destroy(pg);
     return 0;
@@ -174,22 +190,50 @@ static int mismatch_rank(int rank, void *arg)
 static void test_mismatch_fails(void **state)
 {
     (void)state;
+    for (int how = PRIVATE_ON_ONE; how <= OTHER_ALLOCATION; how++) {
+        job_init(&J);
+        assert_int_equal(run_children(2, mismatch_rank, &how, 30.0), 0);
+        job_cleanup(&J);
+    }
+}
+
+/* Ranks asking for different sizes: an error naming the rank. */
+static int size_mismatch_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    CHILD_CHECK(init_group(rank, 2, "shm", 10.0, &pg) == 0);
+    void *p = NULL;
+    CHILD_CHECK(ddp_pg_symmetric_alloc(pg, rank ? 8192 : 8000, &p) < 0);
+    CHILD_CHECK(contains(ddp_last_error(), rank ? "rank 0 asks for 8000 bytes" : "rank 1 asks "
+                                                                              "for 8192 bytes"));
+    CHILD_CHECK(p == NULL);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_size_mismatch_fails(void **state)
+{
+    (void)state;
     job_init(&J);
-    assert_int_equal(run_children(2, mismatch_rank, NULL, 30.0), 0);
+    assert_int_equal(run_children(2, size_mismatch_rank, NULL, 30.0), 0);
     job_cleanup(&J);
 }
 
 /* ---- fallbacks -------------------------------------------------------- */
 
 /* Rank 1's region name is taken before it allocates (as if /dev/shm
- * refused it): every rank falls back to private memory, which works. */
+ * refused it), or rank 0 sets DDP_SYMMETRIC_MEMORY=0: every rank falls back
+ * to private memory, which works. */
 static int fallback_rank(int rank, void *arg)
 {
-    (void)arg;
+    int knob = *(const int *)arg;
     ddp_pg_t *pg;
     CHILD_CHECK(init_group(rank, 2, "shm", 10.0, &pg) == 0);
     char taken[128] = "";
-    if (rank == 1) {
+    if (knob && rank == 0)
+        setenv("DDP_SYMMETRIC_MEMORY", "0", 1);
+    if (!knob && rank == 1) {
         snprintf(taken, sizeof taken, "%s.m1.1", ddp__shm_debug_name(ddp__pg_transport(pg)));
         int fd = shm_open(taken, O_RDWR | O_CREAT | O_EXCL, 0600);
         CHILD_CHECK(fd >= 0);
@@ -200,8 +244,9 @@ static int fallback_rank(int rank, void *arg)
     float *p;
     CHILD_CHECK(ddp_pg_symmetric_alloc(pg, count * sizeof *p, (void **)&p) == 0);
     CHILD_CHECK(!is_symmetric(pg, p, count * sizeof *p));
-    if (rank == 1)
+    if (taken[0])
         shm_unlink(taken);
+    unsetenv("DDP_SYMMETRIC_MEMORY");
     CHILD_CHECK(ddp_barrier(pg) == 0);
     CHILD_CHECK(group_entries(pg) == 0); /* rank 0's region is gone too */
     for (size_t i = 0; i < count; i++)
@@ -222,9 +267,11 @@ static int fallback_rank(int rank, void *arg)
 static void test_fallback_when_a_rank_cannot(void **state)
 {
     (void)state;
-    job_init(&J);
-    assert_int_equal(run_children(2, fallback_rank, NULL, 30.0), 0);
-    job_cleanup(&J);
+    for (int knob = 0; knob < 2; knob++) {
+        job_init(&J);
+        assert_int_equal(run_children(2, fallback_rank, &knob, 30.0), 0);
+        job_cleanup(&J);
+    }
 }
 
 static int tcp_rank(int rank, void *arg)
@@ -275,15 +322,24 @@ static void test_bad_arguments(void **state)
     job_cleanup(&J);
 }
 
-/* ---- a rank that dies instead of allocating --------------------------- */
+/* ---- a rank that dies in the middle of an allocation ------------------ */
 
+/* Rank 1 creates its region's file, as its make step would, and dies:
+ * rank 0 names it, and no file of the group is left in /dev/shm. */
 static int dead_rank(int rank, void *arg)
 {
-    (void)arg;
+    char *seg = arg; /* shared page: the segment's name, for the parent */
     ddp_pg_t *pg;
     CHILD_CHECK(init_group(rank, 2, "shm", 5.0, &pg) == 0);
-    if (rank == 1)
+    const char *name = ddp__shm_debug_name(ddp__pg_transport(pg));
+    if (rank == 1) {
+        char made[128];
+        snprintf(made, sizeof made, "%s.m1.1", name);
+        int fd = shm_open(made, O_RDWR | O_CREAT | O_EXCL, 0600);
+        CHILD_CHECK(fd >= 0);
         _exit(0); /* gone without a word */
+    }
+    snprintf(seg, 64, "%s", name + 1);
     void *p = NULL;
     double t0 = ddp_time_now();
     CHILD_CHECK(ddp_pg_symmetric_alloc(pg, 1 << 20, &p) < 0);
@@ -298,9 +354,138 @@ static int dead_rank(int rank, void *arg)
 static void test_dead_peer_is_named(void **state)
 {
     (void)state;
+    char *seg = shared_page(64);
     job_init(&J);
-    assert_int_equal(run_children(2, dead_rank, NULL, 30.0), 0);
+    assert_int_equal(run_children(2, dead_rank, seg, 30.0), 0);
     job_cleanup(&J);
+    assert_true(seg[0] != 0);
+    assert_int_equal(shm_entries(seg), 0);
+    munmap(seg, 64);
+}
+
+/* ---- the allocation and the group's queue ----------------------------- */
+
+/* An allocation issued behind an async all-reduce on symmetric memory runs
+ * after it (the executor's place is taken only once the queue is empty). */
+static int queued_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    CHILD_CHECK(init_group(rank, 3, "shm", 10.0, &pg) == 0);
+    CHILD_CHECK(ddp__pg_set_option(pg, "allreduce_algo", "shared") == 0);
+    size_t n = 1 << 20;
+    float *a, *b;
+    CHILD_CHECK(ddp_pg_symmetric_alloc(pg, n * sizeof *a, (void **)&a) == 0);
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < n; i++)
+            a[i] = (float)(rank + 1);
+        ddp_work_t *w;
+        CHILD_CHECK(ddp_all_reduce_async(pg, a, n, DDP_FLOAT32, DDP_SUM, &w) == 0);
+        CHILD_CHECK(ddp_pg_symmetric_alloc(pg, 4096, (void **)&b) == 0);
+        CHILD_CHECK(ddp_work_wait(w, 10) == 0);
+        ddp_work_free(w);
+        for (size_t i = 0; i < n; i++)
+            CHILD_CHECK(a[i] == 6.0f);
+        ddp_pg_symmetric_free(pg, b);
+    }
+    ddp_pg_symmetric_free(pg, a);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_alloc_behind_queued_work(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(3, queued_rank, NULL, 60.0), 0);
+    job_cleanup(&J);
+}
+
+/* Frees on one thread while another runs blocking collectives inline: the
+ * free waits for each to end, and is woken when it does. */
+static ddp_pg_t *Racing;
+
+static void *blocking_calls(void *arg)
+{
+    (void)arg;
+    float x = 1;
+    for (int i = 0; i < 2000; i++)
+        if (ddp_all_reduce(Racing, &x, 1, DDP_FLOAT32, DDP_SUM) < 0)
+            return (void *)1;
+    return NULL;
+}
+
+static int racing_rank(int rank, void *arg)
+{
+    (void)arg;
+    CHILD_CHECK(init_group(rank, 2, "shm", 20.0, &Racing) == 0);
+    pthread_t t;
+    CHILD_CHECK(pthread_create(&t, NULL, blocking_calls, NULL) == 0);
+    double t0 = ddp_time_now();
+    for (int i = 0; i < 2000; i++)
+        ddp_pg_symmetric_free(Racing, ddp__calloc_aligned(64)); /* private: freed */
+    void *bad;
+    pthread_join(t, &bad);
+    CHILD_CHECK(bad == NULL);
+    /* A free that missed its wake-up would sleep until the group's timeout
+     * (20 s) and leak. */
+    CHILD_CHECK(ddp_time_now() - t0 < 10.0);
+    ddp_pg_destroy(Racing);
+    return 0;
+}
+
+static void test_free_beside_blocking_calls(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, racing_rank, NULL, 60.0), 0);
+    job_cleanup(&J);
+}
+
+/* ---- /dev/shm too small ---------------------------------------------- */
+
+/* In a mount namespace with a 16 MiB /dev/shm (the group's segment takes
+ * about 6), two ranks ask for 8 MiB each: one cannot have it, so both get
+ * private memory that works, where a region reserved by ftruncate alone
+ * would have been found full by SIGBUS at the first write. */
+static int small_shm_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    CHILD_CHECK(init_group(rank, 2, "shm", 10.0, &pg) == 0);
+    size_t n = (8u << 20) / sizeof(float);
+    float *p;
+    CHILD_CHECK(ddp_pg_symmetric_alloc(pg, n * sizeof *p, (void **)&p) == 0);
+    CHILD_CHECK(!is_symmetric(pg, p, n * sizeof *p));
+    for (size_t i = 0; i < n; i++)
+        p[i] = 1.0f;
+    CHILD_CHECK(ddp_all_reduce(pg, p, n, DDP_FLOAT32, DDP_SUM) == 0);
+    CHILD_CHECK(p[0] == 2.0f && p[n - 1] == 2.0f);
+    ddp_pg_symmetric_free(pg, p);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_small_dev_shm(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=16m") < 0)
+            _exit(77); /* no mount namespace here (not root, or a container) */
+        job_init(&J);
+        int failed = run_children(2, small_shm_rank, NULL, 30.0);
+        job_cleanup(&J);
+        _exit(failed ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+        fprintf(stderr, "skipped: no mount namespace for a small /dev/shm\n");
+        return;
+    }
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* ---- DDP keeps its buckets there ---------------------------------------- */
@@ -345,10 +530,14 @@ int main(void)
         cmocka_unit_test(test_allreduce_two_ranks),
         cmocka_unit_test(test_allreduce_more_ranks),
         cmocka_unit_test(test_mismatch_fails),
+        cmocka_unit_test(test_size_mismatch_fails),
         cmocka_unit_test(test_fallback_when_a_rank_cannot),
         cmocka_unit_test(test_tcp_gives_private_memory),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_dead_peer_is_named),
+        cmocka_unit_test(test_alloc_behind_queued_work),
+        cmocka_unit_test(test_free_beside_blocking_calls),
+        cmocka_unit_test(test_small_dev_shm),
         cmocka_unit_test(test_ddp_buckets_are_symmetric),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -77,7 +77,8 @@ typedef struct ddp_ddp_options {
 DDP_API ddp_ddp_options ddp_ddp_defaults(void);
 
 /* Wraps model (borrowed; it must outlive the wrapper) for the group pg
- * (borrowed).  Every rank checks that all ranks hold the same parameters
+ * (borrowed; it too must outlive the wrapper: the bucket memory is the
+ * group's symmetric memory, ddp_pg_symmetric_alloc).  Every rank checks that all ranks hold the same parameters
  * (count, names, shapes): if not, every rank fails with DDP_ERR_MISMATCH and a
  * message that names the first difference ("rank 1 differs from rank 0:
  * parameter 2 is 2.weight (10, 128) on rank 1 but 2.weight (10, 256) on rank

@@ -115,13 +115,20 @@ DDP_API int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **o
  * gradient buckets there).  Collective: every rank calls it with the same
  * bytes, in the same order relative to the group's collectives; it runs
  * once the group's queued operations are done.  Where the group cannot
- * share memory (tcp between hosts, mpi, a group of one, /dev/shm full on
- * some rank) it returns private memory: callers need no other path.  The
- * memory stays valid until ddp_pg_symmetric_free, which every rank calls
- * (before ddp_pg_destroy).  Fails only when a peer fails or the group's
- * timeout passes (the group is then broken, as after a failed collective). */
+ * share memory (tcp between hosts, mpi, a group of one, /dev/shm too small
+ * on some rank, DDP_SYMMETRIC_MEMORY=0 on some rank) it returns private
+ * memory: callers need no other path.  A collective treats a buffer as
+ * symmetric only when every rank passes the same allocation at the same
+ * offset; ranks that mix fail with a message.  Errors: NULL arguments, 0
+ * bytes, ranks asking for different sizes (DDP_ERR_MISMATCH, naming the
+ * rank), a failed or already broken group, a peer that fails, the group's
+ * timeout (the group is then broken, as after a failed collective), or no
+ * memory for the private fallback. */
 DDP_API int ddp_pg_symmetric_alloc(ddp_pg_t *pg, size_t bytes, void **out);
-/* Frees memory from ddp_pg_symmetric_alloc (local; NULL is a no-op). */
+/* Frees memory that ddp_pg_symmetric_alloc on this pg returned (NULL is a
+ * no-op), before ddp_pg_destroy.  Local (no peer takes part), but it waits
+ * until the group's queued and running operations are done (at most the
+ * group's timeout; past it the memory is left allocated, with a warning). */
 DDP_API void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p);
 
 /* Backends registered ("tcp", ...): NULL-terminated list of names. */

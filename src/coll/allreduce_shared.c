@@ -49,7 +49,8 @@
  * longer read its buffer, which is the caller's again.  Per rank this
  * saves the (n-1)/n B of copy-in and the B/n copy into the slot: at 2
  * ranks about 3.5B of reads and writes instead of 5.5B.  The descriptor carries
- * the mode and offset, so ranks that disagree fail instead of mixing. */
+ * the mode, the allocation and the offset, so ranks that disagree fail
+ * instead of mixing. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -68,6 +69,7 @@ typedef struct shared {
     uint8_t *buf;           /* (count,) the caller's vector, in place */
     uint8_t *const *sym;    /* symmetric memory: sym[q] + sym_off is rank q's buf */
     size_t sym_off;
+    unsigned sym_id;        /* the allocation (the same number on every rank) */
     size_t count, es;
     ddp_dtype dt;
     ddp_reduce_op op;
@@ -216,10 +218,10 @@ static void copy_out(shared *s, size_t j)
  * meet must be running the same one. */
 static uint64_t describe(const ddp__coll_ctx *c, const shared *s)
 {
-    const uint64_t v[5] = {c->seq, s->count, (uint64_t)s->dt << 8 | (uint64_t)s->op,
-                           s->slot_bytes, s->sym ? s->sym_off + 1 : 0};
+    const uint64_t v[6] = {c->seq, s->count, (uint64_t)s->dt << 8 | (uint64_t)s->op,
+                           s->slot_bytes, s->sym ? s->sym_off + 1 : 0, s->sym ? s->sym_id : 0};
     uint64_t h = 0x9e3779b97f4a7c15u;
-    for (int i = 0; i < 5; i++) { /* splitmix64's finaliser over each word */
+    for (int i = 0; i < 6; i++) { /* splitmix64's finaliser over each word */
         h ^= v[i];
         h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9u;
         h = (h ^ (h >> 27)) * 0x94d049bb133111ebu;
@@ -240,8 +242,8 @@ static int check_peers_agree(const shared *s, uint64_t desc)
                     DDP_ERR_PROTOCOL,
                     "shared-memory all_reduce: rank %d runs a different collective (do the "
                     "ranks call the same collectives with the same counts, dtypes, ops, "
-                    "DDP_SHARED_CHUNK_BYTES, and buffers all in symmetric memory at the same "
-                    "offset or all outside it?)",
+                    "DDP_SHARED_CHUNK_BYTES, and buffers all in the same symmetric allocation "
+                    "at the same offset or all outside symmetric memory?)",
                     q);
     return 0;
 }
@@ -266,7 +268,7 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
     s.nslots = w->bytes / s.slot_bytes;
     s.chunk = s.slot_bytes / s.es;
     s.nchunks = (count + s.chunk - 1) / s.chunk;
-    s.sym = ddp__tp_sym_find(c->tp, buf, count * s.es, &s.sym_off);
+    s.sym = ddp__tp_sym_find(c->tp, buf, count * s.es, &s.sym_off, &s.sym_id);
     /* Our own flags say how many chunks the window has seen (all equal at
      * rest: every rank runs the same collectives). */
     s.base = atomic_load_explicit(&w->flag[s.r][F_DONE].v, memory_order_relaxed);

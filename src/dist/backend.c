@@ -108,29 +108,37 @@ static int tp_set_option(void *impl, const char *key, const char *value)
     return DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown option '%s'", key);
 }
 
-/* One step's outcome, exchanged: the first rank whose step failed, -1
- * when none did; < 0 (error set) when the exchange itself failed. */
-static int first_failed(tp_backend *b, int ok, uint64_t seq, double deadline, int *who)
+/* One step's outcome, exchanged with the size asked for: *who is the first
+ * rank whose step failed, -1 when none did.  < 0 (error set) when the
+ * exchange itself failed or the ranks asked for different sizes. */
+static int exchange(tp_backend *b, int ok, size_t bytes, uint64_t seq, double deadline, int *who)
 {
-    uint8_t mine = (uint8_t)ok, *all = calloc((size_t)b->ctx.size, 1);
+    int64_t mine = (int64_t)bytes << 1 | (ok != 0), *all = calloc((size_t)b->ctx.size, 8);
     DDP_FAIL_IF(!all, DDP_ERR_NOMEM, "out of memory");
     b->ctx.seq = seq;
     b->ctx.deadline = deadline;
     ddp__coll_args a = {.kind = DDP__ALL_GATHER, .send = &mine, .recv = all, .count = 1,
-                        .dtype = DDP_UINT8};
+                        .dtype = DDP_INT64};
     int rc = ddp__coll_run(&b->ctx, &a);
     *who = -1;
-    for (int q = 0; rc == 0 && q < b->ctx.size && *who < 0; q++)
-        if (!all[q])
+    for (int q = 0; rc == 0 && q < b->ctx.size; q++) {
+        if (all[q] >> 1 != mine >> 1)
+            rc = DDP_ERROR(DDP_ERR_MISMATCH,
+                           "rank %d asks for %lld bytes of symmetric memory where rank %d asks "
+                           "for %zu (every rank allocates the same sizes in the same order)",
+                           q, (long long)(all[q] >> 1), b->ctx.rank, bytes);
+        else if (!(all[q] & 1) && *who < 0)
             *who = q;
+    }
     free(all);
     return rc;
 }
 
 /* Symmetric memory on a shared-memory group: make, exchange, map,
  * exchange, seal (transport/symmetric.h).  A rank that cannot make or map
- * its part (/dev/shm full, say) makes every rank fall back to private
- * memory rather than fail: the memory is only faster, never required. */
+ * its part (/dev/shm full, say), or that sets DDP_SYMMETRIC_MEMORY=0,
+ * makes every rank fall back to private memory rather than fail: the
+ * memory is only faster, never required. */
 static int tp_sym_alloc(void *impl, size_t bytes, uint64_t seq, double deadline, void **out)
 {
     tp_backend *b = impl;
@@ -143,12 +151,12 @@ static int tp_sym_alloc(void *impl, size_t bytes, uint64_t seq, double deadline,
     int who, ok = tp->vt->sym_make(tp, bytes, &mine) == 0;
     if (!ok)
         snprintf(why, sizeof why, "%s", ddp_last_error());
-    int rc = first_failed(b, ok, seq, deadline, &who);
+    int rc = exchange(b, ok, bytes, seq, deadline, &who);
     if (rc == 0 && who < 0) {
         ok = tp->vt->sym_map(tp, mine) == 0;
         if (!ok)
             snprintf(why, sizeof why, "%s", ddp_last_error());
-        rc = first_failed(b, ok, seq + 1, deadline, &who);
+        rc = exchange(b, ok, bytes, seq + 1, deadline, &who);
     }
     if (rc == 0 && who < 0) {
         tp->vt->sym_seal(tp, mine);
@@ -159,8 +167,8 @@ static int tp_sym_alloc(void *impl, size_t bytes, uint64_t seq, double deadline,
         tp->vt->sym_drop(tp, mine);
     if (rc < 0)
         return rc;
-    if (who == b->ctx.rank)
-        DDP_WARN("rank %d: no symmetric memory, using private memory: %s", who, why);
+    if (!ok)
+        DDP_WARN("rank %d: no symmetric memory, using private memory: %s", b->ctx.rank, why);
     else
         DDP_INFO("rank %d: no symmetric memory (rank %d could not share), using private memory",
                  b->ctx.rank, who);

@@ -233,6 +233,22 @@ static int submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
 /* Work handles                                                         */
 /* ------------------------------------------------------------------ */
 
+/* Under mu: waits for a completion (cv_done) until deadline (ddp_time_now
+ * seconds); 0 once the deadline has passed. */
+static int wait_done(ddp_pg_t *pg, double deadline)
+{
+    double left = deadline - ddp_time_now();
+    if (left <= 0)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 1e6 ? left : 1e6);
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&pg->cv_done, &pg->mu, &ts);
+    return 1;
+}
+
 int ddp_work_wait(ddp_work_t *w, double timeout_s)
 {
     DDP_FAIL_IF(!w, DDP_ERR_INVALID_ARG, "ddp_work_wait: NULL work");
@@ -240,17 +256,8 @@ int ddp_work_wait(ddp_work_t *w, double timeout_s)
         ddp_pg_t *pg = w->pg;
         double deadline = ddp_time_now() + (timeout_s < 0 ? 1e9 : timeout_s);
         pthread_mutex_lock(&pg->mu);
-        while (!atomic_load(&w->done)) {
-            double left = deadline - ddp_time_now();
-            if (left <= 0)
-                break;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 1e6 ? left : 1e6);
-            ts.tv_sec = (time_t)t;
-            ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-            pthread_cond_timedwait(&pg->cv_done, &pg->mu, &ts);
-        }
+        while (!atomic_load(&w->done) && wait_done(pg, deadline))
+            ;
         pthread_mutex_unlock(&pg->mu);
         DDP_FAIL_IF(!atomic_load(&w->done), DDP_ERR_TIMEOUT,
                     "%s #%llu still running after %.1f s", ddp__coll_name(w->args.kind),
@@ -402,13 +409,19 @@ const struct ddp__hier *ddp__pg_hier(ddp_pg_t *pg)
 /* Symmetric memory                                                     */
 /* ------------------------------------------------------------------ */
 
-/* Under mu: waits until nothing is queued or running (each queued
- * operation is bounded by its deadline), then takes the executor's place. */
-static void become_executor(ddp_pg_t *pg)
+/* Under mu: waits until nothing is queued or running, at most the group's
+ * timeout (each queued operation is bounded by its own), then takes the
+ * executor's place. */
+static int become_executor(ddp_pg_t *pg, const char *what)
 {
-    while (pg->head || pg->busy)
-        pthread_cond_wait(&pg->cv_done, &pg->mu);
+    double deadline = ddp_time_now() + pg->timeout_s;
+    while ((pg->head || pg->busy) && wait_done(pg, deadline))
+        ;
+    DDP_FAIL_IF(pg->head || pg->busy, DDP_ERR_TIMEOUT,
+                "%s on rank %d: the group's queued operations still run after %.1f s", what,
+                pg->rank, pg->timeout_s);
     pg->busy = 1;
+    return 0;
 }
 
 static void leave_executor(ddp_pg_t *pg)
@@ -423,8 +436,12 @@ static void leave_executor(ddp_pg_t *pg)
 static int sym_alloc(ddp_pg_t *pg, size_t bytes, void **p)
 {
     pthread_mutex_lock(&pg->mu);
-    become_executor(pg);
-    int rc = pg->broken ? pg->broken_rc : 0;
+    int rc = become_executor(pg, "symmetric_alloc");
+    if (rc < 0) {
+        pthread_mutex_unlock(&pg->mu);
+        return rc;
+    }
+    rc = pg->broken ? pg->broken_rc : 0;
     char msg[MSG_LEN];
     snprintf(msg, sizeof msg, "process group already failed: %.960s", pg->broken_msg);
     uint64_t seq = pg->next_seq;
@@ -468,7 +485,12 @@ void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p)
     int freed = 0;
     if (pg && pg->be->sym_free) {
         pthread_mutex_lock(&pg->mu);
-        become_executor(pg); /* the executor may be looking the memory up */
+        /* The executor may be looking the memory up. */
+        if (become_executor(pg, "symmetric_free") < 0) {
+            pthread_mutex_unlock(&pg->mu);
+            DDP_WARN("%s: %p not freed", ddp_last_error(), p); /* leaked, never a crash */
+            return;
+        }
         pthread_mutex_unlock(&pg->mu);
         freed = pg->be->sym_free(pg->impl, p);
         pthread_mutex_lock(&pg->mu);

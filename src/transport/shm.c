@@ -1104,9 +1104,10 @@ static int shm_sym_drop(ddp__tp *tp, void *mine)
     return s->sym ? ddp__sym_drop(s->sym, mine) : 0;
 }
 
-static uint8_t *const *shm_sym_find(ddp__tp *tp, const void *p, size_t len, size_t *off)
+static uint8_t *const *shm_sym_find(ddp__tp *tp, const void *p, size_t len, size_t *off,
+                                    unsigned *id)
 {
-    return ddp__sym_find(((shm *)tp)->sym, p, len, off);
+    return ddp__sym_find(((shm *)tp)->sym, p, len, off, id);
 }
 
 static const ddp__tp_vtable shm_vtable = {
@@ -1256,6 +1257,15 @@ static int seg_create(shm *s, size_t len, int *fd)
         int e = errno;
         shm_unlink(s->name);
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, e, "ftruncate(%s, %zu)", s->name, len);
+    }
+    /* tmpfs reserves nothing at ftruncate: a /dev/shm too small for the
+     * segment fails here, not by SIGBUS at some rank's first write. */
+    int e = posix_fallocate(*fd, 0, (off_t)len);
+    if (e != 0) {
+        shm_unlink(s->name);
+        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, e,
+                               "fallocate(%s, %zu) (set DDP_TRANSPORT=tcp to avoid shared memory)",
+                               s->name, len);
     }
     return 0;
 }

@@ -12,8 +12,6 @@
 
 #include "base/error.h"
 
-#define PAGE 4096u
-
 typedef struct region {
     unsigned id;         /* the allocation's number, the same on every rank */
     size_t len;          /* bytes of each rank's region, whole pages */
@@ -94,6 +92,10 @@ static int map_peer(const ddp__sym_set *set, region *g, int q)
 int ddp__sym_make(ddp__sym_set *set, size_t len, void **mine)
 {
     *mine = NULL;
+    unsigned id = ++set->made; /* first: whatever fails, ids stay equal on every rank */
+    const char *off = getenv("DDP_SYMMETRIC_MEMORY");
+    DDP_FAIL_IF(off && strcmp(off, "0") == 0, DDP_ERR_UNSUPPORTED,
+                "symmetric memory is off here (DDP_SYMMETRIC_MEMORY=0)");
     DDP_FAIL_IF(len == 0 || len > ((size_t)1 << 40), DDP_ERR_INVALID_ARG,
                 "symmetric memory: %zu bytes: expected 1 byte to 1 TiB", len);
     region *g = calloc(1, sizeof *g);
@@ -103,16 +105,23 @@ int ddp__sym_make(ddp__sym_set *set, size_t len, void **mine)
         free(base);
         return DDP_ERROR(DDP_ERR_NOMEM, "out of memory");
     }
-    g->id = ++set->made; /* also on failure: the ids stay equal on every rank */
-    g->len = (len + PAGE - 1) / PAGE * PAGE;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    g->id = id;
+    g->len = (len + page - 1) / page * page;
     g->base = base;
     char name[96];
     region_name(set, g->id, set->rank, name, sizeof name);
-    int rc = 0, fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int rc = 0, e, fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = DDP_ERROR(DDP_ERR_SYSTEM, "symmetric memory: shm_open(%s): %s", name, strerror(errno));
     } else if (ftruncate(fd, (off_t)g->len) < 0) {
         rc = DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "symmetric memory: ftruncate(%s, %zu)", name,
+                             g->len);
+    } else if ((e = posix_fallocate(fd, 0, (off_t)g->len)) != 0) {
+        /* tmpfs reserves nothing at ftruncate: without this a full /dev/shm
+         * (64 MiB in a default Docker container) would be found by SIGBUS
+         * at the first write instead of by this error. */
+        rc = DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, e, "symmetric memory: fallocate(%s, %zu)", name,
                              g->len);
     } else {
         rc = map_fd(fd, g->len, name, &base[set->rank]);
@@ -143,14 +152,24 @@ int ddp__sym_map(ddp__sym_set *set, void *mine)
     return 0;
 }
 
+/* Removes every rank's name of allocation g: a rank that died between
+ * making its region and sealing it leaves no file behind (ENOENT for the
+ * names already gone is harmless). */
+static void unlink_all(const ddp__sym_set *set, const region *g)
+{
+    char name[96];
+    for (int q = 0; q < set->size; q++) {
+        region_name(set, g->id, q, name, sizeof name);
+        shm_unlink(name);
+    }
+}
+
 void ddp__sym_seal(ddp__sym_set *set, void *mine)
 {
     region *g = find_mine(set, mine, NULL);
     if (!g || g->sealed)
         return;
-    char name[96];
-    region_name(set, g->id, set->rank, name, sizeof name);
-    shm_unlink(name);
+    unlink_all(set, g); /* every rank has mapped every region: names are done */
     g->sealed = 1;
 }
 
@@ -160,7 +179,8 @@ int ddp__sym_drop(ddp__sym_set *set, void *mine)
     region *g = find_mine(set, mine, &link);
     if (!g)
         return 0;
-    ddp__sym_seal(set, mine);
+    if (!g->sealed)
+        unlink_all(set, g);
     *link = g->next;
     for (int q = 0; q < set->size; q++)
         if (g->base[q])
@@ -179,13 +199,15 @@ void ddp__sym_set_destroy(ddp__sym_set *set)
     free(set);
 }
 
-uint8_t *const *ddp__sym_find(const ddp__sym_set *set, const void *p, size_t len, size_t *off)
+uint8_t *const *ddp__sym_find(const ddp__sym_set *set, const void *p, size_t len, size_t *off,
+                              unsigned *id)
 {
     const uint8_t *b = p;
     for (const region *g = set ? set->head : NULL; g; g = g->next) {
         const uint8_t *mine = g->base[set->rank];
         if (g->sealed && b >= mine && b < mine + g->len && len <= g->len - (size_t)(b - mine)) {
             *off = (size_t)(b - mine);
+            *id = g->id;
             return g->base;
         }
     }

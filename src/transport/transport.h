@@ -87,8 +87,10 @@ typedef struct ddp__tp_vtable {
     /* 1 when mine was an allocation (now unmapped here), else 0. */
     int (*sym_drop)(ddp__tp *tp, void *mine);
     /* Every rank's region of the sealed allocation holding [p, p + len) of
-     * this rank's memory, p at *off in each; NULL when p is not in one. */
-    uint8_t *const *(*sym_find)(ddp__tp *tp, const void *p, size_t len, size_t *off);
+     * this rank's memory, p at *off in each, *id the allocation's number
+     * (equal on every rank); NULL when p is not in one. */
+    uint8_t *const *(*sym_find)(ddp__tp *tp, const void *p, size_t len, size_t *off,
+                                unsigned *id);
 } ddp__tp_vtable;
 
 /* The shared window of a transport that has one (see the vtable). */
@@ -162,9 +164,9 @@ static inline const ddp__window *ddp__tp_window(ddp__tp *tp)
 /* The regions of symmetric memory holding [p, p + len), or NULL (see the
  * vtable). */
 static inline uint8_t *const *ddp__tp_sym_find(ddp__tp *tp, const void *p, size_t len,
-                                               size_t *off)
+                                               size_t *off, unsigned *id)
 {
-    return tp->vt->sym_find ? tp->vt->sym_find(tp, p, len, off) : NULL;
+    return tp->vt->sym_find ? tp->vt->sym_find(tp, p, len, off, id) : NULL;
 }
 
 static inline void ddp__tp_win_post(ddp__tp *tp, int k, uint64_t v)
