@@ -58,6 +58,9 @@ typedef struct ddp__coll_ctx {
     size_t scratch_len;
     int allreduce_algo; /* DDP__AR_*: forced, or AUTO */
     size_t chunk;       /* bytes per pipeline unit (ring, tree) */
+    size_t ring_window; /* standalone ring reduce-scatter, n > 2: bytes of units
+                         * in flight, which bound its scratch (reduce_scatter_ring.c);
+                         * a fixed default, tests shrink it */
     size_t direct_max;  /* AUTO: direct all-reduce up to this many bytes (2 ranks) */
     size_t rd_max;      /* AUTO: recursive doubling up to this many bytes */
     size_t shared_min;  /* AUTO: shared-window all-reduce from this many bytes */
