@@ -302,6 +302,30 @@ static void test_rs_window_one_unit(void **state)
     run_rs(4, RS_SHM_SMALL_RING, 3, CHUNK);
 }
 
+/* A malformed window is refused when the group is created, with its name. */
+static void test_rs_window_env(void **state)
+{
+    (void)state;
+    job j;
+    job_init(&j);
+    setenv("DDP_TRANSPORT", "tcp", 1);
+    setenv("DDP_RING_WINDOW_BYTES", "0", 1);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("tcp", j.url, 0, 1, 5.0, &pg), DDP_ERR_INVALID_ARG);
+    const char *msg = "DDP_RING_WINDOW_BYTES='0': expected a positive byte count";
+    if (!contains(ddp_last_error(), msg))
+        fail_msg("expected '%s' in '%s'", msg, ddp_last_error());
+    ddp__coll_ctx c;
+    setenv("DDP_RING_WINDOW_BYTES", "262144", 1);
+    assert_int_equal(ddp__coll_ctx_init(&c, 0, 3), 0);
+    assert_int_equal(c.ring_window, 262144);
+    unsetenv("DDP_RING_WINDOW_BYTES");
+    assert_int_equal(ddp__coll_ctx_init(&c, 0, 3), 0);
+    assert_int_equal(c.ring_window, 4u << 20);
+    unsetenv("DDP_TRANSPORT");
+    job_cleanup(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_rs_bound_4_ranks),
         cmocka_unit_test(test_rs_bound_5_ranks),
         cmocka_unit_test(test_rs_window_one_unit),
+        cmocka_unit_test(test_rs_window_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,7 +62,7 @@ int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
     DDP_TRY(env_size("DDP_ALLREDUCE_RD_BYTES", DEFAULT_RD_MAX, &c->rd_max));
     DDP_TRY(env_size("DDP_ALLREDUCE_SHARED_BYTES", DEFAULT_SHARED_MIN, &c->shared_min));
     DDP_TRY(env_size("DDP_SHARED_CHUNK_BYTES", DEFAULT_SHARED_CHUNK, &c->shared_chunk));
-    c->ring_window = DEFAULT_RING_WINDOW;
+    DDP_TRY(env_size("DDP_RING_WINDOW_BYTES", DEFAULT_RING_WINDOW, &c->ring_window));
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->cpus = cpus > 0 ? (int)cpus : 1;
     int isa; /* the kernels read it themselves; a bad value is reported here */
