@@ -87,10 +87,11 @@
  * frame that the successor processes before event e.
  *
  * Why it cannot deadlock, on either transport.  Suppose the ranks of a
- * call are stuck, each blocked in a wait.  Take a rank r stuck at the
- * smallest event e = (s, k); every rank has finished every event before e
- * (the stuck ones by minimality, the others have finished the loop and
- * wait for their sends).  Rank r waits for one of three things:
+ * call are stuck, each blocked in a wait, inside the loop at some event or
+ * after it, waiting for its last sends.  If some are inside the loop, take
+ * the one, r, at the smallest event e = (s, k): every rank has finished
+ * every event before e (the others in the loop by minimality, the rest
+ * have left it).  Rank r waits for one of two things:
  *  - the receive of (s, k).  It is posted (the window above).  r-1 has sent
  *    the frame: after processing (s-1, k) (event e minus a group size), or
  *    as step 0's lead after (0, k-L), or at the start.  Every frame before
@@ -103,17 +104,18 @@
  *    ring before they could be read, or pulled, which is what completes a
  *    cross-memory send; and a link's sends complete in order.  The send is
  *    complete, or completes at r's next progress (it is in a wait).
- *  - its last sends (after the loop): received by r+1, as above.
- * None of them can stay pending, so r is not stuck.  The argument needs
- * no buffering: it holds when every send completes only once its receiver
- * has taken the whole frame (shm's cross-memory attach for frames over
- * its eager limits, a socket buffer or an shm ring smaller than a unit),
- * and the more so when the transports buffer.  A rank that starts late
- * only delays its neighbours (r+1 waits for frames, r-1 for its sends once
- * its P places are used): once it calls, the argument applies; a rank
- * later than the deadline makes the others time out, naming it.  The
- * all-reduce (acc given) reduces in place and never waits on a send inside
- * the loop.
+ * Neither can stay pending, so r is not stuck.  If all have left the loop,
+ * each waits for sends that its successor, having left the loop too, has
+ * received: complete, as above.  The argument needs no buffering: it holds
+ * when every send completes only once its receiver has taken the whole
+ * frame (shm's cross-memory attach, a socket buffer or an shm ring smaller
+ * than a unit, frames over either transport's 64 KiB eager limit held
+ * until posted), and the more so when the transports buffer.  A rank that
+ * starts late only delays its neighbours (r+1 waits for its frames, r-1
+ * for its sends once r-1's P places are used); once it calls, the argument
+ * applies; a rank later than the deadline makes the others time out, as
+ * any collective does.  The all-reduce (acc given) reduces in place and
+ * never waits on a send inside the loop.
  *
  * Cost: (n-1) * (alpha + B/n * beta + B/n * gamma) for B bytes; each rank
  * sends and receives (n-1)/n * B. */
