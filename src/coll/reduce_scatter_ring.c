@@ -81,8 +81,9 @@
  * steps 0..n-3; before reducing into a place the rank waits for the send
  * that read it last.  That send carried frame (s0+1, k0) of an event e0 at
  * least P events back; the successor processes that frame one group size
- * after e0, at event e0 + G < e0 + P (for P = G + 1; a smaller P is the
- * number of partials in the whole call, and no place is reused).  So a
+ * after e0, at event e0 + G or earlier, and e0 + G < e0 + P <= e (for
+ * P = G + 1; a smaller P is the number of partials in the whole call, and
+ * no place is reused).  So a
  * rank at event e only ever waits for its successor to have *received* a
  * frame that the successor processes before event e.
  *
