@@ -58,6 +58,8 @@ typedef struct ddp__coll_ctx {
     size_t scratch_len;
     int allreduce_algo; /* DDP__AR_*: forced, or AUTO */
     size_t chunk;       /* bytes per pipeline unit (ring, tree) */
+    size_t ring_window; /* standalone ring reduce-scatter, n > 2: bytes of units
+                         * in flight, which bound its scratch (reduce_scatter_ring.c) */
     size_t direct_max;  /* AUTO: direct all-reduce up to this many bytes (2 ranks) */
     size_t rd_max;      /* AUTO: recursive doubling up to this many bytes */
     size_t shared_min;  /* AUTO: shared-window all-reduce from this many bytes */
@@ -67,7 +69,7 @@ typedef struct ddp__coll_ctx {
 
 /* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|auto,
  * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES,
- * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES; checks DDP_REDUCE_ISA
+ * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES, DDP_RING_WINDOW_BYTES; checks DDP_REDUCE_ISA
  * (reduce.h).  Sets the error on bad values.  The caller sets c->tp
  * afterwards. */
 int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
