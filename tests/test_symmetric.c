@@ -162,10 +162,11 @@ static void test_allreduce_more_ranks(void **state)
 enum { PRIVATE_ON_ONE, OTHER_OFFSET, OTHER_ALLOCATION };
 
 /* Rank 1 passes private memory, or the same allocation at another offset,
- * or another allocation at the same offset; rank 0 the first allocation. */
+ * or another allocation at the same offset; rank 0 the first allocation.
+ * arg: {how, 1 when the all-reduce must fail}. */
 static int mismatch_rank(int rank, void *arg)
 {
-    int how = *(const int *)arg;
+    int how = ((const int *)arg)[0], must_fail = ((const int *)arg)[1];
     ddp_pg_t *pg;
     CHILD_CHECK(init_group(rank, 2, "shm", 10.0, &pg) == 0);
     CHILD_CHECK(ddp__pg_set_option(pg, "allreduce_algo", "shared") == 0);
@@ -177,9 +178,10 @@ static int mismatch_rank(int rank, void *arg)
                   : how == PRIVATE_ON_ONE   ? plain
                   : how == OTHER_OFFSET     ? a + 16
                                             : b;
-    CHILD_CHECK(ddp_all_reduce(pg, mine, count, DDP_FLOAT32, DDP_SUM) < 0);
-    CHILD_CHECK(contains(ddp_last_error(), "runs a different collective"));
-    CHILD_CHECK(contains(ddp_last_error(), "symmetric"));
+    int rc = ddp_all_reduce(pg, mine, count, DDP_FLOAT32, DDP_SUM);
+    CHILD_CHECK(must_fail ? rc < 0 : rc == 0);
+    CHILD_CHECK(!must_fail || contains(ddp_last_error(), "runs a different collective"));
+    CHILD_CHECK(!must_fail || contains(ddp_last_error(), "symmetric"));
     ddp_pg_symmetric_free(pg, b);
     ddp_pg_symmetric_free(pg, a);
     free(plain);
@@ -191,10 +193,26 @@ static void test_mismatch_fails(void **state)
 {
     (void)state;
     for (int how = PRIVATE_ON_ONE; how <= OTHER_ALLOCATION; how++) {
+        int arg[2] = {how, 1};
         job_init(&J);
-        assert_int_equal(run_children(2, mismatch_rank, &how, 30.0), 0);
+        assert_int_equal(run_children(2, mismatch_rank, arg, 30.0), 0);
         job_cleanup(&J);
     }
+}
+
+/* Below DDP_ALLREDUCE_SYMMETRIC_BYTES symmetric memory is staged like
+ * private memory: the same buffers that fail above (another offset on
+ * rank 1) make a valid all-reduce, and the bits match private memory. */
+static void test_staged_below_threshold(void **state)
+{
+    (void)state;
+    setenv("DDP_ALLREDUCE_SYMMETRIC_BYTES", "1048576", 1);
+    run_allreduce((ar_case){2, 200003, 5, DDP_FLOAT32, DDP_AVG, 3}); /* 800 KB: staged */
+    int arg[2] = {OTHER_OFFSET, 0};
+    job_init(&J);
+    assert_int_equal(run_children(2, mismatch_rank, arg, 30.0), 0);
+    job_cleanup(&J);
+    setenv("DDP_ALLREDUCE_SYMMETRIC_BYTES", "1", 1);
 }
 
 /* Ranks asking for different sizes: an error naming the rank. */
@@ -526,10 +544,13 @@ static void test_ddp_buckets_are_symmetric(void **state)
 
 int main(void)
 {
+    /* Symmetric memory in place from any size (by default from 32 MiB). */
+    setenv("DDP_ALLREDUCE_SYMMETRIC_BYTES", "1", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_allreduce_two_ranks),
         cmocka_unit_test(test_allreduce_more_ranks),
         cmocka_unit_test(test_mismatch_fails),
+        cmocka_unit_test(test_staged_below_threshold),
         cmocka_unit_test(test_size_mismatch_fails),
         cmocka_unit_test(test_fallback_when_a_rank_cannot),
         cmocka_unit_test(test_tcp_gives_private_memory),

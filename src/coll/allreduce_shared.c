@@ -37,8 +37,10 @@
  * (one fold in rank order per element: ORDER_RANK of docs/algorithms.md).
  *
  * Symmetric memory (transport/symmetric.h: the buffer lies in memory that
- * every rank maps, at the same offset on every rank, as DDP's buckets do):
- * the same steps, with the peers' buffers in place of their slots.
+ * every rank maps, at the same offset on every rank, as DDP's buckets do),
+ * from DDP_ALLREDUCE_SYMMETRIC_BYTES (32 MiB: smaller vectors are faster
+ * staged, see coll.c): the same steps, with the peers' buffers in place of
+ * their slots.
  * copy-in copies nothing (it still posts COPIED, after the slot-reuse
  * check, because ranks 2.. fold through their own slot); ranks 0 and 1 fold
  * in place and copy nothing into the slot; copy-out reads the peers'
@@ -268,7 +270,8 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
     s.nslots = w->bytes / s.slot_bytes;
     s.chunk = s.slot_bytes / s.es;
     s.nchunks = (count + s.chunk - 1) / s.chunk;
-    s.sym = ddp__tp_sym_find(c->tp, buf, count * s.es, &s.sym_off, &s.sym_id);
+    if (count * s.es >= c->symmetric_min)
+        s.sym = ddp__tp_sym_find(c->tp, buf, count * s.es, &s.sym_off, &s.sym_id);
     /* Our own flags say how many chunks the window has seen (all equal at
      * rest: every rank runs the same collectives). */
     s.base = atomic_load_explicit(&w->flag[s.r][F_DONE].v, memory_order_relaxed);

@@ -15,6 +15,10 @@
 #define DEFAULT_SHARED_MIN (64u << 10)
 #define DEFAULT_SHARED_CHUNK (256u << 10)
 #define DEFAULT_RING_WINDOW (4u << 20)
+/* Symmetric memory pays from about here: below it the peers' buffers are
+ * still in the caches, and reading them across cores measured slower than
+ * staging through the small hot window (bench/RESULTS.md, issue 5). */
+#define DEFAULT_SYMMETRIC_MIN (32u << 20)
 
 static const char *const coll_names[DDP__NUM_COLL] = {
     "all_reduce", "broadcast",  "reduce",         "all_gather", "gather", "scatter",
@@ -63,6 +67,7 @@ int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
     DDP_TRY(env_size("DDP_ALLREDUCE_SHARED_BYTES", DEFAULT_SHARED_MIN, &c->shared_min));
     DDP_TRY(env_size("DDP_SHARED_CHUNK_BYTES", DEFAULT_SHARED_CHUNK, &c->shared_chunk));
     DDP_TRY(env_size("DDP_RING_WINDOW_BYTES", DEFAULT_RING_WINDOW, &c->ring_window));
+    DDP_TRY(env_size("DDP_ALLREDUCE_SYMMETRIC_BYTES", DEFAULT_SYMMETRIC_MIN, &c->symmetric_min));
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->cpus = cpus > 0 ? (int)cpus : 1;
     int isa; /* the kernels read it themselves; a bad value is reported here */

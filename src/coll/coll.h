@@ -65,11 +65,13 @@ typedef struct ddp__coll_ctx {
     size_t shared_min;  /* AUTO: shared-window all-reduce from this many bytes */
     int cpus;           /* AUTO: ... and for at most this many ranks (online CPUs) */
     size_t shared_chunk; /* bytes per pipeline chunk of the shared-window all-reduce */
+    size_t symmetric_min; /* shared-window all-reduce: in place on symmetric memory from here */
 } ddp__coll_ctx;
 
 /* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|auto,
  * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES,
- * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES, DDP_RING_WINDOW_BYTES; checks DDP_REDUCE_ISA
+ * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES, DDP_RING_WINDOW_BYTES,
+ * DDP_ALLREDUCE_SYMMETRIC_BYTES; checks DDP_REDUCE_ISA
  * (reduce.h).  Sets the error on bad values.  The caller sets c->tp
  * afterwards. */
 int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
