@@ -2,13 +2,17 @@
 # Runs every cmocka test binary of a build folder and prints one summary line:
 #   tests: N passed, N failed
 # Usage: sh tests/run.sh BUILD_DIR [NAME_FILTER]
-# Each binary gets DDP_TEST_BUILD (to find helper programs) and a time limit.
+# Each binary gets DDP_TEST_BUILD (to find helper programs) and a time limit,
+# and all share a fresh decompressed-data cache (DDP_DATA_CACHE_DIR), removed
+# at the end: the fixtures' data sets never reach the user's own cache.
 build=${1:-build}
 filter=${2:-}
 limit=${DDP_TEST_TIMEOUT:-900}
 export DDP_TEST_BUILD="$build"
 passed=0; failed=0; broken=""
 log=$(mktemp)
+DDP_DATA_CACHE_DIR=$(mktemp -d)
+export DDP_DATA_CACHE_DIR
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.d) continue ;; esac
@@ -34,6 +38,7 @@ for t in "$build"/tests/test_*; do
     fi
 done
 rm -f "$log"
+rm -rf "$DDP_DATA_CACHE_DIR"
 [ -n "$broken" ] && echo "failing:$broken"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -367,6 +367,9 @@ static void test_decompressed_cache(void **state)
     char cache[4096], src[4096], entry[4096];
     snprintf(cache, sizeof cache, "%s/cache", dir);
     snprintf(src, sizeof src, "%s", fx_path(dir, "img.gz"));
+    const char *was = getenv("DDP_DATA_CACHE_DIR"); /* tests/run.sh sets one */
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
     setenv("DDP_DATA_CACHE_DIR", cache, 1);
     uint32_t dims[3] = {5, 3, 4};
     uint8_t *p = payload(60), *q = payload(60);
@@ -399,7 +402,10 @@ static void test_decompressed_cache(void **state)
     ddp_idx_free(&idx);
     assert_int_equal(count_files(cache, -1, entry, sizeof entry), 0);
     unsetenv("DDP_DATA_CACHE");
-    unsetenv("DDP_DATA_CACHE_DIR");
+    if (was)
+        setenv("DDP_DATA_CACHE_DIR", saved, 1);
+    else
+        unsetenv("DDP_DATA_CACHE_DIR");
     free(p);
     free(q);
 }
