@@ -259,6 +259,45 @@ static void test_shared_algo_needs_window(void **state)
     }
 }
 
+/* A DDP_SHARED_CHUNK_BYTES too small for the ranks (64 bytes, 2 ranks
+ * need 128): forced, the shared-window all-reduce fails with a message;
+ * auto runs the ring instead. */
+static int small_chunk_rank(int rank, void *arg)
+{
+    const char *algo = arg;
+    setenv("DDP_TRANSPORT", "shm", 1);
+    setenv("DDP_ALLREDUCE_ALGO", algo, 1);
+    setenv("DDP_SHARED_CHUNK_BYTES", "64", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    size_t n = 1 << 18; /* 1 MiB: auto would take the shared window */
+    float *x = malloc(n * sizeof *x);
+    CHILD_CHECK(x != NULL);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(rank + 1);
+    int rc = ddp_all_reduce(pg, x, n, DDP_FLOAT32, DDP_SUM);
+    if (strcmp(algo, "shared") == 0) {
+        CHILD_CHECK(rc == DDP_ERR_INVALID_ARG);
+        CHILD_CHECK(contains(ddp_last_error(), "(chunk 64) too small for 2 ranks"));
+    } else {
+        CHILD_CHECK(rc == 0 && x[0] == 3.0f && x[n - 1] == 3.0f);
+    }
+    free(x);
+    ddp_pg_destroy(pg);
+    return 0;
+}
+
+static void test_shared_chunk_too_small(void **state)
+{
+    (void)state;
+    const char *algos[] = {"shared", "auto"};
+    for (int i = 0; i < 2; i++) {
+        job_init(&J);
+        assert_int_equal(run_children(2, small_chunk_rank, (void *)algos[i], 30.0), 0);
+        job_cleanup(&J);
+    }
+}
+
 /* ---- crash safety ----------------------------------------------------- */
 
 typedef struct crash_report {
@@ -592,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_tiny_ring_wraps),
         cmocka_unit_test(test_tiny_window_wraps),
         cmocka_unit_test(test_shared_algo_needs_window),
+        cmocka_unit_test(test_shared_chunk_too_small),
         cmocka_unit_test(test_window_size_mismatch),
         cmocka_unit_test(test_shared_calls_differ),
         cmocka_unit_test(test_shared_window_peer_leaves),

@@ -463,7 +463,7 @@ static void test_free_beside_blocking_calls(void **state)
 /* ---- /dev/shm too small ---------------------------------------------- */
 
 /* In a mount namespace with a 16 MiB /dev/shm (the group's segment takes
- * about 6), two ranks ask for 8 MiB each: one cannot have it, so both get
+ * about 6), two ranks ask for 8 MiB each (then big_ring_rank): one cannot have it, so both get
  * private memory that works, where a region reserved by ftruncate alone
  * would have been found full by SIGBUS at the first write. */
 static int small_shm_rank(int rank, void *arg)
@@ -484,6 +484,19 @@ static int small_shm_rank(int rank, void *arg)
     return 0;
 }
 
+/* The group's own segment does not fit (8 MiB rings: 34 MiB): rank 0, who
+ * creates it, fails at setup with a message instead of a SIGBUS later. */
+static int big_ring_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_SHM_RING_BYTES", "8388608", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(init_group(rank, 2, "shm", 2.0, &pg) < 0);
+    CHILD_CHECK(rank != 0 || (contains(ddp_last_error(), "fallocate(") &&
+                              contains(ddp_last_error(), "DDP_SHM_RING_BYTES")));
+    return 0;
+}
+
 static void test_small_dev_shm(void **state)
 {
     (void)state;
@@ -494,6 +507,9 @@ static void test_small_dev_shm(void **state)
             _exit(77); /* no mount namespace here (not root, or a container) */
         job_init(&J);
         int failed = run_children(2, small_shm_rank, NULL, 30.0);
+        job_cleanup(&J);
+        job_init(&J);
+        failed += run_children(2, big_ring_rank, NULL, 30.0);
         job_cleanup(&J);
         _exit(failed ? 1 : 0);
     }

@@ -250,6 +250,15 @@ static int check_peers_agree(const shared *s, uint64_t desc)
     return 0;
 }
 
+size_t ddp__allreduce_shared_slot(const ddp__coll_ctx *c, const ddp__window *w)
+{
+    /* Slots: K >= 2 of C bytes, C a multiple of n cache lines. */
+    size_t unit = (size_t)c->size * 64, want = c->shared_chunk;
+    if (want > w->bytes / 2)
+        want = w->bytes / 2;
+    return want / unit * unit;
+}
+
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op)
 {
@@ -260,13 +269,10 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
                 c->tp->vt->name, c->tp->vt->window ? " without a window" : "");
     shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .count = count,
                 .es = ddp_dtype_size(dt), .dt = dt, .op = op, .fn = ddp__reduce_kernel(dt, op)};
-    /* Slots: K >= 2 of C bytes, C a multiple of n cache lines. */
-    size_t unit = (size_t)s.n * 64, want = c->shared_chunk;
-    if (want > w->bytes / 2)
-        want = w->bytes / 2;
-    s.slot_bytes = want / unit * unit;
+    s.slot_bytes = ddp__allreduce_shared_slot(c, w);
     DDP_FAIL_IF(s.slot_bytes == 0, DDP_ERR_INVALID_ARG,
-                "shared window of %zu bytes too small for %d ranks", w->bytes, s.n);
+                "shared window of %zu bytes (chunk %zu) too small for %d ranks", w->bytes,
+                c->shared_chunk, s.n);
     s.nslots = w->bytes / s.slot_bytes;
     s.chunk = s.slot_bytes / s.es;
     s.nchunks = (count + s.chunk - 1) / s.chunk;

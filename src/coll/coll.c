@@ -221,8 +221,9 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
         /* Ranks that share memory reduce straight out of it, unless they
          * outnumber the cores: then every chunk waits for all of them to be
          * scheduled, and the ring's buffered messages do better. */
-        if (algo == DDP__AR_RING && bytes >= c->shared_min && c->size <= c->cpus &&
-            ddp__tp_window(c->tp))
+        const ddp__window *w = ddp__tp_window(c->tp);
+        if (algo == DDP__AR_RING && bytes >= c->shared_min && c->size <= c->cpus && w &&
+            ddp__allreduce_shared_slot(c, w) > 0)
             algo = DDP__AR_SHARED;
     }
     switch (algo) {

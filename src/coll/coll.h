@@ -133,9 +133,14 @@ int ddp__allreduce_rd(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                       ddp_reduce_op op);
 int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
-/* Over the transport's shared window (fails without one). */
+/* Over the transport's shared window (fails without one, or when
+ * ddp__allreduce_shared_slot is 0). */
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
+/* Bytes per pipeline slot of the shared-window all-reduce on window w: 0
+ * when DDP_SHARED_CHUNK_BYTES or the window is too small for the ranks
+ * (auto then runs the ring). */
+size_t ddp__allreduce_shared_slot(const ddp__coll_ctx *c, const struct ddp__window *w);
 /* Ring reduce-scatter: block b of in (blocks bl) is reduced over all ranks
  * in ring order b+1, b+2, ..., b (mod size); rank r's block lands in out.
  * acc: same layout as in, receives the partial results (in place for

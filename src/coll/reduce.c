@@ -221,7 +221,9 @@ const char *ddp__reduce_isa_name(int isa)
     return isa >= 0 && isa < DDP__ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
-int ddp__reduce_isa_best(void)
+/* What the CPU runs, asked once: CPUID serialises the core and exits to
+ * the hypervisor in a VM, and every collective looks its kernel up. */
+static int detect_isa(void)
 {
 #if HAVE_X86_ISA
     /* Both tables convert float16 with F16C; hardware has it wherever it has
@@ -238,6 +240,17 @@ int ddp__reduce_isa_best(void)
         return DDP__ISA_AVX2;
 #endif
     return DDP__ISA_PORTABLE;
+}
+
+int ddp__reduce_isa_best(void)
+{
+    static _Atomic int best = -1;
+    int isa = atomic_load_explicit(&best, memory_order_relaxed);
+    if (isa < 0) {
+        isa = detect_isa();
+        atomic_store_explicit(&best, isa, memory_order_relaxed);
+    }
+    return isa;
 }
 
 int ddp__reduce_isa_parse(const char *value, int *isa)

@@ -22,14 +22,6 @@ typedef struct tp_backend {
 
 static void tp_destroy(void *impl);
 
-/* Seconds until deadline; a phase that starts late still gets a moment to
- * see that its peers are there (a zero timeout would mean "now or never"). */
-static double time_left(double deadline)
-{
-    double left = deadline - ddp_time_now();
-    return left > 0.05 ? left : 0.05;
-}
-
 static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
                       double timeout_s, void **impl)
 {
@@ -45,11 +37,12 @@ static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size
     /* One deadline for the whole setup: each phase gets what is left. */
     const double deadline = ddp_time_now() + timeout_s;
     if (rc == 0)
-        rc = ddp__transport_layout(store, prefix, rank, size, time_left(deadline), &lay);
+        rc = ddp__transport_layout(store, prefix, rank, size, ddp__setup_time_left(deadline),
+                                   &lay);
+    double left = ddp__setup_time_left(deadline);
     if (rc == 0)
-        rc = lay.kind == DDP__LAYOUT_SHM
-                 ? ddp__shm_create(store, prefix, rank, size, time_left(deadline), &b->tp)
-                 : ddp__tcp_create(store, prefix, rank, size, time_left(deadline), &b->tp);
+        rc = lay.kind == DDP__LAYOUT_SHM ? ddp__shm_create(store, prefix, rank, size, left, &b->tp)
+                                         : ddp__tcp_create(store, prefix, rank, size, left, &b->tp);
     if (rc == 0 && lay.kind == DDP__LAYOUT_HIER)
         rc = ddp__hier_create(store, prefix, rank, size, deadline, &lay, &b->hier);
     ddp__layout_free(&lay);

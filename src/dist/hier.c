@@ -57,12 +57,13 @@ int ddp__hier_create(ddp_store_t *store, const char *prefix, int rank, int size,
     DDP_TRY_OUT(ddp__coll_ctx_init(&h->leaders, leader ? h->host : 0, h->nhosts));
     if (lsize > 1) {
         snprintf(sub, sizeof sub, "%.250s/host%d", prefix, h->host);
-        rc = ddp__shm_create(store, sub, lrank, lsize, deadline - ddp_time_now(), &h->local.tp);
+        rc = ddp__shm_create(store, sub, lrank, lsize, ddp__setup_time_left(deadline),
+                             &h->local.tp);
         DDP_TRY_OUT(ddp__hier_error(rc, h->local_ranks, lsize, "hierarchical group, inside host"));
     }
     if (leader) {
         snprintf(sub, sizeof sub, "%.250s/leaders", prefix);
-        rc = ddp__tcp_create(store, sub, h->host, h->nhosts, deadline - ddp_time_now(),
+        rc = ddp__tcp_create(store, sub, h->host, h->nhosts, ddp__setup_time_left(deadline),
                              &h->leaders.tp);
         DDP_TRY_OUT(ddp__hier_error(rc, h->leader_ranks, h->nhosts,
                                     "hierarchical group, among host leaders"));

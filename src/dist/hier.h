@@ -7,6 +7,16 @@
 #include "ddp/store.h"
 #include "transport/select.h"
 
+/* Seconds until deadline for one phase of a group's setup (the tcp
+ * backend's and the levels here): a phase that starts late still gets a
+ * moment to see that its peers are there (a zero timeout would mean "now or
+ * never"). */
+static inline double ddp__setup_time_left(double deadline)
+{
+    double left = deadline - ddp_time_now();
+    return left > 0.05 ? left : 0.05;
+}
+
 /* For rank of size laid out over hosts as lay says: connects this host's
  * ranks over shm (store keys "<prefix>/host<h>") and, on leaders, the
  * leaders over tcp ("<prefix>/leaders"), at most until the absolute

@@ -102,6 +102,25 @@ static void mark_broken(ddp_pg_t *pg, int rc, const char *msg)
     DDP_WARN("process group rank %d broken: %s", pg->rank, msg);
 }
 
+/* Under mu: 0 while the group works; else its first failure's code, with
+ * "process group already failed: <why>" in msg (MSG_LEN bytes). */
+static int broken_error(const ddp_pg_t *pg, char *msg)
+{
+    if (!pg->broken)
+        return 0;
+    snprintf(msg, MSG_LEN, "process group already failed: %.960s", pg->broken_msg);
+    return pg->broken_rc;
+}
+
+/* Under mu: gives up the executor's place taken by the caller's thread. */
+static void leave_executor(ddp_pg_t *pg)
+{
+    pg->busy = 0;
+    if (pg->head)
+        pthread_cond_signal(&pg->cv_work);
+    pthread_cond_broadcast(&pg->cv_done); /* for become_executor */
+}
+
 static void release_work(ddp_work_t *w)
 {
     if (atomic_fetch_sub(&w->refs, 1) == 1)
@@ -122,12 +141,8 @@ static void *comm_thread(void *arg)
         if (!pg->head)
             pg->tail = NULL;
         pg->busy = 1;
-        int broken = pg->broken, rc;
         char msg[MSG_LEN] = "";
-        if (broken) {
-            rc = pg->broken_rc;
-            snprintf(msg, sizeof msg, "process group already failed: %.960s", pg->broken_msg);
-        }
+        int rc = broken_error(pg, msg), broken = rc != 0;
         pthread_mutex_unlock(&pg->mu);
         if (!broken)
             rc = execute(pg, &w->args, w->seq, msg);
@@ -172,13 +187,12 @@ static int submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
         atomic_init(&w->refs, 2);
         atomic_init(&w->done, 0);
         pthread_mutex_lock(&pg->mu);
-        if (pg->broken) {
-            int rc = pg->broken_rc;
-            char msg[MSG_LEN];
-            snprintf(msg, sizeof msg, "%s", pg->broken_msg);
+        char msg[MSG_LEN];
+        int rc = broken_error(pg, msg);
+        if (rc) {
             pthread_mutex_unlock(&pg->mu);
             free(w);
-            return DDP_ERROR(rc, "process group already failed: %s", msg);
+            return DDP_ERROR(rc, "%s", msg);
         }
         w->seq = is_collective(a->kind) ? pg->next_seq++ : 0;
         enqueue(pg, w);
@@ -187,27 +201,22 @@ static int submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
         return 0;
     }
     pthread_mutex_lock(&pg->mu);
-    if (pg->broken) {
-        int rc = pg->broken_rc;
-        char msg[MSG_LEN];
-        snprintf(msg, sizeof msg, "%s", pg->broken_msg);
+    char msg[MSG_LEN];
+    int rc = broken_error(pg, msg);
+    if (rc) {
         pthread_mutex_unlock(&pg->mu);
-        return DDP_ERROR(rc, "process group already failed: %s", msg);
+        return DDP_ERROR(rc, "%s", msg);
     }
     uint64_t seq = is_collective(a->kind) ? pg->next_seq++ : 0;
     if (!pg->head && !pg->busy) {
         /* Idle: run here, on the caller's thread. */
         pg->busy = 1;
         pthread_mutex_unlock(&pg->mu);
-        char msg[MSG_LEN];
-        int rc = execute(pg, a, seq, msg);
+        rc = execute(pg, a, seq, msg);
         pthread_mutex_lock(&pg->mu);
         if (rc < 0)
             mark_broken(pg, rc, msg);
-        pg->busy = 0;
-        if (pg->head)
-            pthread_cond_signal(&pg->cv_work);
-        pthread_cond_broadcast(&pg->cv_done); /* for become_executor */
+        leave_executor(pg);
         pthread_mutex_unlock(&pg->mu);
         if (rc < 0) /* execute left the message on this thread */
             return rc;
@@ -424,14 +433,6 @@ static int become_executor(ddp_pg_t *pg, const char *what)
     return 0;
 }
 
-static void leave_executor(ddp_pg_t *pg)
-{
-    pg->busy = 0;
-    if (pg->head)
-        pthread_cond_signal(&pg->cv_work);
-    pthread_cond_broadcast(&pg->cv_done);
-}
-
 /* The backend's part of ddp_pg_symmetric_alloc, as the executor. */
 static int sym_alloc(ddp_pg_t *pg, size_t bytes, void **p)
 {
@@ -441,9 +442,8 @@ static int sym_alloc(ddp_pg_t *pg, size_t bytes, void **p)
         pthread_mutex_unlock(&pg->mu);
         return rc;
     }
-    rc = pg->broken ? pg->broken_rc : 0;
     char msg[MSG_LEN];
-    snprintf(msg, sizeof msg, "process group already failed: %.960s", pg->broken_msg);
+    rc = broken_error(pg, msg);
     uint64_t seq = pg->next_seq;
     pg->next_seq += 2; /* the allocation's two exchanges */
     pthread_mutex_unlock(&pg->mu);

@@ -1264,7 +1264,9 @@ static int seg_create(shm *s, size_t len, int *fd)
     if (e != 0) {
         shm_unlink(s->name);
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, e,
-                               "fallocate(%s, %zu) (set DDP_TRANSPORT=tcp to avoid shared memory)",
+                               "fallocate(%s, %zu) (/dev/shm too small? lower "
+                               "DDP_SHM_RING_BYTES or DDP_SHM_WINDOW_BYTES, or set "
+                               "DDP_TRANSPORT=tcp)",
                                s->name, len);
     }
     return 0;
