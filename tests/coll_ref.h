@@ -179,6 +179,22 @@ static void ref_fold(uint8_t (*vals)[8], int m, ddp_dtype dt, ddp_reduce_op op, 
         ref_combine_any(acc, vals[(first + k) % m], dt, op);
 }
 
+/* Does op apply to dt?  (Bitwise ops need integers.) */
+__attribute__((unused)) static int op_applies(ddp_dtype dt, ddp_reduce_op op)
+{
+    return dt == DDP_INT32 || dt == DDP_INT64 || dt == DDP_UINT8 || op < DDP_BAND;
+}
+
+/* The ring block of element i when count is split into n near-equal
+ * blocks (the first count % n one element longer). */
+__attribute__((unused)) static size_t ring_block_of(size_t i, size_t count, int n)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    if (i < rem * (base + 1))
+        return i / (base + 1);
+    return rem + (i - rem * (base + 1)) / base;
+}
+
 /* Element i of the reduction of case c over n ranks, into out.  ring_block
  * is the ring block holding i (ORDER_RING). */
 __attribute__((unused)) static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,

@@ -13,6 +13,7 @@ passed=0; failed=0; broken=""
 log=$(mktemp)
 DDP_DATA_CACHE_DIR=$(mktemp -d)
 export DDP_DATA_CACHE_DIR
+trap 'rm -rf "$log" "$DDP_DATA_CACHE_DIR"' EXIT
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.d) continue ;; esac
@@ -37,8 +38,6 @@ for t in "$build"/tests/test_*; do
         echo "$name: $p passed ($((end - start)) s)"
     fi
 done
-rm -f "$log"
-rm -rf "$DDP_DATA_CACHE_DIR"
 [ -n "$broken" ] && echo "failing:$broken"
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -50,20 +50,6 @@ typedef struct ccase {
     uint64_t id;
 } ccase;
 
-static int op_applies(ddp_dtype dt, ddp_reduce_op op)
-{
-    int is_int = dt == DDP_INT32 || dt == DDP_INT64 || dt == DDP_UINT8;
-    return is_int || op < DDP_BAND;
-}
-
-static size_t ring_block_of(size_t i, size_t count, int n)
-{
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    if (i < rem * (base + 1))
-        return i / (base + 1);
-    return rem + (i - rem * (base + 1)) / base;
-}
-
 /* Which elements of a reduction's output to check.  Up to 100000 elements:
  * all.  Above (the 1M+3 cases), the n-fold reference would dominate the
  * suite's time, so: every 31st element, the first and last three of every

@@ -428,7 +428,7 @@ static void test_peer_leaves(void **state)
  * comes: rank 0 times out naming it). */
 typedef struct shared_wait_arg {
     double timeout, sleep_s;
-    const char *want;
+    const char *want, *want_too; /* parts of rank 0's message (want_too may be NULL) */
     double min_s, max_s; /* rank 0's failure comes within [min_s, max_s] */
 } shared_wait_arg;
 
@@ -454,6 +454,7 @@ static int shared_wait_rank(int rank, void *arg)
     if (!(rc < 0 && contains(ddp_last_error(), a->want) && took >= a->min_s && took <= a->max_s))
         fprintf(stderr, "rank 0: rc %d after %.3f s: %s\n", rc, took, ddp_last_error());
     CHILD_CHECK(rc < 0 && contains(ddp_last_error(), a->want));
+    CHILD_CHECK(!a->want_too || contains(ddp_last_error(), a->want_too));
     CHILD_CHECK(took >= a->min_s && took <= a->max_s);
     ddp_pg_destroy(pg);
     return 0;
@@ -475,6 +476,7 @@ static void test_shared_window_wait_honours_deadline(void **state)
     job_init(&J);
     shared_wait_arg a = {.timeout = 0.3, .sleep_s = -0.8,
                          .want = "timed out after 0.3 s waiting for rank 1 (pid ",
+                         .want_too = ") in a shared-memory collective",
                          .min_s = 0.25, .max_s = 1.5};
     assert_int_equal(run_children(2, shared_wait_rank, &a, 60.0), 0);
     job_cleanup(&J);

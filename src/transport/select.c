@@ -54,17 +54,19 @@ int ddp__host_id(char *out, size_t len)
     return 0;
 }
 
+static int word_index(const char *v, size_t len, const char *const names[3]);
+
 static int read_mode(const char *var, const char *const names[3], int *mode)
 {
     const char *env = getenv(var);
     *mode = MODE_AUTO;
     if (!env || !*env)
         return 0;
-    for (int i = 0; i < 3; i++)
-        if (strcmp(env, names[i]) == 0) {
-            *mode = i;
-            return 0;
-        }
+    int i = word_index(env, strlen(env), names);
+    if (i >= 0) {
+        *mode = i;
+        return 0;
+    }
     return DDP_ERROR(DDP_ERR_INVALID_ARG, "%s='%s': expected %s, %s or %s", var, env, names[0],
                      names[1], names[2]);
 }

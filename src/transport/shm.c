@@ -206,16 +206,22 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Wakes rank r if it sleeps on its bell.  The fence orders our ring update
- * before the read of "sleeping"; the sleeper orders them the other way. */
-static void notify(shm *s, int r)
+/* Rings rank r's bell if it sleeps on it (after the caller's fence). */
+static void ring_bell(shm *s, int r)
 {
     seg_bell *b = &s->bells[r];
-    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&b->sleeping, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&b->word, 1, memory_order_release);
         futex(&b->word, FUTEX_WAKE, INT_MAX, NULL);
     }
+}
+
+/* Wakes rank r if it sleeps on its bell.  The fence orders our ring update
+ * before the read of "sleeping"; the sleeper orders them the other way. */
+static void notify(shm *s, int r)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    ring_bell(s, r);
 }
 
 static void ring_put(uint8_t *data, uint64_t mask, uint64_t at, const void *src, size_t len)
@@ -869,7 +875,6 @@ static int timeout_error(shm *s, ddp__req *const *reqs, int n, double waited)
     return DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s", waited);
 }
 
-/* Sleeps on this rank's bell until a peer rings it or `s` seconds pass. */
 /* Sleeps on this rank's bell for at most secs, unless done(arg) says the
  * wait is over after "sleeping" is announced: a peer that posts then (its
  * write, its fence, its look at "sleeping") either sees the flag and wakes
@@ -1009,13 +1014,9 @@ static void shm_win_post(ddp__tp *tp, int k, uint64_t v)
     atomic_store_explicit(&s->win_flag[s->base.rank][k].v, v, memory_order_release);
     /* As notify(), one fence for every peer: the flag before "sleeping". */
     atomic_thread_fence(memory_order_seq_cst);
-    for (int r = 0; r < s->base.size; r++) {
-        seg_bell *b = &s->bells[r];
-        if (r != s->base.rank && atomic_load_explicit(&b->sleeping, memory_order_relaxed)) {
-            atomic_fetch_add_explicit(&b->word, 1, memory_order_release);
-            futex(&b->word, FUTEX_WAKE, INT_MAX, NULL);
-        }
-    }
+    for (int r = 0; r < s->base.size; r++)
+        if (r != s->base.rank)
+            ring_bell(s, r);
 }
 
 /* A collective on the window cannot go on without every peer: the first

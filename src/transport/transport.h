@@ -61,7 +61,7 @@ typedef struct ddp__tp_vtable {
      * per rank a slot of bytes that every rank maps, and per rank
      * DDP__WIN_FLAGS counters that only their owner advances.  Algorithms
      * that reduce straight out of their peers' memory are written against
-     * it (coll/allreduce_shm.c); tcp leaves all three NULL. */
+     * it (coll/allreduce_shared.c); tcp leaves them NULL. */
     /* The window (same layout on every rank), or NULL when this group has
      * none. */
     const struct ddp__window *(*window)(ddp__tp *tp);

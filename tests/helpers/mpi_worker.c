@@ -118,11 +118,6 @@ static void fill(uint8_t *buf, size_t count, ddp_dtype dt, ddp_reduce_op op, uin
         ref_input(buf + i * es, dt, op, id, rank, first + i);
 }
 
-static int op_applies(int dt, int op)
-{
-    return dt == DDP_INT32 || dt == DDP_INT64 || dt == DDP_UINT8 || op < DDP_BAND;
-}
-
 /* The reducing collectives of one case. */
 static int reducing_case(ddp_pg_t *pg, int kind, ddp_dtype dt, ddp_reduce_op op, size_t cnt,
                          uint64_t id)
