@@ -149,7 +149,8 @@ int main(int argc, char **argv)
     double *t_ddp = calloc(nt, sizeof(double)), *t_tail = calloc(nt, sizeof(double));
     size_t total;
     ddp_model_grad_block(m, &total);
-    float *buf = calloc(total, sizeof *buf);
+    float *buf; /* like DDP's buckets, so "comm" runs DDP's all-reduce path */
+    check(ddp_pg_symmetric_alloc(pg, total * sizeof *buf, (void **)&buf), "symmetric alloc");
     size_t *bucket_numel = NULL;
     ddp_work_t **works = NULL;
     int nb = 0;
@@ -230,7 +231,7 @@ int main(int argc, char **argv)
     }
     free(works);
     free(bucket_numel);
-    free(buf);
+    ddp_pg_symmetric_free(pg, buf);
     free(t_comp);
     free(t_comm);
     free(t_ddp);

@@ -31,7 +31,7 @@ static void usage(const char *argv0)
             "all_to_all|barrier]\n"
             "          [--op sum] [--dtype float32] [--min-bytes 4] [--max-bytes 64M]\n"
             "          [--step-factor 2] [--iters 50] [--warmup 5] [--timeout 60] [--json]\n"
-            "          [--symmetric]\n"
+            "          [--symmetric (the input buffer in symmetric memory)]\n"
             "Rank and world size default to RANK and WORLD_SIZE; the init method to env://.\n",
             argv0);
 }
@@ -155,7 +155,7 @@ int main(int argc, char **argv)
         printf("# %s %s %s, %d ranks, backend %s\n# bytes median_us busbw_GBps\n",
                coll_names[coll], dtname, opname, world, backend);
     if (rank == 0 && !json && sym)
-        printf("# buffers in symmetric memory\n");
+        printf("# input buffer in symmetric memory\n");
     if (rank == 0 && json)
         printf("[");
     int first = 1, rc = 0;

@@ -121,9 +121,11 @@ DDP_API int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **o
  * symmetric only when every rank passes the same allocation at the same
  * offset; ranks that mix fail with a message.  Errors: NULL arguments, 0
  * bytes, ranks asking for different sizes (DDP_ERR_MISMATCH, naming the
- * rank), a failed or already broken group, a peer that fails, the group's
- * timeout (the group is then broken, as after a failed collective), or no
- * memory for the private fallback. */
+ * rank), a failed or already broken group, a peer that fails or the
+ * group's timeout during the allocation (the group is then broken, as after
+ * a failed collective), queued operations that still run after the group's
+ * timeout (DDP_ERR_TIMEOUT; the group is not marked broken), or no memory
+ * for the private fallback. */
 DDP_API int ddp_pg_symmetric_alloc(ddp_pg_t *pg, size_t bytes, void **out);
 /* Frees memory that ddp_pg_symmetric_alloc on this pg returned (NULL is a
  * no-op), before ddp_pg_destroy.  Local (no peer takes part), but it waits
