@@ -301,12 +301,15 @@ static void maybe_crash(const job *j)
     }
 }
 
-static double wall_clock(void)
+/* Seconds on clock (CPU time clocks for the profile). */
+static double clock_seconds(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+static double wall_clock(void) { return clock_seconds(CLOCK_REALTIME); }
 
 /* With profiling, adds the time since *t to phase ph and restarts *t. */
 static void lap(job *j, int ph, double *t)
@@ -335,13 +338,6 @@ static int train_step(job *j, const ddp_batch *b, float *loss_value)
     lap(j, PH_STEP, &t);
     *loss_value = ddp_var_item(loss);
     return 0;
-}
-
-static double cpu_seconds(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* cpu: this process's CPU time over the loop (all its threads: training,
@@ -388,7 +384,7 @@ static int train(job *j, ddp_loader *dl)
     const args *a = j->a;
     size_t total = ddp_loader_length(dl), samples = 0, steps = 0;
     double t0 = ddp_time_now();
-    double cpu0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), main0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    double cpu0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID), main0 = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (long epoch = (long)j->st.epoch; epoch < a->epochs; epoch++) {
         int rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch);
         size_t skip = epoch == j->st.epoch ? (size_t)j->st.step : 0; /* trained before */
@@ -422,8 +418,8 @@ static int train(job *j, ddp_loader *dl)
             return rc;
         fflush(stdout);
     }
-    print_profile(j, steps, ddp_time_now() - t0, cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0,
-                  cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - main0);
+    print_profile(j, steps, ddp_time_now() - t0, clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0,
+                  clock_seconds(CLOCK_THREAD_CPUTIME_ID) - main0);
     if (a->epochs > j->st.epoch)
         return report_throughput(j, samples, ddp_time_now() - t0);
     return 0;

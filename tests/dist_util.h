@@ -46,18 +46,26 @@ __attribute__((unused)) static int contains(const char *hay, const char *needle)
     return hay && strstr(hay, needle) != NULL;
 }
 
-/* Number of /dev/shm entries whose name starts with prefix. */
-__attribute__((unused)) static int shm_entries(const char *prefix)
+/* Entries of folder dir whose name starts with prefix, not counting "."
+ * and ".." (-1 when dir cannot be read). */
+__attribute__((unused)) static int dir_entries(const char *dir, const char *prefix)
 {
-    DIR *d = opendir("/dev/shm");
+    DIR *d = opendir(dir);
     if (!d)
         return -1;
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL)
-        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+             strncmp(e->d_name, prefix, strlen(prefix)) == 0;
     closedir(d);
     return n;
+}
+
+/* Number of /dev/shm entries whose name starts with prefix. */
+__attribute__((unused)) static int shm_entries(const char *prefix)
+{
+    return dir_entries("/dev/shm", prefix);
 }
 
 #endif

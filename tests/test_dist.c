@@ -463,18 +463,7 @@ static void test_point_to_point(void **state)
 
 /* ---- destroy gives everything back ----------------------------------- */
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
+static int count_entries(const char *dir) { return dir_entries(dir, ""); }
 
 static int release_rank(int rank, void *arg)
 {

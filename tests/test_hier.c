@@ -36,18 +36,7 @@
 
 static job J;
 
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
+static int open_fds(void) { return dir_entries("/proc/self/fd", ""); }
 
 static void set_host(const char *layout, int rank)
 {
