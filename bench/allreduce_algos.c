@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "ddp.h"
-#include "dist/internal.h"
+#include "pg/internal.h"
 #include "transport/transport.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -56,7 +56,7 @@ static int run_rank(int rank, int n, const char *url, size_t bytes, int rounds, 
             rc = ddp__pg_set_option(pg, "allreduce_algo", algos[a]) != 0;
             for (int i = -1; i < iters && !rc; i++) {
                 double t0 = ddp_time_now();
-                rc = ddp_all_reduce(pg, x, count, DDP_FLOAT32, DDP_SUM) != 0;
+                rc = ddp_pg_all_reduce(pg, x, count, DDP_FLOAT32, DDP_SUM) != 0;
                 if (i >= 0)
                     t[(a * rounds + r) * iters + i] = ddp_time_now() - t0;
             }
@@ -78,7 +78,7 @@ static int run_rank(int rank, int n, const char *url, size_t bytes, int rounds, 
         }
         fflush(stdout);
     }
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     free(x);
     free(t);
     return rc;

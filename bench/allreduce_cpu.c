@@ -55,12 +55,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < count; i++) /* touched once: no page faults below */
         a[i] = (float)(i % 1000) * 0.001f;
     for (int i = 0; i < 3 && rc == 0; i++)
-        rc = ddp_all_reduce(pg, a, count, DDP_FLOAT32, DDP_SUM);
+        rc = ddp_pg_all_reduce(pg, a, count, DDP_FLOAT32, DDP_SUM);
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);
     for (int i = 0; i < iters && rc == 0; i++) {
         double t0 = ddp_time_now();
-        rc = ddp_all_reduce(pg, a, count, DDP_FLOAT32, DDP_SUM);
+        rc = ddp_pg_all_reduce(pg, a, count, DDP_FLOAT32, DDP_SUM);
         t[i] = ddp_time_now() - t0;
     }
     getrusage(RUSAGE_SELF, &r1);
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     mine[1] = t[iters / 2];
     mine[2] = (seconds(r1.ru_utime) - seconds(r0.ru_utime)) / iters;
     mine[3] = (seconds(r1.ru_stime) - seconds(r0.ru_stime)) / iters;
-    if (ddp_all_reduce(pg, all, (size_t)n * 4, DDP_FLOAT64, DDP_SUM) != 0) {
+    if (ddp_pg_all_reduce(pg, all, (size_t)n * 4, DDP_FLOAT64, DDP_SUM) != 0) {
         fprintf(stderr, "rank %d: gathering the figures: %s\n", rank, ddp_last_error());
         return 1;
     }

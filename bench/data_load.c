@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     size_t batch = argc > 3 ? (size_t)atoi(argv[3]) : 64;
     double work_s = argc > 4 ? atof(argv[4]) * 1e-6 : 0.0;
     double best = 1e9, sum = 0, cpu_best = 1e9;
-    ddp_dataset *ds = NULL;
+    ddp_dataset_t *ds = NULL;
     for (int r = 0; r < repeats; r++) {
         ddp_dataset_destroy(ds);
         ds = NULL;
@@ -46,11 +46,11 @@ int main(int argc, char **argv)
     printf("load train split (%zu samples): min %.3f s, mean %.3f s over %d; min CPU time "
            "%.3f s\n", ddp_dataset_length(ds), best, sum / repeats, repeats, cpu_best);
     for (int w = 0; w <= 4; w++) {
-        ddp_loader_opts o = ddp_loader_defaults();
+        ddp_loader_options o = ddp_loader_defaults();
         o.batch_size = batch;
         o.shuffle = 1;
         o.num_workers = w;
-        ddp_loader *dl;
+        ddp_loader_t *dl;
         if (ddp_loader_create(ds, &o, &dl) < 0) {
             fprintf(stderr, "data_load: %s\n", ddp_last_error());
             return 1;

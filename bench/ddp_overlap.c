@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "ddp.h"
+#include "ddp/ext.h"
 
 #define IN 784
 #define OUT 10
@@ -72,22 +73,22 @@ static ddp_model_t *make_model(int hidden, int layers)
 }
 
 /* One training step; dm NULL: local only. */
-static void step(ddp_ddp_t *dm, ddp_model_t *m, ddp_tape_t *tape, ddp_optim_t *opt,
+static void step(ddp_data_parallel_t *dm, ddp_model_t *m, ddp_tape_t *tape, ddp_optim_t *opt,
                  const ddp_tensor *x, const int64_t *labels)
 {
     ddp_var_t *in, *y, *loss;
     ddp_tape_reset(tape);
     check(ddp_tape_input(tape, x, 0, &in), "input");
     if (dm)
-        check(ddp_ddp_forward(dm, tape, in, &y), "forward");
+        check(ddp_data_parallel_forward(dm, tape, in, &y), "forward");
     else
         check(ddp_model_forward(m, tape, in, &y), "forward");
     check(ddp_op_cross_entropy(tape, y, labels, &loss), "loss");
     ddp_optim_zero_grad(opt);
     if (dm)
-        check(ddp_ddp_backward(dm, tape, loss), "backward");
+        check(ddp_data_parallel_backward(dm, tape, loss), "backward");
     else
-        check(ddp_backward(tape, loss, m), "backward");
+        check(ddp_tape_backward(tape, loss, m), "backward");
     check(ddp_optim_step(opt), "step");
 }
 
@@ -157,11 +158,11 @@ int main(int argc, char **argv)
 
     /* Each round: compute only, DDP, DDP with tail chunks, communication
      * only, so that the machine's noise falls on all four alike. */
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.bucket_cap_mb = cap_mb;
     if (min_piece_mb >= 0)
         o.tail_min_piece_mb = min_piece_mb;
-    ddp_ddp_t *dm = NULL;
+    ddp_data_parallel_t *dm = NULL;
     for (int r = 0; r < rounds; r++) {
         size_t at = (size_t)r * (size_t)iters;
         /* Compute only (warm-up first: the tape's arena settles). */
@@ -174,37 +175,37 @@ int main(int argc, char **argv)
         for (int tail = 0; tail < 2; tail++) {
             double *t = (tail ? t_tail : t_ddp) + at;
             o.tail_chunks = tail ? tail_chunks : 0;
-            check(ddp_ddp_create(m, pg, &o, &dm), "ddp");
+            check(ddp_data_parallel_create(m, pg, &o, &dm), "ddp");
             for (int i = -3; i < iters; i++) { /* the warm-up includes the bucket rebuild */
-                check(ddp_barrier(pg), "barrier");
+                check(ddp_pg_barrier(pg), "barrier");
                 double t0 = ddp_time_now();
                 step(dm, m, tape, opt, &x, labels);
                 if (i >= 0)
                     t[i] = ddp_time_now() - t0;
             }
             if (!bucket_numel) {
-                nb = ddp_ddp_num_buckets(dm);
+                nb = ddp_data_parallel_num_buckets(dm);
                 bucket_numel = calloc((size_t)nb, sizeof *bucket_numel);
                 works = calloc((size_t)nb, sizeof *works);
                 for (int k = 0; k < nb; k++)
-                    check(ddp_ddp_bucket_info(dm, k, NULL, &bucket_numel[k]), "bucket");
+                    check(ddp_data_parallel_bucket_info(dm, k, NULL, &bucket_numel[k]), "bucket");
             }
-            ddp_ddp_destroy(dm);
+            ddp_data_parallel_destroy(dm);
         }
         /* Communication only: DDP's bucket sizes, launched back to back. */
         for (int i = -3; i < iters; i++) {
-            check(ddp_barrier(pg), "barrier");
+            check(ddp_pg_barrier(pg), "barrier");
             double t0 = ddp_time_now();
             size_t off = 0;
             for (int k = 0; k < nb; k++) {
-                check(ddp_all_reduce_async(pg, buf + off, bucket_numel[k], DDP_FLOAT32, DDP_AVG,
+                check(ddp_pg_all_reduce_async(pg, buf + off, bucket_numel[k], DDP_FLOAT32, DDP_AVG,
                                            &works[k]),
                       "all_reduce");
                 off += bucket_numel[k];
             }
             for (int k = 0; k < nb; k++) {
                 check(ddp_work_wait(works[k], -1), "wait");
-                ddp_work_free(works[k]);
+                ddp_work_destroy(works[k]);
             }
             if (i >= 0)
                 t_comm[at + (size_t)i] = ddp_time_now() - t0;
@@ -215,7 +216,7 @@ int main(int argc, char **argv)
      * be no faster than the slowest rank's compute. */
     double med[4] = {median(t_comp, (int)nt), median(t_comm, (int)nt), median(t_ddp, (int)nt),
                      median(t_tail, (int)nt)};
-    check(ddp_all_reduce(pg, med, 4, DDP_FLOAT64, DDP_MAX), "all_reduce of the medians");
+    check(ddp_pg_all_reduce(pg, med, 4, DDP_FLOAT64, DDP_MAX), "all_reduce of the medians");
     double comp = med[0], comm = med[1], dstep = med[2], tstep = med[3];
     double roof = comp > comm ? comp : comm;
     if (li.rank == 0) {
@@ -241,6 +242,6 @@ int main(int argc, char **argv)
     ddp_optim_destroy(opt);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }

@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 
 #include "ddp.h"
+#include "ddp/ext.h"
 
 enum { NEXT, ROWS, TOUCH, TOUCH4K, STAGE, PF8, PF32, PFALL, PFNEXT, NV };
 static const char *const names[NV] = {"next", "rows", "touch", "touch-4k", "stage",
@@ -137,17 +138,17 @@ int main(int argc, char **argv)
     const char *dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
     size_t steps = argc > 2 ? (size_t)atol(argv[2]) : 900;
     size_t evict = (argc > 3 ? (size_t)atol(argv[3]) : 4096) << 10;
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     if (ddp_mnist_create(dir, NULL, &ds) < 0)
         return fail();
     const ddp_idx *im, *lb;
     ddp_mnist_raw(ds, &im, &lb);
     size_t n = im->count;
-    ddp_loader_opts o = ddp_loader_defaults();
+    ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = B;
     o.shuffle = 1;
-    ddp_loader *dl;
-    ddp_sampler *sm;
+    ddp_loader_t *dl;
+    ddp_sampler_t *sm;
     if (ddp_loader_create(ds, &o, &dl) < 0 || ddp_sampler_random_create(n, 1, &sm) < 0)
         return fail();
     size_t *order = malloc(n * sizeof *order);

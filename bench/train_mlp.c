@@ -110,7 +110,7 @@ static int run(int batch, double seconds)
             (rc = ddp_op_cross_entropy(tape, out, labels + (size_t)b * batch, &l)) < 0)
             goto out;
         ddp_optim_zero_grad(opt);
-        if ((rc = ddp_backward(tape, l, model)) < 0 || (rc = ddp_optim_step(opt)) < 0)
+        if ((rc = ddp_tape_backward(tape, l, model)) < 0 || (rc = ddp_optim_step(opt)) < 0)
             goto out;
         loss = ddp_var_item(l);
         if (it >= warm) {

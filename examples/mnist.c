@@ -232,7 +232,7 @@ static int build_model(unsigned long long seed, ddp_model_t **model)
 
 /* Forward pass of one batch on a fresh tape: *logits (B, 10); through DDP
  * when dm is not NULL. */
-static int forward(ddp_ddp_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
+static int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
                    ddp_var_t **logits)
 {
     ddp_tensor x;
@@ -241,12 +241,12 @@ static int forward(ddp_ddp_t *dm, ddp_model_t *model, ddp_tape_t *tape, const dd
     int rc = ddp_tensor_wrap(&x, b->x, 2, (int64_t[]){(int64_t)b->size, IN});
     if (rc < 0 || (rc = ddp_tape_input(tape, &x, 0, &in)) < 0)
         return rc;
-    return dm ? ddp_ddp_forward(dm, tape, in, logits) : ddp_model_forward(model, tape, in, logits);
+    return dm ? ddp_data_parallel_forward(dm, tape, in, logits) : ddp_model_forward(model, tape, in, logits);
 }
 
-static int open_split(const char *dir, int train, ddp_dataset **ds)
+static int open_split(const char *dir, int train, ddp_dataset_t **ds)
 {
-    ddp_mnist_opts mo = ddp_mnist_defaults();
+    ddp_mnist_options mo = ddp_mnist_defaults();
     mo.train = train;
     int rc = ddp_mnist_create(dir, &mo, ds);
     if (rc < 0) {
@@ -273,7 +273,7 @@ typedef struct job {
     int rank, world, restart;
     int local_world;      /* processes of the job on this host (launcher's word, else 1) */
     ddp_pg_t *pg;         /* NULL when alone */
-    ddp_ddp_t *dm;        /* NULL when alone */
+    ddp_data_parallel_t *dm;        /* NULL when alone */
     ddp_model_t *model;
     ddp_tape_t *tape;
     ddp_optim_t *opt;
@@ -331,7 +331,7 @@ static int train_step(job *j, const ddp_batch *b, float *loss_value)
         return rc;
     ddp_optim_zero_grad(j->opt);
     lap(j, PH_FORWARD, &t);
-    rc = j->dm ? ddp_ddp_backward(j->dm, j->tape, loss) : ddp_backward(j->tape, loss, j->model);
+    rc = j->dm ? ddp_data_parallel_backward(j->dm, j->tape, loss) : ddp_tape_backward(j->tape, loss, j->model);
     lap(j, PH_BACKWARD, &t);
     if (rc < 0 || (rc = ddp_optim_step(j->opt)) < 0)
         return rc;
@@ -370,8 +370,8 @@ static int report_throughput(job *j, size_t samples, double dt)
     int64_t n = (int64_t)samples;
     if (j->pg) {
         int rc;
-        if ((rc = ddp_all_reduce(j->pg, &n, 1, DDP_INT64, DDP_SUM)) < 0 ||
-            (rc = ddp_all_reduce(j->pg, &dt, 1, DDP_FLOAT64, DDP_MAX)) < 0)
+        if ((rc = ddp_pg_all_reduce(j->pg, &n, 1, DDP_INT64, DDP_SUM)) < 0 ||
+            (rc = ddp_pg_all_reduce(j->pg, &dt, 1, DDP_FLOAT64, DDP_MAX)) < 0)
             return rc;
     }
     if (j->rank == 0)
@@ -379,7 +379,7 @@ static int report_throughput(job *j, size_t samples, double dt)
     return 0;
 }
 
-static int train(job *j, ddp_loader *dl)
+static int train(job *j, ddp_loader_t *dl)
 {
     const args *a = j->a;
     size_t total = ddp_loader_length(dl), samples = 0, steps = 0;
@@ -425,11 +425,11 @@ static int train(job *j, ddp_loader *dl)
     return 0;
 }
 
-static int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset *test, double *acc)
+static int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *acc)
 {
-    ddp_loader_opts o = ddp_loader_defaults();
+    ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = EVAL_BATCH;
-    ddp_loader *dl;
+    ddp_loader_t *dl;
     int rc = ddp_loader_create(test, &o, &dl);
     if (rc < 0)
         return rc;
@@ -518,7 +518,7 @@ static int share_checkpoint(job *j, int loaded)
     if (!j->pg)
         return loaded < 0 ? loaded : 0;
     int64_t v[5] = {loaded, j->st.epoch, j->st.step, j->st.global_step, ddp_optim_steps(j->opt)};
-    int rc = ddp_broadcast(j->pg, v, 5, DDP_INT64, 0);
+    int rc = ddp_pg_broadcast(j->pg, v, 5, DDP_INT64, 0);
     if (rc == 0 && v[0] < 0 && j->rank != 0)
         fprintf(stderr, "ddp-mnist: rank %d: rank 0 could not load %s\n", j->rank, j->ckpt);
     if (rc < 0 || v[0] <= 0)
@@ -532,7 +532,7 @@ static int share_checkpoint(job *j, int loaded)
         float *data;
         size_t n;
         if ((rc = ddp_optim_state(j->opt, k, &name, &data, &n)) < 0 ||
-            (rc = ddp_broadcast(j->pg, data, n, DDP_FLOAT32, 0)) < 0)
+            (rc = ddp_pg_broadcast(j->pg, data, n, DDP_FLOAT32, 0)) < 0)
             return rc;
     }
     return 0;
@@ -548,9 +548,9 @@ int main(int argc, char **argv)
 
     int status = 1, rc = 0;
     job j = {.a = &a, .profile = getenv("DDP_MNIST_PROFILE") != NULL};
-    ddp_dataset *train_ds = NULL, *test_ds = NULL;
-    ddp_loader *dl = NULL;
-    ddp_sampler *sampler = NULL;
+    ddp_dataset_t *train_ds = NULL, *test_ds = NULL;
+    ddp_loader_t *dl = NULL;
+    ddp_sampler_t *sampler = NULL;
 
     if ((rc = join_job(&j)) < 0) {
         status = rc == DDP_ERR_INVALID_ARG ? 2 : 1;
@@ -591,11 +591,11 @@ int main(int argc, char **argv)
         rc = 0; /* already reported */
         goto out;
     }
-    if (j.pg && (rc = ddp_ddp_create(j.model, j.pg, NULL, &j.dm)) < 0)
+    if (j.pg && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
         goto out;
 
     if (train_ds) {
-        ddp_loader_opts lo = ddp_loader_defaults();
+        ddp_loader_options lo = ddp_loader_defaults();
         lo.batch_size = (size_t)a.batch;
         lo.shuffle = a.shuffle;
         lo.seed = a.seed;
@@ -606,7 +606,7 @@ int main(int argc, char **argv)
         if (a.workers < 0)
             lo.num_workers = j.local_world >= sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 1;
         if (j.pg) { /* each rank its share: torch's DistributedSampler */
-            ddp_distributed_sampler_opts dso = ddp_distributed_sampler_defaults();
+            ddp_sampler_distributed_options dso = ddp_sampler_distributed_defaults();
             dso.num_replicas = j.world;
             dso.rank = j.rank;
             dso.shuffle = a.shuffle;
@@ -638,7 +638,7 @@ int main(int argc, char **argv)
         printf("Test accuracy: %.2f %%\n", acc);
     }
     /* The others wait for rank 0's evaluation before leaving the group. */
-    if (j.pg && (rc = ddp_barrier(j.pg)) < 0)
+    if (j.pg && (rc = ddp_pg_barrier(j.pg)) < 0)
         goto out;
     status = 0;
 out:
@@ -650,12 +650,12 @@ out:
     }
     ddp_loader_destroy(dl);
     ddp_sampler_destroy(sampler);
-    ddp_ddp_destroy(j.dm);
+    ddp_data_parallel_destroy(j.dm);
     ddp_optim_destroy(j.opt);
     ddp_tape_destroy(j.tape);
     ddp_model_destroy(j.model);
     ddp_dataset_destroy(test_ds);
     ddp_dataset_destroy(train_ds);
-    ddp_pg_destroy(j.pg);
+    ddp_destroy_process_group(j.pg);
     return status;
 }

@@ -8,7 +8,7 @@
 #include "ddp/optim.h"
 #include "ddp/data.h"
 #include "ddp/store.h"
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 #include "ddp/ddp.h"
 
 #endif

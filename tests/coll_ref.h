@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 
 static uint64_t ref_hash(uint64_t a, uint64_t b, uint64_t c)
 {

@@ -371,7 +371,7 @@ static void run_case(opcase *c)
     } else {
         loss = y;
     }
-    assert_int_equal(ddp_backward(tape, loss, NULL), 0);
+    assert_int_equal(ddp_tape_backward(tape, loss, NULL), 0);
     for (int i = 0; i < c->nin; i++)
         grads[i] = ddp_var_grad(in[i]);
     double ref[1];
@@ -473,7 +473,7 @@ static void test_cross_entropy_stable(void **state)
     /* row 0: 1000 - 0 = 1000; row 1: log(e^-2 + e^-1 + 1) */
     double expect = (1000.0 + log(exp(-2.0) + exp(-1.0) + 1.0)) / 2;
     assert_true(fabs(ddp_var_item(loss) - expect) < 1e-3);
-    assert_int_equal(ddp_backward(tape, loss, NULL), 0);
+    assert_int_equal(ddp_tape_backward(tape, loss, NULL), 0);
     const float *g = ddp_var_grad(in);
     assert_true(fabs(g[0] - 0.5) < 1e-6 && fabs(g[1] + 0.5) < 1e-6 && isfinite(g[2]));
     ddp_tape_destroy(tape);
@@ -490,7 +490,7 @@ static int mlp_step(ddp_tape_t *tape, ddp_model_t *m, float *xs, int64_t *labels
         ddp_model_forward(m, tape, x, &y) < 0 || ddp_op_cross_entropy(tape, y, labels, loss) < 0)
         return -1;
     *h_data = ddp_var_tensor(y)->data;
-    return ddp_backward(tape, *loss, m);
+    return ddp_tape_backward(tape, *loss, m);
 }
 
 static ddp_model_t *small_mlp(int in, int hidden, int out)
@@ -558,7 +558,7 @@ static void test_no_grad(void **state)
             loss_grad = ddp_var_item(loss);
         } else {
             assert_true(ddp_var_item(loss) == loss_grad);
-            assert_int_equal(ddp_backward(tape, loss, m), DDP_ERR_INVALID_ARG);
+            assert_int_equal(ddp_tape_backward(tape, loss, m), DDP_ERR_INVALID_ARG);
             assert_non_null(strstr(ddp_last_error(), "does not depend on any parameter"));
         }
         ddp_tape_destroy(tape);
@@ -588,7 +588,7 @@ static void test_grads_accumulate(void **state)
     float *once = malloc(n * sizeof(float));
     memcpy(once, g, n * sizeof(float));
     /* the same graph again (retain_graph), then a fresh tape */
-    assert_int_equal(ddp_backward(tape, loss, m), 0);
+    assert_int_equal(ddp_tape_backward(tape, loss, m), 0);
     ddp_tape_reset(tape);
     assert_int_equal(mlp_step(tape, m, xs, labels, &loss, &h), 0);
     double maxerr = 0, maxg = 0;
@@ -629,8 +629,8 @@ static void test_reshape_param(void **state)
     assert_int_equal(ddp_op_matmul(t, x, wv, &y), 0);
     assert_int_equal(ddp_op_sum(t, y, &loss), 0);
     ddp_model_zero_grad(m);
-    assert_int_equal(ddp_backward(t, loss, m), 0);
-    assert_int_equal(ddp_backward(t, loss, m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, m), 0);
     for (int k = 0; k < 4; k++)
         for (int j = 0; j < 3; j++)
             assert_true(p->grad[k * 3 + j] == 2 * (xs[k] + xs[4 + k]));
@@ -702,18 +702,18 @@ static void test_op_errors(void **state)
     assert_non_null(strstr(ddp_last_error(), "input must be (batch, classes), got shape (4)"));
 
     /* backward on a non-scalar, on a constant, on a var of a reset tape */
-    assert_int_equal(ddp_backward(tape, x, NULL), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_tape_backward(tape, x, NULL), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "the loss must have one element, not shape (4, 3)"));
     ddp_tensor ts;
     ddp_var_t *c, *s;
     assert_int_equal(ddp_tensor_wrap(&ts, buf, 1, (int64_t[]){1}), 0);
     assert_int_equal(ddp_tape_input(tape, &ts, 0, &c), 0);
     assert_int_equal(ddp_op_sum(tape, c, &s), 0);
-    assert_int_equal(ddp_backward(tape, s, NULL), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_tape_backward(tape, s, NULL), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "does not depend on any parameter or input"));
     assert_int_equal(ddp_op_sum(tape, x, &s), 0);
     ddp_tape_reset(tape);
-    assert_int_equal(ddp_backward(tape, s, NULL), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_tape_backward(tape, s, NULL), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "the loss var is not on this tape"));
     ddp_tape_destroy(tape);
     ddp_tape_destroy(other);

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "ddp.h"
+#include "ddp/ext.h"
 #include "gradcheck.h"
 
 #define B 4
@@ -112,7 +113,7 @@ static void test_residual_shared_gradcheck(void **state)
     assert_int_equal(ddp_tape_create(&t), 0);
     ddp_model_zero_grad(n.m);
     assert_int_equal(net_forward(&n, t, &loss), 0);
-    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, n.m), 0);
     float *vals[6];
     const float *grads[6];
     size_t lens[6];
@@ -186,7 +187,7 @@ static void test_hooks_contract(void **state)
     for (int round = 0; round < 2; round++) { /* second round: accumulate (no_sync) */
         ddp_tape_reset(t);
         assert_int_equal(net_forward(&n, t, &loss), 0);
-        assert_int_equal(ddp_backward(t, loss, n.m), 0);
+        assert_int_equal(ddp_tape_backward(t, loss, n.m), 0);
         /* unused first (used = 0), then w3; b2, w2 only after their last use
          * (the earlier linear); then b1, w1 */
         int expect_index[] = {5, 4, 3, 2, 1, 0};
@@ -209,7 +210,7 @@ static void test_hooks_contract(void **state)
     ddp_tape_reset(t);
     assert_int_equal(net_forward(&n, t, &loss), 0);
     assert_int_equal(net_forward(&n, t2, &loss2), 0);
-    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, n.m), 0);
     assert_int_equal(ev.n, 6);
     for (int i = 0; i < 6; i++)
         assert_int_equal(ev.used[i], ev.index[i] != 5);
@@ -232,7 +233,7 @@ static void test_hooks_contract(void **state)
     assert_int_equal(ddp_op_sum(t, yb, &sb), 0);
     assert_int_equal(ddp_op_add(t, sa, sb, &s), 0);
     ddp_model_zero_grad(n.m);
-    assert_int_equal(ddp_backward(t, s, n.m), 0);
+    assert_int_equal(ddp_tape_backward(t, s, n.m), 0);
     assert_int_equal(ev.n, 6);
     assert_int_equal(ev.index[5], 0);
     assert_int_equal(ev.used[5], 1);
@@ -246,7 +247,7 @@ static void test_hooks_contract(void **state)
     ev.fail_on = 2;
     ddp_tape_reset(t);
     assert_int_equal(net_forward(&n, t, &loss), 0);
-    assert_int_equal(ddp_backward(t, loss, n.m), DDP_ERR_PEER);
+    assert_int_equal(ddp_tape_backward(t, loss, n.m), DDP_ERR_PEER);
     assert_non_null(strstr(ddp_last_error(), "allreduce of bucket for w2 failed"));
     assert_int_equal(ev.n, 3); /* unused, w3, b2 */
     events_clear(&ev);
@@ -296,7 +297,7 @@ static void test_hooks_sequential(void **state)
     assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
     assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
     assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
-    assert_int_equal(ddp_backward(t, loss, m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, m), 0);
     assert_int_equal(ev.n, 4);
     int expect[] = {3, 2, 1, 0};
     for (int i = 0; i < 4; i++) {
@@ -308,9 +309,9 @@ static void test_hooks_sequential(void **state)
     ddp_tape_reset(t);
     ddp_var_t *h, *s;
     assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
-    assert_int_equal(ddp_module_forward(t, ddp_module_child(seq, 0), x, &h), 0);
+    assert_int_equal(ddp_module_forward(ddp_module_child(seq, 0), t, x, &h), 0);
     assert_int_equal(ddp_op_sum(t, h, &s), 0);
-    assert_int_equal(ddp_backward(t, s, m), 0);
+    assert_int_equal(ddp_tape_backward(t, s, m), 0);
     assert_int_equal(ev.n, 4);
     assert_true(ev.index[0] == 2 && ev.used[0] == 0 && ev.index[1] == 3 && ev.used[1] == 0);
     assert_true(ev.index[2] == 1 && ev.used[2] == 1 && ev.index[3] == 0 && ev.used[3] == 1);
@@ -333,7 +334,7 @@ static void test_set_grad(void **state)
     assert_int_equal(ddp_tape_create(&t), 0);
     ddp_model_zero_grad(n.m);
     assert_int_equal(net_forward(&n, t, &loss), 0);
-    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, n.m), 0);
     float *ref = malloc(total * sizeof(float));
     memcpy(ref, gb, total * sizeof(float));
 
@@ -345,7 +346,7 @@ static void test_set_grad(void **state)
     ddp_model_zero_grad(n.m);
     ddp_tape_reset(t);
     assert_int_equal(net_forward(&n, t, &loss), 0);
-    assert_int_equal(ddp_backward(t, loss, n.m), 0);
+    assert_int_equal(ddp_tape_backward(t, loss, n.m), 0);
     assert_memory_equal(bucket, ref + n.w2->offset, sizeof bucket);
     /* the home slice was neither zeroed nor written: zero_grad and backward
      * went through p->grad */
@@ -361,7 +362,7 @@ static void test_set_grad(void **state)
     assert_memory_equal(block, ref, total * sizeof(float));
     ddp_tape_reset(t);
     assert_int_equal(net_forward(&n, t, &loss), 0);
-    assert_int_equal(ddp_backward(t, loss, n.m), 0); /* accumulates: 2x */
+    assert_int_equal(ddp_tape_backward(t, loss, n.m), 0); /* accumulates: 2x */
     for (size_t j = 0; j < total; j++)
         assert_true(fabs(block[j] - 2 * ref[j]) <= 1e-6 * (1 + fabs(ref[j])));
     assert_int_equal(ddp_model_set_grad_block(n.m, NULL), 0);
@@ -454,7 +455,7 @@ static void test_hooks_random_graphs(void **state)
         if (!used) /* nothing requires grad: backward refuses; skip */
             continue;
         ddp_model_zero_grad(m);
-        assert_int_equal(ddp_backward(t, loss, m), 0);
+        assert_int_equal(ddp_tape_backward(t, loss, m), 0);
         assert_int_equal(ev.n, NP);
         int seen[NP] = {0}, saw_used = 0;
         for (int i = 0; i < ev.n; i++) {
@@ -559,7 +560,7 @@ static void test_chunked_weight_gradient(void **state)
         assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
         assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
         assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
-        int rc = ddp_backward(t, loss, m);
+        int rc = ddp_tape_backward(t, loss, m);
         const float *g = ddp_model_grad_block(m, &total);
         if (k == 0) { /* the unchunked reference */
             assert_int_equal(rc, 0);

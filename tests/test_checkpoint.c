@@ -58,7 +58,7 @@ static void train(ddp_model_t *m, ddp_optim_t *opt, int steps, int first)
         assert_int_equal(ddp_model_forward(m, tape, x, &y), 0);
         assert_int_equal(ddp_op_cross_entropy(tape, y, labels, &loss), 0);
         ddp_optim_zero_grad(opt);
-        assert_int_equal(ddp_backward(tape, loss, m), 0);
+        assert_int_equal(ddp_tape_backward(tape, loss, m), 0);
         assert_int_equal(ddp_optim_step(opt), 0);
     }
     ddp_tape_destroy(tape);

@@ -26,8 +26,8 @@
 #include "coll/hier.h"
 #include "coll/reduce.h"
 #include "coll_ref.h"
-#include "ddp/dist.h"
-#include "dist/internal.h"
+#include "ddp/pg.h"
+#include "pg/internal.h"
 
 static void sleep_s(double s)
 {
@@ -157,7 +157,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
             goto done;
         }
         fill(out, cnt, c, r, 0);
-        rc = ddp_all_reduce(pg, out, cnt, c->dt, c->op);
+        rc = ddp_pg_all_reduce(pg, out, cnt, c->dt, c->op);
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
                 ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
@@ -173,13 +173,13 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         break;
     case DDP__BROADCAST:
         fill(out, cnt, c, r, 0);
-        rc = ddp_broadcast(pg, out, cnt, c->dt, c->root);
+        rc = ddp_pg_broadcast(pg, out, cnt, c->dt, c->root);
         fill(want, cnt, c, c->root, 0);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__REDUCE:
         fill(out, cnt, c, r, 0);
-        rc = ddp_reduce(pg, out, cnt, c->dt, c->op, c->root);
+        rc = ddp_pg_reduce(pg, out, cnt, c->dt, c->op, c->root);
         if (r == c->root)
             for (size_t i = 0; i < cnt; i++)
                 if (sampled(i, cnt, n))
@@ -194,8 +194,8 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
     case DDP__GATHER:
         fill(in, cnt, c, r, 0);
         memset(out, 0xee, all * es);
-        rc = c->kind == DDP__GATHER ? ddp_gather(pg, in, out, cnt, c->dt, c->root)
-                                    : ddp_all_gather(pg, in, out, cnt, c->dt);
+        rc = c->kind == DDP__GATHER ? ddp_pg_gather(pg, in, out, cnt, c->dt, c->root)
+                                    : ddp_pg_all_gather(pg, in, out, cnt, c->dt);
         for (int b = 0; b < n; b++)
             fill(want + (size_t)b * cnt * es, cnt, c, b, 0);
         if (c->kind == DDP__ALL_GATHER || r == c->root)
@@ -203,13 +203,13 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         break;
     case DDP__SCATTER:
         fill(in, all, c, c->root, 0);
-        rc = ddp_scatter(pg, r == c->root ? in : NULL, out, cnt, c->dt, c->root);
+        rc = ddp_pg_scatter(pg, r == c->root ? in : NULL, out, cnt, c->dt, c->root);
         fill(want, cnt, c, c->root, (size_t)r * cnt);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__REDUCE_SCATTER:
         fill(in, all, c, r, 0);
-        rc = ddp_reduce_scatter(pg, in, out, cnt, c->dt, c->op);
+        rc = ddp_pg_reduce_scatter(pg, in, out, cnt, c->dt, c->op);
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
                 ref_reduce(want + i * es, c->dt, c->op, c->id, n, (size_t)r * cnt + i,
@@ -220,25 +220,25 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         break;
     case DDP__ALL_TO_ALL:
         fill(in, all, c, r, 0);
-        rc = ddp_all_to_all(pg, in, out, cnt, c->dt);
+        rc = ddp_pg_all_to_all(pg, in, out, cnt, c->dt);
         for (int b = 0; b < n; b++)
             fill(want + (size_t)b * cnt * es, cnt, c, b, (size_t)r * cnt);
         bad = rc == 0 && compare(out, want, all, es, c, r, "output");
         break;
     case DDP__BARRIER:
-        rc = ddp_barrier(pg);
+        rc = ddp_pg_barrier(pg);
         break;
     case DDP__SEND: { /* a ring of send/recv pairs */
         if (n == 1)
             break;
         ddp_work_t *w = NULL;
         fill(in, cnt, c, r, 0);
-        rc = ddp_send_async(pg, in, cnt, c->dt, (r + 1) % n, (int)(c->id % 1000), &w);
+        rc = ddp_pg_send_async(pg, in, cnt, c->dt, (r + 1) % n, (int)(c->id % 1000), &w);
         if (rc == 0)
-            rc = ddp_recv(pg, out, cnt, c->dt, (r + n - 1) % n, (int)(c->id % 1000));
+            rc = ddp_pg_recv(pg, out, cnt, c->dt, (r + n - 1) % n, (int)(c->id % 1000));
         if (rc == 0)
             rc = ddp_work_wait(w, -1);
-        ddp_work_free(w);
+        ddp_work_destroy(w);
         fill(want, cnt, c, (r + n - 1) % n, 0);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "received");
         break;
@@ -337,7 +337,7 @@ static int matrix_rank(int rank, void *arg)
     if (rank == 0)
         fprintf(stderr, "world size %d: %d cases in %.2f s, %d failed\n", n, ncases,
                 ddp_time_now() - t0, failed);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return failed;
 }
 

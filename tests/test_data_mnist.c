@@ -13,13 +13,14 @@
 #include <math.h>
 
 #include "data_fixture.h"
+#include "ddp/ext.h"
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
-static void expect_create_error(const char *dir, const ddp_mnist_opts *o, int code,
+static void expect_create_error(const char *dir, const ddp_mnist_options *o, int code,
                                 const char *frag)
 {
-    ddp_dataset *ds = (ddp_dataset *)1;
+    ddp_dataset_t *ds = (ddp_dataset_t *)1;
     int rc = ddp_mnist_create(dir, o, &ds);
     if (rc != code)
         fail_msg("got %s (%s), expected %s", ddp_err_name(rc), ddp_last_error(),
@@ -35,9 +36,9 @@ static void test_generated_splits(void **state)
     fx_write_split(dir, "train", 1, 50, 4, 5, 10);
     fx_write_split(dir, "t10k", 0, 7, 4, 5, 10);
     for (int train = 0; train <= 1; train++) {
-        ddp_mnist_opts o = ddp_mnist_defaults();
+        ddp_mnist_options o = ddp_mnist_defaults();
         o.train = train;
-        ddp_dataset *ds;
+        ddp_dataset_t *ds;
         assert_int_equal(ddp_mnist_create(dir, &o, &ds), 0);
         size_t n = train ? 50 : 7;
         assert_int_equal(ddp_dataset_length(ds), n);
@@ -67,11 +68,11 @@ static void test_normalize_and_batch(void **state)
 {
     const char *dir = *state;
     fx_write_split(dir, "train", 0, 40, 28, 28, 10);
-    ddp_mnist_opts o = ddp_mnist_defaults();
+    ddp_mnist_options o = ddp_mnist_defaults();
     o.normalize = 1;
     o.mean = 0.2860f; /* Fashion-MNIST's, as the tutorials use */
     o.std = 0.3530f;
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     assert_int_equal(ddp_mnist_create(dir, &o, &ds), 0);
     size_t idx[3] = {39, 0, 17};
     float x[3 * 784];
@@ -108,11 +109,11 @@ static void check_batches(const char *dir, uint32_t n, uint32_t rows, uint32_t c
     int64_t *y = malloc(max * sizeof *y), y1;
     size_t *idx = malloc(max * sizeof *idx);
     for (int normalize = 0; normalize <= 1; normalize++) {
-        ddp_mnist_opts o = ddp_mnist_defaults();
+        ddp_mnist_options o = ddp_mnist_defaults();
         o.normalize = normalize;
         o.mean = 0.2860f;
         o.std = 0.3530f;
-        ddp_dataset *ds;
+        ddp_dataset_t *ds;
         assert_int_equal(ddp_mnist_create(dir, &o, &ds), 0);
         uint64_t r = 88172645463325252ULL;
         for (int k = 0; k < n_sizes; k++) {
@@ -159,7 +160,7 @@ static void test_raw_preferred_over_gz(void **state)
     const char *dir = *state;
     fx_write_split(dir, "train", 1, 9, 2, 2, 10);
     fx_write_split(dir, "train", 0, 11, 2, 2, 10);
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     assert_int_equal(ddp_mnist_create(dir, NULL, &ds), 0);
     assert_int_equal(ddp_dataset_length(ds), 11);
     ddp_dataset_destroy(ds);
@@ -172,9 +173,9 @@ static void test_label_range_and_count_mismatch(void **state)
     expect_create_error(dir, NULL, DDP_ERR_FORMAT,
                         "train-labels-idx1-ubyte: label 10 at item 10 out of range (expected "
                         "< 10)");
-    ddp_mnist_opts o = ddp_mnist_defaults();
+    ddp_mnist_options o = ddp_mnist_defaults();
     o.num_classes = 12;
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     assert_int_equal(ddp_mnist_create(dir, &o, &ds), 0);
     ddp_dataset_destroy(ds);
     o.num_classes = 0;
@@ -241,7 +242,7 @@ static void test_user_dataset(void **state)
     (void)state;
     size_t *n = malloc(sizeof *n);
     *n = 8;
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     assert_int_equal(ddp_dataset_create(&user_ops, n, 3, &ds), 0);
     assert_int_equal(ddp_dataset_length(ds), 8);
     size_t idx[2] = {7, 2};
@@ -273,9 +274,9 @@ static void test_fashion_mnist(void **state)
     static const int64_t test_first[20] = {9, 2, 1, 1, 6, 1, 4, 6, 5, 7,
                                            4, 5, 7, 3, 4, 1, 2, 4, 8, 0};
     for (int train = 1; train >= 0; train--) {
-        ddp_mnist_opts o = ddp_mnist_defaults();
+        ddp_mnist_options o = ddp_mnist_defaults();
         o.train = train;
-        ddp_dataset *ds;
+        ddp_dataset_t *ds;
         double t0 = ddp_time_now();
         int rc = ddp_mnist_create(FASHION_DIR, &o, &ds);
         if (rc != 0)

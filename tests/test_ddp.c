@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "ddp.h"
+#include "ddp/ext.h"
 #include "fork_children.h"
 
 #define IN 16
@@ -61,7 +62,7 @@ static void sample(int64_t i, float *x, int64_t *label)
 }
 
 /* Forward + loss on samples [first, first + n). */
-static int forward_loss(ddp_ddp_t *dm, ddp_model_t *m, ddp_tape_t *tape, int64_t first, int n,
+static int forward_loss(ddp_data_parallel_t *dm, ddp_model_t *m, ddp_tape_t *tape, int64_t first, int n,
                         ddp_var_t **loss)
 {
     static float xs[1024 * IN];
@@ -75,7 +76,7 @@ static int forward_loss(ddp_ddp_t *dm, ddp_model_t *m, ddp_tape_t *tape, int64_t
     ddp_var_t *x, *y;
     DDP_TRY(ddp_tape_input(tape, &t, 0, &x));
     if (dm)
-        DDP_TRY(ddp_ddp_forward(dm, tape, x, &y));
+        DDP_TRY(ddp_data_parallel_forward(dm, tape, x, &y));
     else
         DDP_TRY(ddp_model_forward(m, tape, x, &y));
     return ddp_op_cross_entropy(tape, y, labels, loss);
@@ -147,7 +148,7 @@ typedef struct {
     ddp_comm_hook_kind hook;
     const char *tag;
     int user_hook;          /* register sum_then_divide_hook */
-    int tail_chunks;        /* ddp_ddp_options.tail_chunks */
+    int tail_chunks;        /* ddp_data_parallel_options.tail_chunks */
     int hidden;             /* first layer's width (0: HID) */
     const char *algo;       /* DDP_ALLREDUCE_ALGO for the ranks (NULL: auto) */
     const char *out;        /* parameters file name (NULL: "params") */
@@ -195,7 +196,7 @@ static int sum_launch(void *state, ddp_pg_t *pg, int bucket, float *data, size_t
 {
     (void)bucket;
     ((hook_counts *)state)->launches++;
-    return ddp_all_reduce_async(pg, data, n, DDP_FLOAT32, DDP_SUM, work);
+    return ddp_pg_all_reduce_async(pg, data, n, DDP_FLOAT32, DDP_SUM, work);
 }
 
 static int divide_finish(void *state, ddp_pg_t *pg, int bucket, float *data, size_t n)
@@ -215,11 +216,11 @@ static int train_rank(int rank, void *arg)
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     ddp_optim_t *opt;
     ddp_sgd_options so = ddp_sgd_defaults(0.1);
     so.momentum = 0.9;
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = c->cap_mb;
     o.comm_hook = c->hook;
     o.tail_chunks = c->tail_chunks;
@@ -231,14 +232,14 @@ static int train_rank(int rank, void *arg)
     if (rank == 1) /* different initial values: DDP must broadcast rank 0's */
         CHILD_CHECK(ddp_model_reset_parameters(m, 99) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
     if (c->cap_mb < 0.01)
-        CHILD_CHECK(ddp_ddp_num_buckets(dm) > 1);
+        CHILD_CHECK(ddp_data_parallel_num_buckets(dm) > 1);
     hook_counts counts = {0, 0};
     ddp_comm_hook hook = {sum_launch, divide_finish, &counts};
     if (c->user_hook)
-        CHILD_CHECK(ddp_ddp_register_comm_hook(dm, &hook) == 0);
+        CHILD_CHECK(ddp_data_parallel_register_comm_hook(dm, &hook) == 0);
     chunk_spy spy = {0};
     const char *env = getenv("DDP_TAIL_CHUNKS");
     int chunks = env ? atoi(env) : c->tail_chunks;
@@ -253,13 +254,13 @@ static int train_rank(int rank, void *arg)
         for (int k = 0; k < c->accumulate; k++) {
             ddp_var_t *loss;
             int64_t first = ((int64_t)s * c->accumulate + k) * micro + (int64_t)rank * B;
-            ddp_ddp_set_no_sync(dm, k + 1 < c->accumulate);
+            ddp_data_parallel_set_no_sync(dm, k + 1 < c->accumulate);
             CHILD_CHECK(forward_loss(dm, m, tape, first, B, &loss) == 0);
-            CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
+            CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
         }
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
-    CHILD_CHECK(ddp_ddp_buckets_rebuilt(dm));
+    CHILD_CHECK(ddp_data_parallel_buckets_rebuilt(dm));
     if (chunks) { /* every synchronised backward chunked the first layer's weight */
         int64_t bounds[64];
         int n = expect_chunks >= 0 ? expect_chunks : ddp_grad_chunk_bounds(c->hidden, chunks, bounds);
@@ -268,16 +269,16 @@ static int train_rank(int rank, void *arg)
             CHILD_CHECK(n > 1);
     }
     if (c->user_hook) /* one launch and one finish per bucket and step */
-        CHILD_CHECK(counts.launches == STEPS * ddp_ddp_num_buckets(dm) &&
+        CHILD_CHECK(counts.launches == STEPS * ddp_data_parallel_num_buckets(dm) &&
                     counts.finishes == counts.launches);
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
     CHILD_CHECK(write_floats(c->out ? c->out : "params", rank, params, n) == 0);
     ddp_optim_destroy(opt);
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -299,7 +300,7 @@ static float *train_reference(int world, int accumulate, int hidden, size_t *n)
             ddp_var_t *loss;
             int64_t first = ((int64_t)s * accumulate + k) * micro;
             assert_int_equal(forward_loss(NULL, m, tape, first, micro, &loss), 0);
-            assert_int_equal(ddp_backward(tape, loss, m), 0);
+            assert_int_equal(ddp_tape_backward(tape, loss, m), 0);
         }
         assert_int_equal(ddp_optim_step(opt), 0);
     }
@@ -486,17 +487,17 @@ static int unused_rank(int rank, void *arg)
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_t *dm;
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.find_unused_parameters = find_unused;
     CHILD_CHECK(join_group(rank, 2, find_unused ? "unused-1" : "unused-0", &pg) == 0);
     CHILD_CHECK(make_model(HID, 1, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     for (int s = 0; s < 3; s++) {
         ddp_var_t *loss;
         CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)(2 * s + rank) * B, B, &loss) == 0);
-        int rc = ddp_ddp_backward(dm, tape, loss);
+        int rc = ddp_data_parallel_backward(dm, tape, loss);
         if (find_unused) {
             CHILD_CHECK(rc == 0);
         } else {
@@ -505,10 +506,10 @@ static int unused_rank(int rank, void *arg)
             CHILD_CHECK(strstr(ddp_last_error(), "find_unused_parameters"));
         }
     }
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -525,14 +526,14 @@ static int mismatch_rank(int rank, void *arg)
     (void)arg;
     ddp_pg_t *pg;
     ddp_model_t *m;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     CHILD_CHECK(join_group(rank, 3, "mismatch", &pg) == 0);
     CHILD_CHECK(make_model(rank == 2 ? 24 : HID, 0, &m) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, NULL, &dm) == DDP_ERR_MISMATCH);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, NULL, &dm) == DDP_ERR_MISMATCH);
     CHILD_CHECK(strstr(ddp_last_error(), "rank 2 differs from rank 0: parameter 0 is 0.weight "
                                          "(24, 16) on rank 2 but 0.weight (32, 16) on rank 0"));
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -565,7 +566,7 @@ static int reversed_model(ddp_model_t **out, ddp_param *w[3])
     return 0;
 }
 
-static int reversed_step(ddp_ddp_t *dm, ddp_model_t *m, ddp_param *w[3], ddp_tape_t *tape,
+static int reversed_step(ddp_data_parallel_t *dm, ddp_model_t *m, ddp_param *w[3], ddp_tape_t *tape,
                          int64_t first, int n)
 {
     static float xs[64 * 8];
@@ -589,7 +590,7 @@ static int reversed_step(ddp_ddp_t *dm, ddp_model_t *m, ddp_param *w[3], ddp_tap
     DDP_TRY(ddp_op_matmul(tape, h, v[0], &h));
     DDP_TRY(ddp_op_cross_entropy(tape, h, labels, &loss));
     ddp_model_zero_grad(m);
-    return dm ? ddp_ddp_backward(dm, tape, loss) : ddp_backward(tape, loss, m);
+    return dm ? ddp_data_parallel_backward(dm, tape, loss) : ddp_tape_backward(tape, loss, m);
 }
 
 static int rebuild_rank(int rank, void *arg)
@@ -599,32 +600,32 @@ static int rebuild_rank(int rank, void *arg)
     ddp_model_t *m;
     ddp_param *w[3];
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     ddp_optim_t *opt;
     ddp_sgd_options so = ddp_sgd_defaults(0.2);
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = 1e-9; /* one parameter per bucket */
     CHILD_CHECK(join_group(rank, 2, "rebuild", &pg) == 0);
     CHILD_CHECK(reversed_model(&m, w) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
     size_t numel;
-    CHILD_CHECK(ddp_ddp_bucket_info(dm, 0, NULL, &numel) == 0 && numel == 96); /* w3 */
+    CHILD_CHECK(ddp_data_parallel_bucket_info(dm, 0, NULL, &numel) == 0 && numel == 96); /* w3 */
     for (int s = 0; s < STEPS; s++) {
         CHILD_CHECK(reversed_step(dm, m, w, tape, (int64_t)(2 * s + rank) * B, B) == 0);
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
-    CHILD_CHECK(ddp_ddp_buckets_rebuilt(dm));
-    CHILD_CHECK(ddp_ddp_bucket_info(dm, 0, NULL, &numel) == 0 && numel == 40); /* w1 */
+    CHILD_CHECK(ddp_data_parallel_buckets_rebuilt(dm));
+    CHILD_CHECK(ddp_data_parallel_bucket_info(dm, 0, NULL, &numel) == 0 && numel == 40); /* w1 */
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
     CHILD_CHECK(write_floats("rebuild", rank, params, n) == 0);
     ddp_optim_destroy(opt);
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -660,7 +661,7 @@ static void test_rebuild_from_ready_order(void **state)
 
 /* ==== misuse ============================================================== */
 
-/* A plain ddp_backward on a wrapped model is refused (its gradients would
+/* A plain ddp_tape_backward on a wrapped model is refused (its gradients would
  * not be averaged); destroy keeps gradient values and finishes nothing. */
 static int misuse_rank(int rank, void *arg)
 {
@@ -668,28 +669,28 @@ static int misuse_rank(int rank, void *arg)
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_t *dm;
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.comm_hook = DDP_HOOK_FP16;
     CHILD_CHECK(join_group(rank, 2, "misuse", &pg) == 0);
     CHILD_CHECK(make_model(HID, 0, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     ddp_var_t *loss;
     CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)rank * B, B, &loss) == 0);
-    CHILD_CHECK(ddp_backward(tape, loss, m) == DDP_ERR_STATE);
-    CHILD_CHECK(strstr(ddp_last_error(), "call ddp_ddp_backward, not ddp_backward"));
+    CHILD_CHECK(ddp_tape_backward(tape, loss, m) == DDP_ERR_STATE);
+    CHILD_CHECK(strstr(ddp_last_error(), "call ddp_data_parallel_backward, not ddp_tape_backward"));
     CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)rank * B, B, &loss) == 0);
-    CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
+    CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
     ddp_model_zero_grad(m);
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     size_t n;
     const float *g = ddp_model_grad_block(m, &n);
     for (size_t i = 0; i < n; i++)
         CHILD_CHECK(g[i] == 0.0f);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -704,17 +705,17 @@ static int options_mismatch_rank(int rank, void *arg)
     (void)arg;
     ddp_pg_t *pg;
     ddp_model_t *m;
-    ddp_ddp_t *dm;
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_t *dm;
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     if (rank == 1)
         o.comm_hook = DDP_HOOK_BF16;
     CHILD_CHECK(join_group(rank, 2, "optmismatch", &pg) == 0);
     CHILD_CHECK(make_model(HID, 0, &m) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == DDP_ERR_MISMATCH);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == DDP_ERR_MISMATCH);
     CHILD_CHECK(strstr(ddp_last_error(), "rank 1 differs from rank 0: options "));
     CHILD_CHECK(strstr(ddp_last_error(), "comm_hook 2, tail_chunks 0, tail_min_piece_mb 1 on rank 1 but"));
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -736,19 +737,19 @@ static int join_rank(int rank, void *arg)
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     ddp_optim_t *opt;
     ddp_sgd_options so = ddp_sgd_defaults(0.1);
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = 1.0 / 1024;
     o.tail_chunks = tail;
     o.tail_min_piece_mb = 0; /* the 150-wide model's bucket is tiny */
     CHILD_CHECK(join_group(rank, 3, tag, &pg) == 0);
     CHILD_CHECK(make_model(wide ? 150 : HID, 0, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
-    CHILD_CHECK(ddp_ddp_join_enable(dm, 1, 0) == 0);
+    CHILD_CHECK(ddp_data_parallel_join_enable(dm, 1, 0) == 0);
     chunk_spy spy = {0};
     if (tail) { /* every step of this rank computes 3 chunks (150 rows: 48, 48, 54) */
         spy.inner = *ddp_model_grad_chunk_hook(m);
@@ -758,19 +759,19 @@ static int join_rank(int rank, void *arg)
         ddp_var_t *loss;
         ddp_optim_zero_grad(opt);
         CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)(3 * s + rank) * B, B, &loss) == 0);
-        CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
+        CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
         CHILD_CHECK(ddp_optim_step(opt) == 0);
     }
     CHILD_CHECK(!spy.bad && spy.chunks == (tail ? 3 * (4 + 3 * rank) : 0));
-    CHILD_CHECK(ddp_ddp_join(dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_join(dm) == 0);
     size_t n;
     const float *params = ddp_model_param_block(m, &n);
     CHILD_CHECK(write_floats(tag, rank, params, n) == 0);
     ddp_optim_destroy(opt);
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -785,17 +786,17 @@ static int join_nosync_rank(int rank, void *arg)
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     ddp_optim_t *opt;
     ddp_sgd_options so = ddp_sgd_defaults(0.1);
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = 1.0 / 1024;
     CHILD_CHECK(join_group(rank, 3, "join-nosync", &pg) == 0);
     CHILD_CHECK(make_model(HID, 0, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
-    CHILD_CHECK(ddp_ddp_join_enable(dm, 1, 0) == 0);
+    CHILD_CHECK(ddp_data_parallel_join_enable(dm, 1, 0) == 0);
     size_t n;
     const float *p0 = ddp_model_param_block(m, &n);
     float *start = malloc(n * sizeof *start);
@@ -806,25 +807,25 @@ static int join_nosync_rank(int rank, void *arg)
     for (int s = 0; s < count; s++) {
         int accumulate = s % 2 == 0; /* the same pattern on every rank */
         ddp_var_t *loss;
-        ddp_ddp_set_no_sync(dm, accumulate);
+        ddp_data_parallel_set_no_sync(dm, accumulate);
         CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)(3 * s + rank) * B, B, &loss) == 0);
-        CHILD_CHECK(ddp_ddp_backward(dm, tape, loss) == 0);
+        CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
         if (!accumulate) {
             CHILD_CHECK(ddp_optim_step(opt) == 0);
             ddp_optim_zero_grad(opt);
         }
     }
-    ddp_ddp_set_no_sync(dm, 0);
-    CHILD_CHECK(ddp_ddp_join(dm) == 0);
+    ddp_data_parallel_set_no_sync(dm, 0);
+    CHILD_CHECK(ddp_data_parallel_join(dm) == 0);
     const float *params = ddp_model_param_block(m, &n);
     CHILD_CHECK(memcmp(params, start, n * sizeof *start) != 0); /* it trained */
     CHILD_CHECK(write_floats("join-nosync", rank, params, n) == 0);
     free(start);
     ddp_optim_destroy(opt);
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -873,18 +874,18 @@ static int dead_peer_rank(int rank, void *arg)
     ddp_pg_t *pg;
     ddp_model_t *m;
     ddp_tape_t *tape;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     CHILD_CHECK(join_group(rank, 2, "dead", &pg) == 0);
     CHILD_CHECK(make_model(HID, 0, &m) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
-    CHILD_CHECK(ddp_ddp_create(m, pg, NULL, &dm) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, NULL, &dm) == 0);
     for (int s = 0;; s++) {
         ddp_var_t *loss;
         if (rank == 1 && s == 2)
             raise(SIGKILL);
         CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)s * B, B, &loss) == 0);
         double t0 = ddp_time_now();
-        int rc = ddp_ddp_backward(dm, tape, loss);
+        int rc = ddp_data_parallel_backward(dm, tape, loss);
         if (rc < 0) {
             CHILD_CHECK(s == 2);
             CHILD_CHECK(ddp_time_now() - t0 < 2.0);
@@ -892,10 +893,10 @@ static int dead_peer_rank(int rank, void *arg)
             break;
         }
     }
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_tape_destroy(tape);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -910,24 +911,24 @@ static void test_bad_options(void **state)
 {
     (void)state;
     unsetenv("DDP_TAIL_CHUNKS"); /* a failed test before may have left it */
-    ddp_ddp_options o = ddp_ddp_defaults();
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
     o.bucket_cap_mb = 0;
-    ddp_ddp_t *dm;
+    ddp_data_parallel_t *dm;
     ddp_model_t *m;
     assert_int_equal(make_model(HID, 0, &m), 0);
-    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_data_parallel_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "bucket caps must be > 0 MiB"));
-    o = ddp_ddp_defaults();
+    o = ddp_data_parallel_defaults();
     o.tail_chunks = -1;
-    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_data_parallel_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "tail_chunks -1 out of range (0 = off, at most"));
     setenv("DDP_TAIL_CHUNKS", "3x", 1);
-    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, NULL, &dm), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_data_parallel_create(m, (ddp_pg_t *)m, NULL, &dm), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "DDP_TAIL_CHUNKS='3x': expected a chunk count"));
     unsetenv("DDP_TAIL_CHUNKS");
-    o = ddp_ddp_defaults();
+    o = ddp_data_parallel_defaults();
     o.tail_min_piece_mb = -1;
-    assert_int_equal(ddp_ddp_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_data_parallel_create(m, (ddp_pg_t *)m, &o, &dm), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "tail_min_piece_mb -1 out of range"));
     ddp_model_destroy(m);
 }

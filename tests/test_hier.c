@@ -28,9 +28,9 @@
 #include "coll/coll.h"
 #include "coll/hier.h"
 #include "coll_ref.h"
-#include "ddp/dist.h"
-#include "dist/internal.h"
-#include "dist_util.h"
+#include "ddp/pg.h"
+#include "pg/internal.h"
+#include "pg_util.h"
 #include "fork_children.h"
 #include "transport/transport.h"
 
@@ -89,12 +89,12 @@ static int sel_rank(int rank, void *arg)
     CHILD_CHECK((h != NULL) == a->want_hier);
     CHILD_CHECK(strcmp(ddp__pg_transport(pg)->vt->name, a->want_tp) == 0);
     int32_t x[3] = {rank, 1, rank * 10};
-    CHILD_CHECK(ddp_all_reduce(pg, x, 3, DDP_INT32, DDP_SUM) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, x, 3, DDP_INT32, DDP_SUM) == 0);
     int s = a->n * (a->n - 1) / 2;
     CHILD_CHECK(x[0] == s && x[1] == a->n && x[2] == 10 * s);
     int32_t b = rank == a->n - 1 ? 77 : -1;
-    CHILD_CHECK(ddp_broadcast(pg, &b, 1, DDP_INT32, a->n - 1) == 0 && b == 77);
-    CHILD_CHECK(ddp_barrier(pg) == 0);
+    CHILD_CHECK(ddp_pg_broadcast(pg, &b, 1, DDP_INT32, a->n - 1) == 0 && b == 77);
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
     if (h) {
         int lsize = 0, lrank = 0;
         for (int q = 0; q < a->n; q++) {
@@ -107,7 +107,7 @@ static int sel_rank(int rank, void *arg)
         CHILD_CHECK(h->runs[DDP__ALL_REDUCE] == 1 && h->runs[DDP__BROADCAST] == 1 &&
                     h->runs[DDP__BARRIER] == 1);
     }
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     CHILD_CHECK(open_fds() == fds); /* sockets, pidfds, epoll, store: all closed */
     return 0;
 }
@@ -189,7 +189,7 @@ static int setup_fail_rank(int rank, void *arg)
     rep->pid[rank] = (int)getpid();
     rep->rc[rank] = ddp_init_process_group("tcp", J.url, rank, 4, 1.5, &pg);
     snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", ddp_last_error());
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -234,15 +234,15 @@ static int sub_rank(int rank, void *arg)
         const ddp__hier *h = ddp__pg_hier(g1);
         CHILD_CHECK(h && h->nhosts == 2 && h->local.size == (rank == 1 ? 1 : 2));
         int64_t x = rank + 1;
-        CHILD_CHECK(ddp_all_reduce(g1, &x, 1, DDP_INT64, DDP_SUM) == 0 && x == 6);
+        CHILD_CHECK(ddp_pg_all_reduce(g1, &x, 1, DDP_INT64, DDP_SUM) == 0 && x == 6);
     }
     if (rank % 2 == 0) { /* both on host A: shm */
         CHILD_CHECK(ddp__pg_hier(g2) == NULL);
         CHILD_CHECK(strcmp(ddp__pg_transport(g2)->vt->name, "shm") == 0);
     }
-    ddp_pg_destroy(g2);
-    ddp_pg_destroy(g1);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(g2);
+    ddp_destroy_process_group(g1);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -277,15 +277,15 @@ static int async_rank(int rank, void *arg)
         for (size_t i = 0; i < cnt[k]; i++)
             buf[k][i] = (int64_t)(i + 1) * (rank + 1) + k;
         if (k % 3 == 1)
-            CHILD_CHECK(ddp_broadcast_async(pg, buf[k], cnt[k], DDP_INT64, k % n, &w[k]) == 0);
+            CHILD_CHECK(ddp_pg_broadcast_async(pg, buf[k], cnt[k], DDP_INT64, k % n, &w[k]) == 0);
         else if (k % 3 == 2)
-            CHILD_CHECK(ddp_barrier_async(pg, &w[k]) == 0);
+            CHILD_CHECK(ddp_pg_barrier_async(pg, &w[k]) == 0);
         else
-            CHILD_CHECK(ddp_all_reduce_async(pg, buf[k], cnt[k], DDP_INT64, DDP_SUM, &w[k]) == 0);
+            CHILD_CHECK(ddp_pg_all_reduce_async(pg, buf[k], cnt[k], DDP_INT64, DDP_SUM, &w[k]) == 0);
     }
     for (int k = nops - 1; k >= 0; k--) { /* any order: they complete in issue order */
         CHILD_CHECK(ddp_work_wait(w[k], 20.0) == 0);
-        ddp_work_free(w[k]);
+        ddp_work_destroy(w[k]);
     }
     for (int k = 0; k < nops; k++) {
         for (size_t i = 0; i < cnt[k]; i++) {
@@ -301,7 +301,7 @@ static int async_rank(int rank, void *arg)
     const ddp__hier *h = ddp__pg_hier(pg);
     CHILD_CHECK(h->runs[DDP__ALL_REDUCE] == 4 && h->runs[DDP__BROADCAST] == 4 &&
                 h->runs[DDP__BARRIER] == 4);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -374,13 +374,13 @@ static void kill_during_all_reduce(int victim)
             float *x = calloc(cnt, sizeof *x);
             int rc = 0;
             for (int it = 0; rc == 0 && it < 1000000; it++) {
-                rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+                rc = ddp_pg_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
                 rep->started[r] = 1;
             }
             rep->err_time[r] = ddp_time_now();
             rep->rc[r] = rc;
             snprintf(rep->msg[r], sizeof rep->msg[r], "%s", ddp_last_error());
-            ddp_pg_destroy(pg);
+            ddp_destroy_process_group(pg);
             free(x);
             _exit(0);
         }
@@ -449,16 +449,16 @@ static int late_rank(int rank, void *arg)
     CHILD_CHECK(ddp__pg_hier(pg) != NULL);
     if (rank >= 2) { /* host B never comes to the all-reduce */
         sleep_s(2.5);
-        ddp_pg_destroy(pg);
+        ddp_destroy_process_group(pg);
         return 0;
     }
     float x[4] = {1, 2, 3, 4};
     double t0 = ddp_time_now();
-    int rc = ddp_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM);
     rep->err_time[rank] = ddp_time_now() - t0;
     rep->rc[rank] = rc;
     snprintf(rep->msg[rank], sizeof rep->msg[rank], "%s", ddp_last_error());
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -559,7 +559,7 @@ static int netns_rank(int rank, void *arg)
         CHILD_CHECK(ddp__pg_set_option(pg, "allreduce_algo", algos[algo]) == 0);
         for (size_t i = 0; i < cnt; i++)
             ref_input(&x[i], DDP_FLOAT32, DDP_SUM, 7 + (uint64_t)algo, rank, i);
-        CHILD_CHECK(ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM) == 0);
         for (size_t i = 0; i < cnt; i++) {
             ref_reduce_hier(&want, DDP_FLOAT32, DDP_SUM, 7 + (uint64_t)algo, n, i, h->host_of, 2,
                             algo, algo == ORDER_RING ? (i >= (cnt + 1) / 2) : 0);
@@ -568,7 +568,7 @@ static int netns_rank(int rank, void *arg)
     }
     CHILD_CHECK(h->runs[DDP__ALL_REDUCE] == 3);
     free(x);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 
 #include "coll/hier.h"
-#include "ddp/dist.h"
-#include "dist/internal.h"
+#include "ddp/pg.h"
+#include "pg/internal.h"
 
 static const char *hier_layout(int n)
 {

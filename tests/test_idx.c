@@ -70,11 +70,11 @@ static void test_read_raw_and_gzip(void **state)
         assert_int_equal(idx.dims[3], 0);
         assert_int_equal(idx.item_bytes, 12);
         assert_memory_equal(idx.data, p, 60);
-        ddp_idx_free(&idx);
+        ddp_idx_destroy(&idx);
         assert_null(idx.data);
-        ddp_idx_free(&idx); /* repeated: no-op */
+        ddp_idx_destroy(&idx); /* repeated: no-op */
     }
-    ddp_idx_free(NULL);
+    ddp_idx_destroy(NULL);
     free(p);
 }
 
@@ -91,7 +91,7 @@ static void test_read_labels_and_large(void **state)
     assert_int_equal(idx.count, n);
     assert_int_equal(idx.item_bytes, 1);
     assert_memory_equal(idx.data, p, n);
-    ddp_idx_free(&idx);
+    ddp_idx_destroy(&idx);
     free(p);
 }
 
@@ -112,7 +112,7 @@ static void test_concatenated_gzip_members(void **state)
     assert_int_equal(ddp_idx_read(fx_path(dir, "two-members"), DDP_IDX_MAGIC_LABELS, &idx),
                      0);
     assert_memory_equal(idx.data, lb, 6);
-    ddp_idx_free(&idx);
+    ddp_idx_destroy(&idx);
     free(b);
     free(a);
     free(c);
@@ -322,7 +322,7 @@ static void test_random_damage(void **state)
         if (rc == 0) {
             assert_int_equal(idx.count * idx.item_bytes, (size_t)idx.dims[0] * idx.dims[1] *
                                                              idx.dims[2]);
-            ddp_idx_free(&idx);
+            ddp_idx_destroy(&idx);
             ok++;
         } else {
             if (rc != DDP_ERR_FORMAT || !strstr(ddp_last_error(), path))
@@ -379,7 +379,7 @@ static void test_decompressed_cache(void **state)
         ddp_idx idx;
         assert_int_equal(ddp_idx_read(src, DDP_IDX_MAGIC_IMAGES, &idx), 0);
         assert_memory_equal(idx.data, p, 60);
-        ddp_idx_free(&idx);
+        ddp_idx_destroy(&idx);
         /* One decompressed copy: header (16 bytes) and the 60 item bytes. */
         assert_int_equal(count_files(cache, 76, entry, sizeof entry), 1);
         if (round == 1) /* damage it: the next read repairs it */
@@ -390,16 +390,16 @@ static void test_decompressed_cache(void **state)
     ddp_idx idx;
     assert_int_equal(ddp_idx_read(src, DDP_IDX_MAGIC_IMAGES, &idx), 0);
     assert_memory_equal(idx.data, q, 60);
-    ddp_idx_free(&idx);
+    ddp_idx_destroy(&idx);
     /* Raw sources are not cached; DDP_DATA_CACHE=0 turns caching off. */
     snprintf(cache, sizeof cache, "%s/cache2", dir);
     setenv("DDP_DATA_CACHE_DIR", cache, 1);
     fx_write_idx(dir, "raw", 0, DDP_IDX_MAGIC_IMAGES, 3, dims, p, 60);
     assert_int_equal(ddp_idx_read(fx_path(dir, "raw"), DDP_IDX_MAGIC_IMAGES, &idx), 0);
-    ddp_idx_free(&idx);
+    ddp_idx_destroy(&idx);
     setenv("DDP_DATA_CACHE", "0", 1);
     assert_int_equal(ddp_idx_read(src, DDP_IDX_MAGIC_IMAGES, &idx), 0);
-    ddp_idx_free(&idx);
+    ddp_idx_destroy(&idx);
     assert_int_equal(count_files(cache, -1, entry, sizeof entry), 0);
     unsetenv("DDP_DATA_CACHE");
     if (was)

@@ -36,8 +36,8 @@ static void test_install_and_build_a_user_program(void **state)
     assert_int_equal(sh("make -s install BUILD=%s %s PREFIX=%s >%s/make.log 2>&1", build,
                         san ? "SAN=1" : "", prefix, prefix),
                      0);
-    const char *files[] = {"include/ddp.h", "include/ddp/ddp.h", "include/ddp/dist.h",
-                           "lib/libddp.a", "lib/libddp.so", "lib/pkgconfig/libddp.pc",
+    const char *files[] = {"include/ddp.h", "include/ddp/ddp.h", "include/ddp/pg.h",
+                           "include/ddp/ext.h", "lib/libddp.a", "lib/libddp.so", "lib/pkgconfig/libddp.pc",
                            "bin/ddprun", "bin/ddp-mnist", "bin/ddp-bench-collectives"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[256];

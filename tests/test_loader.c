@@ -53,7 +53,7 @@ static int synth_get(void *self, size_t i, float *x, int64_t *y)
 
 static const ddp_dataset_ops synth_ops = {.length = synth_len, .get = synth_get};
 
-static ddp_dataset *synth_create(synth *s, size_t n, size_t numel)
+static ddp_dataset_t *synth_create(synth *s, size_t n, size_t numel)
 {
     memset(s, 0, sizeof *s);
     atomic_init(&s->sleep_us, 0);
@@ -62,22 +62,22 @@ static ddp_dataset *synth_create(synth *s, size_t n, size_t numel)
     s->n = n;
     s->numel = numel;
     s->fail_at = s->block_at = SIZE_MAX;
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     assert_int_equal(ddp_dataset_create(&synth_ops, s, numel, &ds), 0);
     return ds;
 }
 
-static ddp_loader *loader(ddp_dataset *ds, size_t batch, int shuffle, int workers,
+static ddp_loader_t *loader(ddp_dataset_t *ds, size_t batch, int shuffle, int workers,
                           uint64_t seed, int drop_last)
 {
-    ddp_loader_opts o = ddp_loader_defaults();
+    ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = batch;
     o.shuffle = shuffle;
     o.num_workers = workers;
     o.seed = seed;
     o.drop_last = drop_last;
     o.pin_memory = 1; /* accepted, no effect */
-    ddp_loader *dl;
+    ddp_loader_t *dl;
     int rc = ddp_loader_create(ds, &o, &dl);
     if (rc != 0)
         fail_msg("%s", ddp_last_error());
@@ -86,7 +86,7 @@ static ddp_loader *loader(ddp_dataset *ds, size_t batch, int shuffle, int worker
 
 /* Runs one epoch; records the sample order into order (n entries) and
  * checks each sample's features and label against its index. */
-static size_t run_epoch(ddp_loader *dl, uint64_t epoch, size_t numel, size_t *order,
+static size_t run_epoch(ddp_loader_t *dl, uint64_t epoch, size_t numel, size_t *order,
                         size_t *sizes)
 {
     ddp_batch b;
@@ -119,10 +119,10 @@ static void test_each_sample_once(void **state)
     (void)state;
     enum { N = 1000, D = 5 };
     synth s;
-    ddp_dataset *ds = synth_create(&s, N, D);
+    ddp_dataset_t *ds = synth_create(&s, N, D);
     static size_t order[N];
     for (int w = 0; w <= 4; w++) {
-        ddp_loader *dl = loader(ds, 64, 1, w, 3, 0);
+        ddp_loader_t *dl = loader(ds, 64, 1, w, 3, 0);
         assert_int_equal(ddp_loader_length(dl), 16);
         for (uint64_t e = 0; e < 2; e++) {
             size_t sizes[16];
@@ -145,10 +145,10 @@ static void test_shuffle_by_epoch_and_seed(void **state)
     (void)state;
     enum { N = 500 };
     synth s;
-    ddp_dataset *ds = synth_create(&s, N, 1);
+    ddp_dataset_t *ds = synth_create(&s, N, 1);
     static size_t a0[N], a1[N], b0[N], b1[N], c0[N], seq[N];
-    ddp_loader *a = loader(ds, 32, 1, 2, 11, 0), *b = loader(ds, 32, 1, 0, 11, 0);
-    ddp_loader *c = loader(ds, 32, 1, 1, 12, 0), *q = loader(ds, 32, 0, 3, 11, 0);
+    ddp_loader_t *a = loader(ds, 32, 1, 2, 11, 0), *b = loader(ds, 32, 1, 0, 11, 0);
+    ddp_loader_t *c = loader(ds, 32, 1, 1, 12, 0), *q = loader(ds, 32, 0, 3, 11, 0);
     run_epoch(a, 0, 1, a0, NULL);
     run_epoch(a, 1, 1, a1, NULL);
     run_epoch(b, 1, 1, b1, NULL); /* epoch 1 first: depends on the epoch only */
@@ -162,7 +162,7 @@ static void test_shuffle_by_epoch_and_seed(void **state)
     for (size_t i = 0; i < N; i++)
         assert_int_equal(seq[i], i);
     /* The order is the random sampler's for the same seed and epoch. */
-    ddp_sampler *rs;
+    ddp_sampler_t *rs;
     static size_t perm[N];
     assert_int_equal(ddp_sampler_random_create(N, 11, &rs), 0);
     ddp_sampler_set_epoch(rs, 1);
@@ -183,20 +183,20 @@ static void test_identical_batches_for_any_workers(void **state)
     (void)state;
     char *dir = fx_mkdtemp();
     fx_write_split(dir, "train", 1, 300, 28, 28, 10);
-    ddp_dataset *ds;
+    ddp_dataset_t *ds;
     assert_int_equal(ddp_mnist_create(dir, NULL, &ds), 0);
     enum { B = 32, BATCHES = 10, PER_EPOCH = 300 * 784 };
     static float ref_x[2][PER_EPOCH];
     static int32_t ref_y[2][300];
     for (int w = 0; w <= 4; w++) {
-        ddp_loader_opts o = ddp_loader_defaults();
+        ddp_loader_options o = ddp_loader_defaults();
         o.batch_size = B;
         o.shuffle = 1;
         o.seed = 99;
         o.num_workers = w;
         o.prefetch_factor = w == 3 ? 1 : 4; /* a ring of 3 too */
         o.label_type = DDP_LABEL_INT32;
-        ddp_loader *dl;
+        ddp_loader_t *dl;
         assert_int_equal(ddp_loader_create(ds, &o, &dl), 0);
         assert_int_equal(ddp_loader_length(dl), BATCHES);
         for (int e = 0; e < 2; e++) {
@@ -230,10 +230,10 @@ static void test_drop_last(void **state)
 {
     (void)state;
     synth s;
-    ddp_dataset *ds = synth_create(&s, 100, 2);
+    ddp_dataset_t *ds = synth_create(&s, 100, 2);
     static size_t order[100];
     for (int w = 0; w <= 2; w += 2) {
-        ddp_loader *dl = loader(ds, 30, 1, w, 0, 1);
+        ddp_loader_t *dl = loader(ds, 30, 1, w, 0, 1);
         assert_int_equal(ddp_loader_length(dl), 3);
         size_t sizes[3];
         assert_int_equal(run_epoch(dl, 0, 2, order, sizes), 90);
@@ -247,7 +247,7 @@ static void test_drop_last(void **state)
         ddp_loader_destroy(dl);
     }
     /* Fewer samples than a batch. */
-    ddp_loader *dl = loader(ds, 128, 0, 1, 0, 1);
+    ddp_loader_t *dl = loader(ds, 128, 0, 1, 0, 1);
     assert_int_equal(ddp_loader_length(dl), 0);
     assert_int_equal(run_epoch(dl, 0, 2, order, NULL), 0);
     ddp_loader_destroy(dl);
@@ -258,20 +258,20 @@ static void test_with_distributed_sampler(void **state)
 {
     (void)state;
     synth s;
-    ddp_dataset *ds = synth_create(&s, 50, 1);
+    ddp_dataset_t *ds = synth_create(&s, 50, 1);
     static size_t got[4][16];
     int count[50] = {0};
     for (int r = 0; r < 4; r++) {
-        ddp_distributed_sampler_opts so = ddp_distributed_sampler_defaults();
+        ddp_sampler_distributed_options so = ddp_sampler_distributed_defaults();
         so.num_replicas = 4;
         so.rank = r;
-        ddp_sampler *sm;
+        ddp_sampler_t *sm;
         assert_int_equal(ddp_sampler_distributed_create(50, &so, &sm), 0);
-        ddp_loader_opts o = ddp_loader_defaults();
+        ddp_loader_options o = ddp_loader_defaults();
         o.batch_size = 4;
         o.sampler = sm;
         o.num_workers = r % 2;
-        ddp_loader *dl;
+        ddp_loader_t *dl;
         assert_int_equal(ddp_loader_create(ds, &o, &dl), 0);
         assert_int_equal(ddp_loader_length(dl), 4); /* 13 samples */
         assert_int_equal(run_epoch(dl, 2, 1, got[r], NULL), 13);
@@ -294,9 +294,9 @@ static void test_errors(void **state)
 {
     (void)state;
     synth s;
-    ddp_dataset *ds = synth_create(&s, 40, 3);
-    ddp_loader *dl;
-    ddp_loader_opts o = ddp_loader_defaults();
+    ddp_dataset_t *ds = synth_create(&s, 40, 3);
+    ddp_loader_t *dl;
+    ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = 0;
     assert_int_equal(ddp_loader_create(ds, &o, &dl), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "batch_size must be >= 1"));
@@ -355,14 +355,14 @@ static void test_stuck_worker(void **state)
 {
     (void)state;
     synth s;
-    ddp_dataset *ds = synth_create(&s, 64, 1);
+    ddp_dataset_t *ds = synth_create(&s, 64, 1);
     s.block_at = 0;
     s.block_us = 1000000;
-    ddp_loader_opts o = ddp_loader_defaults();
+    ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = 4;
     o.num_workers = 1;
     o.timeout_s = 0.1;
-    ddp_loader *dl;
+    ddp_loader_t *dl;
     assert_int_equal(ddp_loader_create(ds, &o, &dl), 0);
     assert_int_equal(ddp_loader_epoch_begin(dl, 0), 0);
     for (int i = 0; i < 5000 && atomic_load(&s.blocked) == 0; i++)
@@ -393,11 +393,11 @@ static void test_destroy_and_restart_mid_epoch(void **state)
 {
     (void)state;
     synth s;
-    ddp_dataset *ds = synth_create(&s, 2000, 4);
+    ddp_dataset_t *ds = synth_create(&s, 2000, 4);
     s.sleep_us = 200; /* 6.4 ms per batch of 32 */
     static size_t order[2000];
     for (int w = 1; w <= 4; w++) {
-        ddp_loader *dl = loader(ds, 32, 1, w, 1, 0);
+        ddp_loader_t *dl = loader(ds, 32, 1, w, 1, 0);
         ddp_batch b;
         assert_int_equal(ddp_loader_epoch_begin(dl, 0), 0);
         assert_int_equal(ddp_loader_next(dl, &b), 1);
@@ -413,7 +413,7 @@ static void test_destroy_and_restart_mid_epoch(void **state)
         assert_true(ddp_time_now() - t0 < 2.0);
     }
     /* Destroy right after create and right after epoch_begin. */
-    ddp_loader *dl = loader(ds, 32, 1, 3, 1, 0);
+    ddp_loader_t *dl = loader(ds, 32, 1, 3, 1, 0);
     ddp_loader_destroy(dl);
     dl = loader(ds, 32, 1, 3, 1, 0);
     assert_int_equal(ddp_loader_epoch_begin(dl, 0), 0);
@@ -425,13 +425,13 @@ static void test_destroy_and_restart_mid_epoch(void **state)
 static void test_fashion_mnist_epoch(void **state)
 {
     (void)state;
-    ddp_dataset *ds;
-    ddp_mnist_opts mo = ddp_mnist_defaults();
+    ddp_dataset_t *ds;
+    ddp_mnist_options mo = ddp_mnist_defaults();
     mo.train = 0;
     int rc = ddp_mnist_create("/usr/share/datasets/fashion-mnist", &mo, &ds);
     if (rc != 0)
         fail_msg("%s", ddp_last_error());
-    ddp_loader *dl = loader(ds, 64, 1, 2, 0, 0);
+    ddp_loader_t *dl = loader(ds, 64, 1, 2, 0, 0);
     assert_int_equal(ddp_loader_length(dl), 157);
     assert_int_equal(ddp_loader_epoch_begin(dl, 0), 0);
     ddp_batch b;

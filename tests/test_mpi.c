@@ -41,7 +41,7 @@ static void test_built_without_mpi(void **state)
     assert_int_equal(rc, DDP_ERR_UNSUPPORTED);
     assert_null(pg);
     assert_true(contains(ddp_last_error(), "libddp was built without MPI"));
-    for (const char *const *n = ddp_backend_names(); *n; n++)
+    for (const char *const *n = ddp_pg_backend_names(); *n; n++)
         assert_string_not_equal(*n, "mpi");
 }
 
@@ -124,7 +124,7 @@ static void test_names(void **state)
 {
     (void)state;
     int found = 0;
-    for (const char *const *n = ddp_backend_names(); *n; n++)
+    for (const char *const *n = ddp_pg_backend_names(); *n; n++)
         found += strcmp(*n, "mpi") == 0;
     assert_int_equal(found, 1);
 }

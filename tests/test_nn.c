@@ -140,8 +140,8 @@ static void test_dropout_modes(void **state)
     assert_int_equal(ddp_tape_create(&t), 0);
     assert_int_equal(ddp_tensor_wrap(&xt, xs, 2, (int64_t[]){N / 10, 10}), 0);
     assert_int_equal(ddp_tape_input(t, &xt, 0, &x), 0);
-    assert_int_equal(ddp_module_forward(t, d, x, &y1), 0);
-    assert_int_equal(ddp_module_forward(t, d, x, &y2), 0);
+    assert_int_equal(ddp_module_forward(d, t, x, &y1), 0);
+    assert_int_equal(ddp_module_forward(d, t, x, &y2), 0);
     const float *a = ddp_var_tensor(y1)->data, *b = ddp_var_tensor(y2)->data;
     int zeros = 0, differ = 0;
     for (int i = 0; i < N; i++) {
@@ -158,13 +158,13 @@ static void test_dropout_modes(void **state)
     ddp_module_t *d2;
     ddp_var_t *z1, *z2;
     assert_int_equal(ddp_dropout_create(0.25f, 11, &d2), 0);
-    assert_int_equal(ddp_module_forward(t, d2, x, &z1), 0);
-    assert_int_equal(ddp_module_forward(t, d2, x, &z2), 0);
+    assert_int_equal(ddp_module_forward(d2, t, x, &z1), 0);
+    assert_int_equal(ddp_module_forward(d2, t, x, &z2), 0);
     assert_memory_equal(ddp_var_tensor(z1)->data, a, N * sizeof(float));
     assert_memory_equal(ddp_var_tensor(z2)->data, b, N * sizeof(float));
     ddp_module_destroy(d2);
     ddp_module_train(d, 0);
-    assert_int_equal(ddp_module_forward(t, d, x, &y1), 0);
+    assert_int_equal(ddp_module_forward(d, t, x, &y1), 0);
     assert_ptr_equal(y1, x);
     ddp_tape_destroy(t);
     ddp_module_destroy(d);
@@ -237,7 +237,7 @@ static void test_training_learns(void **state)
         assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
         assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
         ddp_optim_zero_grad(opt);
-        assert_int_equal(ddp_backward(t, loss, m), 0);
+        assert_int_equal(ddp_tape_backward(t, loss, m), 0);
         assert_int_equal(ddp_optim_step(opt), 0);
         if (it == 0)
             first = ddp_var_item(loss);
@@ -306,7 +306,7 @@ static void test_matches_torch(void **state)
         assert_int_equal(ddp_model_forward(m, t, x, &y), 0);
         assert_int_equal(ddp_op_cross_entropy(t, y, labels, &loss), 0);
         ddp_optim_zero_grad(opt);
-        assert_int_equal(ddp_backward(t, loss, m), 0);
+        assert_int_equal(ddp_tape_backward(t, loss, m), 0);
         if (step == 0) {
             assert_true(fabsf(ddp_var_item(loss) - torch_loss) < 1e-6f);
             for (int i = 0; i < 26; i++)
@@ -393,7 +393,7 @@ static void test_model_errors(void **state)
     assert_int_equal(ddp_relu_create(&sl[0]), 0);
     assert_int_equal(ddp_linear_create(5, 2, 1, 0, &sl[1]), 0);
     assert_int_equal(ddp_sequential_create(sl, 2, &sq), 0);
-    assert_int_equal(ddp_module_forward(t, sq, x, &y), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_module_forward(sq, t, x, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "sequential layer 1: "));
     assert_non_null(strstr(ddp_last_error(), "linear: input of shape (2, 3) does not match"));
     ddp_module_destroy(sq);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ddp.h"
+#include "ddp/ext.h"
 
 #define N 5
 #define STEPS 4

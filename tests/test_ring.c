@@ -23,10 +23,10 @@
 
 #include "coll/coll.h"
 #include "coll_ref.h"
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 #include "ddp/store.h"
-#include "dist/internal.h"
-#include "dist_util.h"
+#include "pg/internal.h"
+#include "pg_util.h"
 #include "fork_children.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
@@ -71,7 +71,7 @@ static int all_reduce_case(ddp_pg_t *pg, uint64_t id, size_t count, int late)
         ref_input(&buf[i], DDP_FLOAT32, DDP_SUM, id, r, i);
     if (late)
         sleep_s(0.2);
-    int rc = ddp_all_reduce(pg, buf, count, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, buf, count, DDP_FLOAT32, DDP_SUM);
     if (rc != 0)
         fprintf(stderr, "rank %d: all_reduce of %zu: %s\n", r, count, ddp_last_error());
     rc = rc != 0 || check(buf, count, id, n, r, -1, 0, "all_reduce");
@@ -103,7 +103,7 @@ static int rs_check(rs_fn run, void *arg, int n, int r, uint64_t id, size_t coun
 
 static int pg_reduce_scatter(void *pg, const float *in, float *out, size_t count)
 {
-    return ddp_reduce_scatter(pg, in, out, count, DDP_FLOAT32, DDP_SUM);
+    return ddp_pg_reduce_scatter(pg, in, out, count, DDP_FLOAT32, DDP_SUM);
 }
 
 static int reduce_scatter_case(ddp_pg_t *pg, uint64_t id, size_t count, int late)
@@ -140,7 +140,7 @@ static int ring_rank(int rank, void *p)
         failed += all_reduce_case(pg, 10 + i, odd[i], late && i == 2);
         failed += reduce_scatter_case(pg, 20 + i, odd[i], late && i == 3);
     }
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return failed;
 }
 

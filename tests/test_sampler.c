@@ -27,7 +27,7 @@ static void assert_permutation(const size_t *p, size_t n)
 static void test_sequential(void **state)
 {
     (void)state;
-    ddp_sampler *s;
+    ddp_sampler_t *s;
     assert_int_equal(ddp_sampler_sequential_create(5, &s), 0);
     assert_int_equal(ddp_sampler_length(s), 5);
     size_t out[5];
@@ -44,7 +44,7 @@ static void test_random_by_seed_and_epoch(void **state)
 {
     (void)state;
     enum { N = 1000 };
-    ddp_sampler *a, *b, *c;
+    ddp_sampler_t *a, *b, *c;
     assert_int_equal(ddp_sampler_random_create(N, 42, &a), 0);
     assert_int_equal(ddp_sampler_random_create(N, 42, &b), 0);
     assert_int_equal(ddp_sampler_random_create(N, 43, &c), 0);
@@ -88,13 +88,13 @@ static void test_random_by_seed_and_epoch(void **state)
 static void fill_rank(size_t n, int R, int r, int shuffle, int drop_last, uint64_t epoch,
                       size_t *out, size_t *len)
 {
-    ddp_distributed_sampler_opts o = ddp_distributed_sampler_defaults();
+    ddp_sampler_distributed_options o = ddp_sampler_distributed_defaults();
     o.num_replicas = R;
     o.rank = r;
     o.shuffle = shuffle;
     o.drop_last = drop_last;
     o.seed = 5;
-    ddp_sampler *s;
+    ddp_sampler_t *s;
     assert_int_equal(ddp_sampler_distributed_create(n, &o, &s), 0);
     *len = ddp_sampler_length(s);
     ddp_sampler_set_epoch(s, epoch);
@@ -147,7 +147,7 @@ static void test_distributed_shuffle_covers_all(void **state)
         }
         assert_int_equal(twice, 1);
         /* The ranks interleave one shared permutation, the random sampler's. */
-        ddp_sampler *rs;
+        ddp_sampler_t *rs;
         size_t perm[N];
         assert_int_equal(ddp_sampler_random_create(N, 5, &rs), 0);
         ddp_sampler_set_epoch(rs, epoch);
@@ -176,8 +176,8 @@ static void test_distributed_shuffle_covers_all(void **state)
 static void test_distributed_errors(void **state)
 {
     (void)state;
-    ddp_distributed_sampler_opts o = ddp_distributed_sampler_defaults();
-    ddp_sampler *s;
+    ddp_sampler_distributed_options o = ddp_sampler_distributed_defaults();
+    ddp_sampler_t *s;
     o.num_replicas = 4;
     o.rank = 4;
     assert_int_equal(ddp_sampler_distributed_create(10, &o, &s), DDP_ERR_INVALID_ARG);
@@ -217,7 +217,7 @@ static void test_user_sampler(void **state)
     (void)state;
     static const ddp_sampler_ops ops = {evens_len, evens_fill, NULL};
     size_t n = 10, out[5];
-    ddp_sampler *s;
+    ddp_sampler_t *s;
     assert_int_equal(ddp_sampler_create(&ops, &n, &s), 0); /* self borrowed */
     assert_int_equal(ddp_sampler_length(s), 5);
     ddp_sampler_set_epoch(s, 1);

@@ -21,9 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ddp/dist.h"
-#include "dist/internal.h"
-#include "dist_util.h"
+#include "ddp/pg.h"
+#include "pg/internal.h"
+#include "pg_util.h"
 #include "fork_children.h"
 #include "transport/shm.h"
 #include "transport/transport.h"
@@ -71,10 +71,10 @@ static int sel_rank(int rank, void *arg)
     CHILD_CHECK(strcmp(transport_of(pg), a->want) == 0);
     /* And it works: an order-free sum. */
     int32_t x[5] = {rank, 1, 2, 3, rank * 10};
-    CHILD_CHECK(ddp_all_reduce(pg, x, 5, DDP_INT32, DDP_SUM) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, x, 5, DDP_INT32, DDP_SUM) == 0);
     int s = a->n * (a->n - 1) / 2;
     CHILD_CHECK(x[0] == s && x[1] == a->n && x[4] == 10 * s);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -204,7 +204,7 @@ static int count_mismatch_rank(int rank, void *arg)
     float *x = calloc(cnt, sizeof *x);
     CHILD_CHECK(x != NULL);
     double t0 = ddp_time_now();
-    int rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
     CHILD_CHECK(rc < 0 && ddp_time_now() - t0 < 5.0);
     char want[64];
     snprintf(want, sizeof want, "rank %d runs a different collective", 1 - rank);
@@ -214,7 +214,7 @@ static int count_mismatch_rank(int rank, void *arg)
     CHILD_CHECK(contains(ddp_last_error(), "runs a different collective (do the ranks call the "
                                            "same collectives with the same counts"));
     free(x);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -237,14 +237,14 @@ static int no_window_rank(int rank, void *arg)
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
     float x[4] = {1, 2, 3, 4};
-    CHILD_CHECK(ddp_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM) == DDP_ERR_UNSUPPORTED);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM) == DDP_ERR_UNSUPPORTED);
     char want[160];
     snprintf(want, sizeof want,
              "all_reduce algorithm 'shared' needs a shared window: the shm transport with "
              "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
              mode, strcmp(mode, "shm") == 0 ? " without a window" : "");
     CHILD_CHECK(contains(ddp_last_error(), want));
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -275,7 +275,7 @@ static int small_chunk_rank(int rank, void *arg)
     CHILD_CHECK(x != NULL);
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(rank + 1);
-    int rc = ddp_all_reduce(pg, x, n, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, x, n, DDP_FLOAT32, DDP_SUM);
     if (strcmp(algo, "shared") == 0) {
         CHILD_CHECK(rc == DDP_ERR_INVALID_ARG);
         CHILD_CHECK(contains(ddp_last_error(), "(chunk 64) too small for 2 ranks"));
@@ -283,7 +283,7 @@ static int small_chunk_rank(int rank, void *arg)
         CHILD_CHECK(rc == 0 && x[0] == 3.0f && x[n - 1] == 3.0f);
     }
     free(x);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -331,13 +331,13 @@ static void kill9_during_all_reduce(const char *algo)
             float *x = calloc(cnt, sizeof *x);
             int rc = 0;
             for (int it = 0; rc == 0 && it < 1000000; it++) {
-                rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+                rc = ddp_pg_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
                 rep->started[r] = 1;
             }
             rep->err_time[r] = ddp_time_now();
             rep->rc[r] = rc;
             snprintf(rep->msg[r], sizeof rep->msg[r], "%s", ddp_last_error());
-            ddp_pg_destroy(pg);
+            ddp_destroy_process_group(pg);
             free(x);
             _exit(0);
         }
@@ -399,18 +399,18 @@ static int leave_rank(int rank, void *arg)
     int32_t v[3] = {7, 8, 9}, got[3] = {0};
     if (rank == 1) {
         /* Send, then leave at once: what was sent is still delivered. */
-        CHILD_CHECK(ddp_send(pg, v, 3, DDP_INT32, 0, 5) == 0);
-        ddp_pg_destroy(pg);
+        CHILD_CHECK(ddp_pg_send(pg, v, 3, DDP_INT32, 0, 5) == 0);
+        ddp_destroy_process_group(pg);
         return 0;
     }
     sleep_s(0.2);
-    CHILD_CHECK(ddp_recv(pg, got, 3, DDP_INT32, 1, 5) == 0);
+    CHILD_CHECK(ddp_pg_recv(pg, got, 3, DDP_INT32, 1, 5) == 0);
     CHILD_CHECK(got[0] == 7 && got[2] == 9);
-    int rc = ddp_recv(pg, got, 3, DDP_INT32, 1, 6);
+    int rc = ddp_pg_recv(pg, got, 3, DDP_INT32, 1, 6);
     CHILD_CHECK(rc == DDP_ERR_PEER);
     CHILD_CHECK(contains(ddp_last_error(), "rank 1 (pid ") &&
                 contains(ddp_last_error(), "left the group"));
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -441,14 +441,14 @@ static int shared_wait_rank(int rank, void *arg)
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, a->timeout, &pg) == 0);
     if (rank == 1) {
         sleep_s(a->sleep_s < 0 ? -a->sleep_s : a->sleep_s);
-        ddp_pg_destroy(pg);
+        ddp_destroy_process_group(pg);
         return 0;
     }
     size_t cnt = (size_t)1 << 20; /* 4 MiB */
     float *x = calloc(cnt, sizeof *x);
     CHILD_CHECK(x != NULL);
     double t0 = ddp_time_now();
-    int rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
     double took = ddp_time_now() - t0;
     free(x);
     if (!(rc < 0 && contains(ddp_last_error(), a->want) && took >= a->min_s && took <= a->max_s))
@@ -456,7 +456,7 @@ static int shared_wait_rank(int rank, void *arg)
     CHILD_CHECK(rc < 0 && contains(ddp_last_error(), a->want));
     CHILD_CHECK(!a->want_too || contains(ddp_last_error(), a->want_too));
     CHILD_CHECK(took >= a->min_s && took <= a->max_s);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -491,7 +491,7 @@ static int timeout_rank(int rank, void *arg)
     if (rank == 0) {
         float x = 1;
         double t0 = ddp_time_now();
-        int rc = ddp_recv(pg, &x, 1, DDP_FLOAT32, 1, 3);
+        int rc = ddp_pg_recv(pg, &x, 1, DDP_FLOAT32, 1, 3);
         double took = ddp_time_now() - t0;
         CHILD_CHECK(rc == DDP_ERR_TIMEOUT);
         CHILD_CHECK(contains(ddp_last_error(), "timed out after 0.3 s waiting for rank 1 (pid "));
@@ -499,7 +499,7 @@ static int timeout_rank(int rank, void *arg)
     } else {
         sleep_s(0.6);
     }
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -545,7 +545,7 @@ static int path_rank(int rank, void *arg)
         CHILD_CHECK(x && y);
         for (size_t i = 0; i < cnt; i++)
             x[i] = (int32_t)(i * 2654435761u) ^ rank;
-        CHILD_CHECK(ddp_all_reduce(pg, x, cnt, DDP_INT32, DDP_SUM) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce(pg, x, cnt, DDP_INT32, DDP_SUM) == 0);
         for (size_t i = 0; i < cnt && !bad; i++) {
             uint32_t want = 0;
             for (int r = 0; r < n; r++)
@@ -554,16 +554,16 @@ static int path_rank(int rank, void *arg)
         }
         for (size_t i = 0; i < cnt; i++)
             x[i] = (int32_t)(i + (size_t)rank * 7);
-        CHILD_CHECK(ddp_all_gather(pg, x, y, cnt, DDP_INT32) == 0);
+        CHILD_CHECK(ddp_pg_all_gather(pg, x, y, cnt, DDP_INT32) == 0);
         for (int r = 0; r < n && !bad; r++)
             for (size_t i = 0; i < cnt && !bad; i++)
                 bad = y[(size_t)r * cnt + i] != (int32_t)(i + (size_t)r * 7);
         /* Everyone sends to its right neighbour first, then receives. */
         ddp_work_t *w = NULL;
-        CHILD_CHECK(ddp_send_async(pg, x, cnt, DDP_INT32, (rank + 1) % n, 1, &w) == 0);
-        CHILD_CHECK(ddp_recv(pg, y, cnt, DDP_INT32, (rank + n - 1) % n, 1) == 0);
+        CHILD_CHECK(ddp_pg_send_async(pg, x, cnt, DDP_INT32, (rank + 1) % n, 1, &w) == 0);
+        CHILD_CHECK(ddp_pg_recv(pg, y, cnt, DDP_INT32, (rank + n - 1) % n, 1) == 0);
         CHILD_CHECK(ddp_work_wait(w, -1) == 0);
-        ddp_work_free(w);
+        ddp_work_destroy(w);
         for (size_t i = 0; i < cnt && !bad; i++)
             bad = y[i] != (int32_t)(i + (size_t)((rank + n - 1) % n) * 7);
         if (bad)
@@ -571,7 +571,7 @@ static int path_rank(int rank, void *arg)
         free(x);
         free(y);
     }
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return bad;
 }
 

@@ -32,8 +32,8 @@
 
 #include "base/alloc.h"
 #include "ddp.h"
-#include "dist/internal.h"
-#include "dist_util.h"
+#include "pg/internal.h"
+#include "pg_util.h"
 #include "fork_children.h"
 #include "transport/shm.h"
 #include "transport/transport.h"
@@ -104,7 +104,7 @@ static int allreduce_rank(int rank, void *arg)
     uint8_t *region;
     CHILD_CHECK(ddp_pg_symmetric_alloc(pg, bytes, (void **)&region) == 0);
     CHILD_CHECK(is_symmetric(pg, region, bytes));
-    CHILD_CHECK(ddp_barrier(pg) == 0); /* every rank has removed its region's name */
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0); /* every rank has removed its region's name */
     CHILD_CHECK(group_entries(pg) == 0);
     for (size_t i = 0; i < bytes; i++)
         CHILD_CHECK(region[i] == 0);
@@ -113,7 +113,7 @@ static int allreduce_rank(int rank, void *arg)
     for (int k = 0; k < c->rounds; k++) {
         fill(sym, c->dt, c->count, rank, k);
         fill(plain, c->dt, c->count, rank, k);
-        CHILD_CHECK(ddp_all_reduce(pg, sym, c->count, c->dt, c->op) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce(pg, sym, c->count, c->dt, c->op) == 0);
         /* Kept for the comparison, then overwritten at once, as a training
          * step overwrites its gradients: a peer still copying out of this
          * buffer would get these values. */
@@ -121,7 +121,7 @@ static int allreduce_rank(int rank, void *arg)
         CHILD_CHECK(got != NULL);
         memcpy(got, sym, c->count * es);
         memset(sym, 0x7f, c->count * es);
-        CHILD_CHECK(ddp_all_reduce(pg, plain, c->count, c->dt, c->op) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce(pg, plain, c->count, c->dt, c->op) == 0);
         int same = memcmp(got, plain, c->count * es) == 0;
         free(got);
         if (!same)
@@ -130,7 +130,7 @@ static int allreduce_rank(int rank, void *arg)
     }
     ddp_pg_symmetric_free(pg, region);
     free(plain);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -178,14 +178,14 @@ static int mismatch_rank(int rank, void *arg)
                   : how == PRIVATE_ON_ONE   ? plain
                   : how == OTHER_OFFSET     ? a + 16
                                             : b;
-    int rc = ddp_all_reduce(pg, mine, count, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, mine, count, DDP_FLOAT32, DDP_SUM);
     CHILD_CHECK(must_fail ? rc < 0 : rc == 0);
     CHILD_CHECK(!must_fail || contains(ddp_last_error(), "runs a different collective"));
     CHILD_CHECK(!must_fail || contains(ddp_last_error(), "symmetric"));
     ddp_pg_symmetric_free(pg, b);
     ddp_pg_symmetric_free(pg, a);
     free(plain);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -226,7 +226,7 @@ static int size_mismatch_rank(int rank, void *arg)
     CHILD_CHECK(contains(ddp_last_error(), rank ? "rank 0 asks for 8000 bytes" : "rank 1 asks "
                                                                               "for 8192 bytes"));
     CHILD_CHECK(p == NULL);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -257,7 +257,7 @@ static int fallback_rank(int rank, void *arg)
         CHILD_CHECK(fd >= 0);
         close(fd);
     }
-    CHILD_CHECK(ddp_barrier(pg) == 0);
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
     size_t count = 300000;
     float *p;
     CHILD_CHECK(ddp_pg_symmetric_alloc(pg, count * sizeof *p, (void **)&p) == 0);
@@ -265,11 +265,11 @@ static int fallback_rank(int rank, void *arg)
     if (taken[0])
         shm_unlink(taken);
     unsetenv("DDP_SYMMETRIC_MEMORY");
-    CHILD_CHECK(ddp_barrier(pg) == 0);
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
     CHILD_CHECK(group_entries(pg) == 0); /* rank 0's region is gone too */
     for (size_t i = 0; i < count; i++)
         p[i] = (float)(rank + 1);
-    CHILD_CHECK(ddp_all_reduce(pg, p, count, DDP_FLOAT32, DDP_SUM) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, p, count, DDP_FLOAT32, DDP_SUM) == 0);
     for (size_t i = 0; i < count; i++)
         CHILD_CHECK(p[i] == 3.0f);
     /* The next allocation is symmetric again. */
@@ -278,7 +278,7 @@ static int fallback_rank(int rank, void *arg)
     CHILD_CHECK(is_symmetric(pg, q, 4096));
     ddp_pg_symmetric_free(pg, q);
     ddp_pg_symmetric_free(pg, p);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -305,10 +305,10 @@ static int tcp_rank(int rank, void *arg)
         CHILD_CHECK(p[i] == 0.0f);
     for (size_t i = 0; i < count; i++)
         p[i] = (float)(rank + 1);
-    CHILD_CHECK(ddp_all_reduce(pg, p, count, DDP_FLOAT32, DDP_SUM) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, p, count, DDP_FLOAT32, DDP_SUM) == 0);
     CHILD_CHECK(p[0] == 3.0f && p[count - 1] == 3.0f);
     ddp_pg_symmetric_free(pg, p);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -336,7 +336,7 @@ static void test_bad_arguments(void **state)
     assert_non_null(p);
     ddp_pg_symmetric_free(pg, p);
     ddp_pg_symmetric_free(pg, NULL);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     job_cleanup(&J);
 }
 
@@ -365,7 +365,7 @@ static int dead_rank(int rank, void *arg)
     CHILD_CHECK(contains(ddp_last_error(), "rank 1"));
     CHILD_CHECK(contains(ddp_last_error(), "symmetric_alloc"));
     CHILD_CHECK(p == NULL);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -398,16 +398,16 @@ static int queued_rank(int rank, void *arg)
         for (size_t i = 0; i < n; i++)
             a[i] = (float)(rank + 1);
         ddp_work_t *w;
-        CHILD_CHECK(ddp_all_reduce_async(pg, a, n, DDP_FLOAT32, DDP_SUM, &w) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce_async(pg, a, n, DDP_FLOAT32, DDP_SUM, &w) == 0);
         CHILD_CHECK(ddp_pg_symmetric_alloc(pg, 4096, (void **)&b) == 0);
         CHILD_CHECK(ddp_work_wait(w, 10) == 0);
-        ddp_work_free(w);
+        ddp_work_destroy(w);
         for (size_t i = 0; i < n; i++)
             CHILD_CHECK(a[i] == 6.0f);
         ddp_pg_symmetric_free(pg, b);
     }
     ddp_pg_symmetric_free(pg, a);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -428,7 +428,7 @@ static void *blocking_calls(void *arg)
     (void)arg;
     float x = 1;
     for (int i = 0; i < 2000; i++)
-        if (ddp_all_reduce(Racing, &x, 1, DDP_FLOAT32, DDP_SUM) < 0)
+        if (ddp_pg_all_reduce(Racing, &x, 1, DDP_FLOAT32, DDP_SUM) < 0)
             return (void *)1;
     return NULL;
 }
@@ -448,7 +448,7 @@ static int racing_rank(int rank, void *arg)
     /* A free that missed its wake-up would sleep until the group's timeout
      * (20 s) and leak. */
     CHILD_CHECK(ddp_time_now() - t0 < 10.0);
-    ddp_pg_destroy(Racing);
+    ddp_destroy_process_group(Racing);
     return 0;
 }
 
@@ -477,10 +477,10 @@ static int small_shm_rank(int rank, void *arg)
     CHILD_CHECK(!is_symmetric(pg, p, n * sizeof *p));
     for (size_t i = 0; i < n; i++)
         p[i] = 1.0f;
-    CHILD_CHECK(ddp_all_reduce(pg, p, n, DDP_FLOAT32, DDP_SUM) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, p, n, DDP_FLOAT32, DDP_SUM) == 0);
     CHILD_CHECK(p[0] == 2.0f && p[n - 1] == 2.0f);
     ddp_pg_symmetric_free(pg, p);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -536,16 +536,16 @@ static int ddp_rank(int rank, void *arg)
     CHILD_CHECK(ddp_sequential_create(mods, 3, &seq) == 0);
     ddp_model_t *m;
     CHILD_CHECK(ddp_model_from_module(seq, &m) == 0);
-    ddp_ddp_options o = ddp_ddp_defaults();
-    ddp_ddp_t *dm;
-    CHILD_CHECK(ddp_ddp_create(m, pg, &o, &dm) == 0);
+    ddp_data_parallel_options o = ddp_data_parallel_defaults();
+    ddp_data_parallel_t *dm;
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, &o, &dm) == 0);
     for (size_t i = 0; i < ddp_model_num_params(m); i++) {
         const ddp_param *p = ddp_model_param(m, i);
         CHILD_CHECK(is_symmetric(pg, p->grad, (size_t)p->numel * sizeof(float)));
     }
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     ddp_model_destroy(m);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "base/rng.h"
-#include "ddp/dist.h"
-#include "dist/internal.h"
-#include "dist_util.h"
+#include "ddp/pg.h"
+#include "pg/internal.h"
+#include "pg_util.h"
 #include "fork_children.h"
 #include "transport/handshake.h"
 #include "transport/net.h"
@@ -44,7 +44,7 @@ static void count_rejections(int level, const char *msg, void *user)
 static int allreduce_ok(ddp_pg_t *pg, int rank, int n)
 {
     int64_t v[3] = {rank, 1, 100};
-    if (ddp_all_reduce(pg, v, 3, DDP_INT64, DDP_SUM) != 0)
+    if (ddp_pg_all_reduce(pg, v, 3, DDP_INT64, DDP_SUM) != 0)
         return 1;
     return !(v[0] == (int64_t)n * (n - 1) / 2 && v[1] == n && v[2] == 100 * n);
 }
@@ -65,7 +65,7 @@ static int hostile_rank(int rank, void *arg)
     CHILD_CHECK(allreduce_ok(pg, rank, 2) == 0);
     if (rank == 1)
         CHILD_CHECK(lc.rejected >= 3);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -172,7 +172,7 @@ static int secret_file_rank(int rank, void *arg)
     CHILD_CHECK(ddp_store_file_create(J.path, 2, &st) == 0);
     CHILD_CHECK(ddp_init_process_group_store("tcp", st, rank, 2, 5.0, &pg) == 0);
     CHILD_CHECK(allreduce_ok(pg, rank, 2) == 0);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     ddp_store_destroy(st);
     return 0;
 }
@@ -206,16 +206,16 @@ static int garbage_rank(int rank, void *arg)
         CHILD_CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
     }
     float x = 1;
-    int rc = ddp_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
     if (rank == 1 && rc == 0) /* rank 0 may have sent its part before it read the junk */
-        rc = ddp_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
+        rc = ddp_pg_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
     CHILD_CHECK(rc < 0);
     if (rank == 1)
         CHILD_CHECK(contains(ddp_last_error(), "rank 0"));
     if (rank == 0)
         CHILD_CHECK(contains(ddp_last_error(), "rank 1") &&
                     contains(ddp_last_error(), "malformed frame"));
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 

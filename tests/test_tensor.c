@@ -36,7 +36,7 @@ static void test_init_wrap_view(void **state)
     assert_int_equal(ddp_tensor_same_shape(&t, &v), 0);
     assert_int_equal(ddp_tensor_view(&t, 3, (int64_t[]){2, 3, 4}, &w), 0);
     assert_int_equal(ddp_tensor_same_shape(&t, &w), 1);
-    ddp_tensor_free(&v); /* borrowed: leaves t's data alone */
+    ddp_tensor_destroy(&v); /* borrowed: leaves t's data alone */
     t.data[23] = 5.0f;
     assert_true(t.data[23] == 5.0f);
 
@@ -46,15 +46,15 @@ static void test_init_wrap_view(void **state)
     assert_non_null(strstr(ddp_last_error(), "as 25 elements"));
     assert_int_equal(ddp_tensor_view(&t, 2, (int64_t[]){-1, -1}, &v), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "more than one -1"));
-    ddp_tensor_free(&t);
+    ddp_tensor_destroy(&t);
     assert_null(t.data);
-    ddp_tensor_free(&t);
-    ddp_tensor_free(NULL);
+    ddp_tensor_destroy(&t);
+    ddp_tensor_destroy(NULL);
 
     float data[6] = {1, 2, 3, 4, 5, 6};
     assert_int_equal(ddp_tensor_wrap(&t, data, 2, (int64_t[]){2, 3}), 0);
     assert_int_equal(t.owns_data, 0);
-    ddp_tensor_free(&t); /* must not free the stack array */
+    ddp_tensor_destroy(&t); /* must not free the stack array */
     assert_int_equal(ddp_tensor_wrap(&t, data, 0, NULL), 0);
     assert_int_equal(t.numel, 1);
     assert_string_equal(ddp_tensor_shape_str(&t, buf, sizeof buf), "()");

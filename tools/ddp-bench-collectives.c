@@ -62,13 +62,13 @@ static int run_once(ddp_pg_t *pg, int coll, void *a, void *b, size_t count, ddp_
                     ddp_reduce_op op, int n)
 {
     switch (coll) {
-    case C_AR: return ddp_all_reduce(pg, a, count, dt, op);
-    case C_BC: return ddp_broadcast(pg, a, count, dt, 0);
-    case C_RED: return ddp_reduce(pg, a, count, dt, op, 0);
-    case C_AG: return ddp_all_gather(pg, a, b, count / (size_t)n, dt);
-    case C_RS: return ddp_reduce_scatter(pg, a, b, count / (size_t)n, dt, op);
-    case C_A2A: return ddp_all_to_all(pg, a, b, count / (size_t)n, dt);
-    default: return ddp_barrier(pg);
+    case C_AR: return ddp_pg_all_reduce(pg, a, count, dt, op);
+    case C_BC: return ddp_pg_broadcast(pg, a, count, dt, 0);
+    case C_RED: return ddp_pg_reduce(pg, a, count, dt, op, 0);
+    case C_AG: return ddp_pg_all_gather(pg, a, b, count / (size_t)n, dt);
+    case C_RS: return ddp_pg_reduce_scatter(pg, a, b, count / (size_t)n, dt, op);
+    case C_A2A: return ddp_pg_all_to_all(pg, a, b, count / (size_t)n, dt);
+    default: return ddp_pg_barrier(pg);
     }
 }
 
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
     size_t es = ddp_dtype_size(dt);
     size_t cap = (max_bytes / es + 1) * es * (size_t)world;
     char *a = NULL, *b = malloc(cap);
-    if (sym && ddp_pg_symmetric_alloc(pg, cap, (void **)&a) < 0) { /* dist.h */
+    if (sym && ddp_pg_symmetric_alloc(pg, cap, (void **)&a) < 0) { /* pg.h */
         fprintf(stderr, "symmetric_alloc: %s\n", ddp_last_error());
         return 1;
     }
@@ -172,13 +172,13 @@ int main(int argc, char **argv)
         int rooted = coll == C_BC || coll == C_RED;
         for (int i = 0; i < warmup + n_it && rc == 0; i++) {
             if (rooted)
-                rc = ddp_barrier(pg);
+                rc = ddp_pg_barrier(pg);
             double t0 = ddp_time_now();
             if (rc == 0)
                 rc = run_once(pg, coll, a, b, count, dt, op, world);
             double dt_s = ddp_time_now() - t0;
             if (rc == 0 && rooted)
-                rc = ddp_all_reduce(pg, &dt_s, 1, DDP_FLOAT64, DDP_MAX);
+                rc = ddp_pg_all_reduce(pg, &dt_s, 1, DDP_FLOAT64, DDP_MAX);
             if (i >= warmup)
                 t[i - warmup] = dt_s;
         }
@@ -213,6 +213,6 @@ int main(int argc, char **argv)
         free(a);
     free(b);
     free(t);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return rc == 0 ? 0 : 1;
 }

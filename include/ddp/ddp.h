@@ -2,16 +2,16 @@
  * every rank of a process group by averaging gradients during backward, as
  * torch.nn.parallel.DistributedDataParallel does.
  *
- *     ddp_ddp_t *dm;
- *     ddp_ddp_create(model, pg, NULL, &dm);        // checks + broadcast from rank 0
+ *     ddp_data_parallel_t *dm;
+ *     ddp_data_parallel_create(model, pg, NULL, &dm);        // checks + broadcast from rank 0
  *     for each batch:
  *         ddp_tape_reset(tape);
- *         ddp_ddp_forward(dm, tape, x, &logits);    // model forward (+ bookkeeping)
+ *         ddp_data_parallel_forward(dm, tape, x, &logits);    // model forward (+ bookkeeping)
  *         ddp_op_cross_entropy(tape, logits, labels, &loss);
  *         ddp_optim_zero_grad(opt);
- *         ddp_ddp_backward(dm, tape, loss);         // backward; buckets reduced meanwhile
+ *         ddp_data_parallel_backward(dm, tape, loss);         // backward; buckets reduced meanwhile
  *         ddp_optim_step(opt);
- *     ddp_ddp_destroy(dm);
+ *     ddp_data_parallel_destroy(dm);
  *
  * Gradient buckets.  Parameters are grouped into buckets in reverse
  * registration order (a small first bucket, then bucket_cap_mb each); after
@@ -21,17 +21,17 @@
  * (gradient_as_bucket_view): each bucket is one contiguous slice that is
  * all-reduced in place, launched asynchronously the moment its last gradient
  * is final, so communication overlaps the rest of backward.  Buckets are
- * launched in the same order on every rank; ddp_ddp_backward waits for all of
+ * launched in the same order on every rank; ddp_data_parallel_backward waits for all of
  * them before it returns, so the optimizer step sees averaged gradients.
  *
- * Threading: a ddp_ddp_t, its model and its tape belong to one thread; the
+ * Threading: a ddp_data_parallel_t, its model and its tape belong to one thread; the
  * process group's communication thread does the reductions.
  */
 #ifndef DDP_DDP_H
 #define DDP_DDP_H
 
 #include "ddp/base.h"
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 #include "ddp/nn.h"
 #include "ddp/optim.h"
 
@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-typedef struct ddp_ddp ddp_ddp_t;
+typedef struct ddp_data_parallel ddp_data_parallel_t;
 
 /* Built-in communication hooks (torch.distributed.algorithms.ddp_comm_hooks). */
 typedef enum ddp_comm_hook_kind {
@@ -48,10 +48,10 @@ typedef enum ddp_comm_hook_kind {
     DDP_HOOK_BF16 = 2,      /* the same with bfloat16 */
 } ddp_comm_hook_kind;
 
-typedef struct ddp_ddp_options {
+typedef struct ddp_data_parallel_options {
     double bucket_cap_mb;       /* 25: cap of every bucket after the first */
     double first_bucket_cap_mb; /* 1: PyTorch's smaller first bucket */
-    int find_unused_parameters; /* 0: see ddp_ddp_backward */
+    int find_unused_parameters; /* 0: see ddp_data_parallel_backward */
     int rebuild_buckets;        /* 1: re-bucket once from the observed ready order */
     ddp_comm_hook_kind comm_hook;
     /* Tail-free overlap: 0 (default) off; N >= 2: the gradient computed
@@ -71,10 +71,10 @@ typedef struct ddp_ddp_options {
      * than two): smaller pieces cost more in thread hand-offs than their
      * overlap saves (docs/ddp.md).  0: no floor. */
     double tail_min_piece_mb;
-} ddp_ddp_options;
+} ddp_data_parallel_options;
 
 /* PyTorch's defaults. */
-DDP_API ddp_ddp_options ddp_ddp_defaults(void);
+DDP_API ddp_data_parallel_options ddp_data_parallel_defaults(void);
 
 /* Wraps model (borrowed; it must outlive the wrapper) for the group pg
  * (borrowed; it too must outlive the wrapper: the bucket memory is the
@@ -85,16 +85,16 @@ DDP_API ddp_ddp_options ddp_ddp_defaults(void);
  * 0").  Then rank 0's parameter values are broadcast to all.  Installs the
  * model's grad-ready hook and re-points its gradients into the bucket memory
  * (current gradients are kept).  opts NULL: defaults.  Caller destroys. */
-DDP_API int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts,
-                           ddp_ddp_t **out);
+DDP_API int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_data_parallel_options *opts,
+                           ddp_data_parallel_t **out);
 /* Waits for any reduction still in flight (at most the group's timeout),
  * gives the model its own gradient block back (values kept) and removes the
  * hook.  NULL: no-op. */
-DDP_API void ddp_ddp_destroy(ddp_ddp_t *dm);
+DDP_API void ddp_data_parallel_destroy(ddp_data_parallel_t *dm);
 
 /* The model's forward, with DDP's per-iteration bookkeeping first (the join
  * protocol's "still training" all-reduce when join is enabled). */
-DDP_API int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
+DDP_API int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
 
 /* Backward from loss with gradient synchronisation: each bucket is
  * all-reduced (averaged over the group) as soon as its gradients are final,
@@ -108,11 +108,11 @@ DDP_API int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_v
  * parameters ("parameters 2.weight, 2.bias received no gradient in this
  * iteration; ...").  A failed collective fails the call with the group's
  * error (a dead peer, a timeout). */
-DDP_API int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss);
+DDP_API int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss);
 
 /* PyTorch's `with model.no_sync():` — 1 to skip synchronisation (gradients
  * accumulate locally), 0 to resume. */
-DDP_API void ddp_ddp_set_no_sync(ddp_ddp_t *dm, int no_sync);
+DDP_API void ddp_data_parallel_set_no_sync(ddp_data_parallel_t *dm, int no_sync);
 
 /* A user communication hook, called once per bucket per synchronised
  * iteration, in bucket order.  launch starts the reduction of data (n
@@ -127,27 +127,22 @@ typedef struct ddp_comm_hook {
     void *state; /* borrowed */
 } ddp_comm_hook;
 /* Replaces the communication hook (NULL: back to opts.comm_hook). */
-DDP_API int ddp_ddp_register_comm_hook(ddp_ddp_t *dm, const ddp_comm_hook *hook);
+DDP_API int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm, const ddp_comm_hook *hook);
 
 /* Join for uneven inputs (torch.distributed.algorithms.Join).  With join
- * enabled on every rank, each ddp_ddp_forward first all-reduces a "still
- * training" flag.  A rank that runs out of data calls ddp_ddp_join: it
+ * enabled on every rank, each ddp_data_parallel_forward first all-reduces a "still
+ * training" flag.  A rank that runs out of data calls ddp_data_parallel_join: it
  * shadows the others' iterations (answering their flag and bucket
  * reductions with zeros) until every rank has joined; then the model of the
  * last rank to join is broadcast to all, so every replica ends identical.
  * Gradients are averaged over the whole group (PyTorch's
  * divide_by_initial_world_size).  With throw_on_early_termination, the
- * first rank to run out makes every rank's next ddp_ddp_forward fail with
+ * first rank to run out makes every rank's next ddp_data_parallel_forward fail with
  * DDP_ERR_STATE instead.  Works with no_sync: joined ranks shadow only the
  * iterations whose backward reduces. */
-DDP_API int ddp_ddp_join_enable(ddp_ddp_t *dm, int enable, int throw_on_early_termination);
-DDP_API int ddp_ddp_join(ddp_ddp_t *dm);
+DDP_API int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable, int throw_on_early_termination);
+DDP_API int ddp_data_parallel_join(ddp_data_parallel_t *dm);
 
-/* Introspection: number of buckets, and bucket b's parameter count and
- * size in floats; whether the buckets were rebuilt. */
-DDP_API int ddp_ddp_num_buckets(const ddp_ddp_t *dm);
-DDP_API int ddp_ddp_bucket_info(const ddp_ddp_t *dm, int b, int *nparams, size_t *numel);
-DDP_API int ddp_ddp_buckets_rebuilt(const ddp_ddp_t *dm);
 
 /* ==== checkpoints ========================================================
  * A training checkpoint is one safetensors file: the model's parameters

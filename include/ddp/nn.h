@@ -13,7 +13,7 @@
  *                 iteration to the next (ddp_tape_reset): in steady state a
  *                 training step allocates nothing.
  *   ddp_var_t     one value on a tape (an input, a parameter, an op's result).
- *   ddp_backward  walks the tape backwards from a scalar loss, accumulates
+ *   ddp_tape_backward  walks the tape backwards from a scalar loss, accumulates
  *                 (+=) every parameter's gradient into wherever p->grad points,
  *                 and reports each parameter to the model's grad-ready hook.
  *
@@ -25,58 +25,15 @@
  *   ddp_model_forward(model, tape, x, &logits);
  *   ddp_op_cross_entropy(tape, logits, labels, &loss);
  *   ddp_optim_zero_grad(opt);
- *   ddp_backward(tape, loss, model);
+ *   ddp_tape_backward(tape, loss, model);
  *   ddp_optim_step(opt);
  *
  * Users write their own models with the ddp_op_* functions: a var used twice
  * (a residual connection) and a parameter used by two ops (shared weights)
  * accumulate their gradients; parameters a step does not use get none.
  *
- * GRAD-READY CONTRACT (what DistributedDataParallel builds on):
- *
- *   1. During ddp_backward(tape, loss, model), the model's hook
- *      (ddp_model_set_grad_ready_hook) is called exactly once for every
- *      parameter of the model.
- *   2. First, at the START of backward, before any gradient is computed, every
- *      parameter that the loss does not depend on in this graph (not on the
- *      tape, or on the tape but with no path to the loss) is reported with
- *      used = 0, in registration order.  Its gradient is left as it was.
- *   3. Then each used parameter is reported with used = 1 at the moment its
- *      gradient is FINAL for this backward: all contributions have been added
- *      into p->grad, including every use of a shared weight (the hook fires
- *      after the op that is processed last, i.e. the earliest use in forward
- *      order).  Hooks fire in the order gradients become final.  Within one
- *      op, its inputs are reported in reverse argument order (linear(x, w,
- *      b): b, then w); for a Sequential MLP this is reverse registration
- *      order (2.bias, 2.weight, 0.bias, 0.weight).
- *   4. Gradients accumulate: backward adds into p->grad, so two backward
- *      calls without a zero_grad in between sum their gradients (PyTorch
- *      semantics; DDP's no_sync relies on it).
- *   5. p->grad may be re-pointed by an outside party between steps (or
- *      between forward and backward) with ddp_param_set_grad or
- *      ddp_model_set_grad_block; backward reads p->grad when it writes, so
- *      gradient buckets can be views into the owner's memory with no copy.
- *   6. A hook returning a negative code stops the backward pass, which
- *      returns that code (the hook sets ddp_last_error's message).
- *
- * CHUNKED WEIGHT GRADIENTS (optional; what DDP's tail-free overlap builds on):
- *
- *   7. With a chunk hook installed (ddp_model_set_grad_chunk_hook), when the
- *      backward of ddp_op_linear(x, w, b) is about to add the LAST
- *      contribution to a weight w of the model (its last reachable use, w
- *      appearing once among the op's inputs), it first reports the op's bias
- *      as ready if that was its last use (rule 3 still holds: b before w),
- *      then asks plan(w, rows, user) how many row chunks to compute dW in.
- *      With n > 1, dW (rows = w->shape[0] output features, each row
- *      contiguous) is computed in n row ranges [r0, r1), ascending, their
- *      boundaries on multiples of DDP_GRAD_CHUNK_ROW_ALIGN (fewer chunks when
- *      the rows do not allow n), and chunk(w, r0, r1, user) is called after
- *      each: rows r0 .. r1-1 of w->grad are final then.  The last call has
- *      r1 == rows.  w's grad-ready hook then fires as rule 3 says.  The
- *      gradient is bitwise the one an unchunked backward computes (the
- *      alignment keeps every row in the GEMM micro-kernel position it has in
- *      the whole product; tests/test_autograd_hooks.c checks it).  Negative
- *      returns stop backward as in rule 6.
+ * DistributedDataParallel builds on the grad-ready contract and the other
+ * seams of include/ddp/ext.h (not included by ddp.h).
  *
  * Threading: a model, a tape and its vars belong to one thread at a time.
  */
@@ -105,7 +62,7 @@ typedef struct ddp_param {
     float *data;                   /* (shape) values: view into the flat param block */
     float *grad;                   /* (shape) where backward accumulates (+=): the
                                       flat grad block, or memory set by
-                                      ddp_param_set_grad */
+                                      ddp_param_set_grad (ext.h) */
     size_t offset;                 /* position in the flat blocks, in floats */
     size_t numel;
     int ndim;
@@ -210,15 +167,12 @@ DDP_API int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int6
 
 /* ==== backward ============================================================ */
 
-/* Grad-ready hook: see the contract at the top.  Return 0, or a negative
- * code to stop backward. */
-typedef int (*ddp_grad_ready_fn)(ddp_param *p, int used, void *user);
 
 /* Backpropagates from loss (one element) through the tape, accumulating into
  * the gradients of every var that requires grad (parameters: into p->grad).
  * model may be NULL (then no hook is called).  May be called again on the
  * same tape (gradients accumulate again). */
-DDP_API int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
+DDP_API int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
 
 /* ==== modules =============================================================
  * Modules are created alone, then handed to a container or a model, which
@@ -241,7 +195,7 @@ DDP_API int ddp_sequential_create(ddp_module_t *const *modules, int n, ddp_modul
 /* Frees a module that no container or model owns; NULL is a no-op. */
 DDP_API void ddp_module_destroy(ddp_module_t *m);
 /* Runs the module: appends its ops to tape, *y is the output var. */
-DDP_API int ddp_module_forward(ddp_tape_t *tape, ddp_module_t *m, ddp_var_t *x, ddp_var_t **y);
+DDP_API int ddp_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
 /* The module's own parameter by local name ("weight", "bias"), or NULL. */
 DDP_API ddp_param *ddp_module_param(ddp_module_t *m, const char *name);
 /* Sequential's i-th child, or NULL. */
@@ -292,13 +246,6 @@ DDP_API ddp_param *ddp_model_find_param(ddp_model_t *m, const char *name);
 DDP_API float *ddp_model_param_block(ddp_model_t *m, size_t *numel);
 DDP_API float *ddp_model_grad_block(ddp_model_t *m, size_t *numel);
 
-/* Points p->grad at ptr (p->numel floats, borrowed: it must outlive its use
- * by the model), copying the current gradient there first.  ptr NULL points
- * it back at the model's own grad block (copying back). */
-DDP_API int ddp_param_set_grad(ddp_param *p, float *ptr);
-/* Same for every parameter at once: block holds the model's total numel
- * floats laid out as the grad block (NULL: back to the model's own). */
-DDP_API int ddp_model_set_grad_block(ddp_model_t *m, float *block);
 /* Sets every parameter's gradient (wherever p->grad points) to zero. */
 DDP_API void ddp_model_zero_grad(ddp_model_t *m);
 /* torch.nn.utils.clip_grad_norm_: the norm of all gradients together (p-norm
@@ -307,28 +254,6 @@ DDP_API void ddp_model_zero_grad(ddp_model_t *m);
  * scaled by max_norm / (norm + 1e-6).  Reads and writes through p->grad. */
 DDP_API int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double norm_type,
                                      double *total_norm);
-/* Registers the grad-ready hook (replacing any earlier one; fn NULL removes
- * it).  DistributedDataParallel installs its own. */
-DDP_API void ddp_model_set_grad_ready_hook(ddp_model_t *m, ddp_grad_ready_fn fn, void *user);
-DDP_API ddp_grad_ready_fn ddp_model_grad_ready_hook(const ddp_model_t *m, void **user);
-
-/* Row chunks of a weight gradient (contract rule 7).  plan returns the number
- * of chunks wanted (0 or 1: compute dW whole) or a negative code; chunk is
- * called after each chunk with its row range. */
-#define DDP_GRAD_CHUNK_ROW_ALIGN 48
-typedef struct ddp_grad_chunk_hook {
-    int (*plan)(ddp_param *p, int64_t rows, void *user);
-    int (*chunk)(ddp_param *p, int64_t row_begin, int64_t row_end, void *user);
-    void *user; /* borrowed */
-} ddp_grad_chunk_hook;
-/* The row boundaries backward uses for nchunks chunks of a weight with rows
- * output features: bounds[0] = 0 < bounds[1] < ... < bounds[n] = rows, n
- * returned (1 <= n <= nchunks; bounds holds nchunks + 1 entries). */
-DDP_API int ddp_grad_chunk_bounds(int64_t rows, int nchunks, int64_t *bounds);
-/* Installs (a copy of) hook, replacing any earlier one; NULL removes it. */
-DDP_API void ddp_model_set_grad_chunk_hook(ddp_model_t *m, const ddp_grad_chunk_hook *hook);
-/* The installed chunk hook, or NULL (borrowed from the model). */
-DDP_API const ddp_grad_chunk_hook *ddp_model_grad_chunk_hook(const ddp_model_t *m);
 
 /* Re-draws every module's parameters with PyTorch's default init, in
  * registration order, from one generator seeded with seed (what

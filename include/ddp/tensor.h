@@ -3,7 +3,7 @@
  * A ddp_tensor is a plain struct (STYLE.md rule 6: hot numeric data is
  * transparent): a data pointer, up to DDP_TENSOR_MAX_DIM dimensions, and
  * contiguous row-major strides (in elements).  Storage is either owned (made
- * by ddp_tensor_init, freed by ddp_tensor_free) or borrowed (ddp_tensor_wrap,
+ * by ddp_tensor_init, freed by ddp_tensor_destroy) or borrowed (ddp_tensor_wrap,
  * ddp_tensor_view: the caller keeps the memory alive, the library never frees
  * it).  Matrix products go through CBLAS (OpenBLAS); element-wise kernels are
  * simple loops that the compiler vectorises.
@@ -26,14 +26,14 @@ extern "C" {
 typedef struct ddp_tensor {
     float *data;                          /* numel floats, 64-byte aligned when owned */
     int ndim;                             /* 0 (scalar) .. DDP_TENSOR_MAX_DIM */
-    int owns_data;                        /* 1: ddp_tensor_free frees data */
+    int owns_data;                        /* 1: ddp_tensor_destroy frees data */
     int64_t numel;                        /* product of shape (1 for a scalar) */
     int64_t shape[DDP_TENSOR_MAX_DIM];    /* unused dimensions are 1 */
     int64_t stride[DDP_TENSOR_MAX_DIM];   /* row-major, contiguous, in elements */
 } ddp_tensor;
 
 /* Allocates zeroed, owned storage for a tensor of the given shape (ndim
- * entries, each > 0).  Free with ddp_tensor_free. */
+ * entries, each > 0).  Free with ddp_tensor_destroy. */
 DDP_API int ddp_tensor_init(ddp_tensor *t, int ndim, const int64_t *shape);
 /* Describes borrowed memory (numel floats at data) as a tensor; the library
  * never frees it.  data may be NULL only when numel is 0 (not allowed). */
@@ -44,7 +44,7 @@ DDP_API int ddp_tensor_view(const ddp_tensor *src, int ndim, const int64_t *shap
                             ddp_tensor *out);
 /* Frees owned storage; borrowed storage is left alone.  Resets *t; NULL and
  * repeated calls are no-ops. */
-DDP_API void ddp_tensor_free(ddp_tensor *t);
+DDP_API void ddp_tensor_destroy(ddp_tensor *t);
 /* Writes "(2, 3, 4)" into buf (always NUL-terminated); returns buf. */
 DDP_API char *ddp_tensor_shape_str(const ddp_tensor *t, char *buf, size_t len);
 /* Same shape (ndim and every dimension)? */

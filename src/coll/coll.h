@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "coll/reduce.h"
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 #include "transport/transport.h"
 
 enum ddp__coll_kind {

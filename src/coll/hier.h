@@ -5,7 +5,7 @@
  * phases (inside each host, among leaders, inside each host again); every
  * other operation runs flat, on the group's own transport.  Steps, reduction
  * order and costs: docs/hierarchical.md.  The transports are made by
- * dist/hier.c; this file only uses the transport interface. */
+ * pg/backend_hier.c; this file only uses the transport interface. */
 #ifndef DDP_COLL_HIER_H
 #define DDP_COLL_HIER_H
 

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 
 typedef void (*ddp__reduce_fn)(void *dst, const void *a, const void *b, size_t n);
 

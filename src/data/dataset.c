@@ -8,10 +8,10 @@
 #include "data/idx_internal.h"
 
 int ddp_dataset_create(const ddp_dataset_ops *ops, void *self, size_t sample_numel,
-                       ddp_dataset **out)
+                       ddp_dataset_t **out)
 {
     int rc = 0;
-    ddp_dataset *ds = NULL;
+    ddp_dataset_t *ds = NULL;
     DDP_FAIL_OUT(!out, DDP_ERR_INVALID_ARG, "ddp_dataset_create: out is NULL");
     *out = NULL;
     DDP_FAIL_OUT(!ops || !ops->length || !ops->get, DDP_ERR_INVALID_ARG,
@@ -31,7 +31,7 @@ out:
     return rc;
 }
 
-void ddp_dataset_destroy(ddp_dataset *ds)
+void ddp_dataset_destroy(ddp_dataset_t *ds)
 {
     if (!ds)
         return;
@@ -48,11 +48,11 @@ static int user_failed(int rc, const char *what, size_t index)
     return ddp__error_context(rc, "dataset %s(%zu)", what, index);
 }
 
-size_t ddp_dataset_length(const ddp_dataset *ds) { return ds ? ds->ops->length(ds->self) : 0; }
+size_t ddp_dataset_length(const ddp_dataset_t *ds) { return ds ? ds->ops->length(ds->self) : 0; }
 
-size_t ddp_dataset_sample_numel(const ddp_dataset *ds) { return ds ? ds->sample_numel : 0; }
+size_t ddp_dataset_sample_numel(const ddp_dataset_t *ds) { return ds ? ds->sample_numel : 0; }
 
-int ddp_dataset_get(ddp_dataset *ds, size_t index, float *x, int64_t *label)
+int ddp_dataset_get(ddp_dataset_t *ds, size_t index, float *x, int64_t *label)
 {
     DDP_FAIL_IF(!ds || !x || !label, DDP_ERR_INVALID_ARG, "ddp_dataset_get: NULL argument");
     size_t n = ds->ops->length(ds->self);
@@ -63,7 +63,7 @@ int ddp_dataset_get(ddp_dataset *ds, size_t index, float *x, int64_t *label)
     return rc < 0 ? user_failed(rc, "get", index) : 0;
 }
 
-int ddp_dataset_get_batch(ddp_dataset *ds, const size_t *indices, size_t n, float *x,
+int ddp_dataset_get_batch(ddp_dataset_t *ds, const size_t *indices, size_t n, float *x,
                           int64_t *labels)
 {
     DDP_FAIL_IF(!ds || (n && (!indices || !x || !labels)), DDP_ERR_INVALID_ARG,

@@ -519,7 +519,7 @@ int ddp_idx_read(const char *path, uint32_t magic, ddp_idx *out)
     if (cached && access(cpath, F_OK) == 0) {
         if (read_idx_file(cpath, magic, out, &gz) == 0 && !gz)
             return 0;
-        ddp_idx_free(out);
+        ddp_idx_destroy(out);
         unlink(cpath); /* damaged: read the source, and write it again */
     }
     int rc = read_idx_file(path, magic, out, &gz);
@@ -528,7 +528,7 @@ int ddp_idx_read(const char *path, uint32_t magic, ddp_idx *out)
     return rc;
 }
 
-void ddp_idx_free(ddp_idx *idx)
+void ddp_idx_destroy(ddp_idx *idx)
 {
     if (!idx)
         return;

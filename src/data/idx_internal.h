@@ -13,7 +13,7 @@
 void *ddp__big_alloc(size_t size, size_t *alloc_bytes);
 void ddp__big_free(void *p, size_t alloc_bytes);
 
-/* The object behind ddp_dataset (dataset.c): a vtable and its instance. */
+/* The object behind ddp_dataset_t (dataset.c): a vtable and its instance. */
 struct ddp_dataset {
     const ddp_dataset_ops *ops;
     void *self;

@@ -52,11 +52,11 @@ typedef struct slot {
 } slot;
 
 struct ddp_loader {
-    ddp_dataset *ds;            /* borrowed */
-    ddp_loader_opts o;
+    ddp_dataset_t *ds;            /* borrowed */
+    ddp_loader_options o;
     size_t numel;
-    ddp_sampler *sampler;       /* opts.sampler (borrowed) or own_sampler */
-    ddp_sampler *own_sampler;
+    ddp_sampler_t *sampler;       /* opts.sampler (borrowed) or own_sampler */
+    ddp_sampler_t *own_sampler;
     size_t n_idx;               /* indices per epoch */
     size_t *order;              /* (n_idx) the epoch's order */
     size_t n_batches;
@@ -85,18 +85,18 @@ struct ddp_loader {
     double last_call;           /* time of the last ddp_loader_next */
 };
 
-ddp_loader_opts ddp_loader_defaults(void)
+ddp_loader_options ddp_loader_defaults(void)
 {
-    ddp_loader_opts o = {.batch_size = 1, .prefetch_factor = 4,
+    ddp_loader_options o = {.batch_size = 1, .prefetch_factor = 4,
                          .label_type = DDP_LABEL_INT64, .timeout_s = 120.0};
     return o;
 }
 
-size_t ddp_loader_length(const ddp_loader *dl) { return dl ? dl->n_batches : 0; }
+size_t ddp_loader_length(const ddp_loader_t *dl) { return dl ? dl->n_batches : 0; }
 
 /* ------------------------------------------------------------------ building a batch */
 
-static int build(ddp_loader *dl, size_t k, slot *s)
+static int build(ddp_loader_t *dl, size_t k, slot *s)
 {
     size_t start = k * dl->o.batch_size;
     size_t n = dl->n_idx - start < dl->o.batch_size ? dl->n_idx - start : dl->o.batch_size;
@@ -108,7 +108,7 @@ static int build(ddp_loader *dl, size_t k, slot *s)
     return 0;
 }
 
-static void fill_batch(const ddp_loader *dl, const slot *s, size_t k, ddp_batch *b)
+static void fill_batch(const ddp_loader_t *dl, const slot *s, size_t k, ddp_batch *b)
 {
     b->x = s->x;
     b->y64 = dl->o.label_type == DDP_LABEL_INT64 ? s->y64 : NULL;
@@ -134,7 +134,7 @@ static void deadline_in(struct timespec *ts, double seconds)
     }
 }
 
-static int claimable(const ddp_loader *dl)
+static int claimable(const ddp_loader_t *dl)
 {
     return dl->active && !dl->failed && dl->next_claim < dl->n_batches &&
            dl->next_claim < dl->released + dl->n_slots &&
@@ -143,7 +143,7 @@ static int claimable(const ddp_loader *dl)
 
 /* The epoch has batches left but no slot to build them in: the consumer is
  * the bottleneck. */
-static int ring_full(const ddp_loader *dl)
+static int ring_full(const ddp_loader_t *dl)
 {
     return dl->active && !dl->failed && dl->next_claim < dl->n_batches &&
            !claimable(dl);
@@ -155,7 +155,7 @@ static int ring_full(const ddp_loader *dl)
  * building a batch of 64, so the consumer does not wake workers on every
  * batch it hands back: workers nap on a timer and fill half the ring per
  * wake, and the consumer signals only when the queue runs low. */
-static double nap_seconds(const ddp_loader *dl)
+static double nap_seconds(const ddp_loader_t *dl)
 {
     double t = (double)dl->wake_at * dl->period;
     return t < 100e-6 ? 100e-6 : t > 20e-3 ? 20e-3 : t;
@@ -164,7 +164,7 @@ static double nap_seconds(const ddp_loader *dl)
 /* Claims the next batch and builds it into its slot (mu held on entry and
  * on return, released while building).  Workers call it, and so does the
  * consumer while a worker builds the batch it needs. */
-static void claim_and_build(ddp_loader *dl)
+static void claim_and_build(ddp_loader_t *dl)
 {
     size_t k = dl->next_claim++;
     slot *s = &dl->slots[k % dl->n_slots];
@@ -194,7 +194,7 @@ static void claim_and_build(ddp_loader *dl)
 
 static void *worker_main(void *arg)
 {
-    ddp_loader *dl = arg;
+    ddp_loader_t *dl = arg;
     /* Background work: SCHED_BATCH keeps a worker's wake-ups from preempting
      * the training thread when other processes load every core (the
      * consumer builds what a worker has not; see ddp_loader_next).  Best
@@ -227,7 +227,7 @@ static void *worker_main(void *arg)
 
 /* Abandons the current epoch and waits (mu held) until no worker is
  * building a batch of it, so that order and the slots may be rewritten. */
-static int quiesce(ddp_loader *dl)
+static int quiesce(ddp_loader_t *dl)
 {
     dl->gen++;
     dl->active = 0;
@@ -260,7 +260,7 @@ static void free_slot(slot *s)
     ddp__free_aligned(s->y32);
 }
 
-void ddp_loader_destroy(ddp_loader *dl)
+void ddp_loader_destroy(ddp_loader_t *dl)
 {
     if (!dl)
         return;
@@ -289,7 +289,7 @@ void ddp_loader_destroy(ddp_loader *dl)
     free(dl);
 }
 
-static int init_sync(ddp_loader *dl)
+static int init_sync(ddp_loader_t *dl)
 {
     pthread_condattr_t ca;
     DDP_FAIL_IF(pthread_condattr_init(&ca) != 0, DDP_ERR_SYSTEM, "loader: condattr_init");
@@ -313,7 +313,7 @@ static int init_sync(ddp_loader *dl)
 }
 
 /* Ring slots plus, with workers, the consumer's spare. */
-static int alloc_slots(ddp_loader *dl)
+static int alloc_slots(ddp_loader_t *dl)
 {
     size_t B = dl->o.batch_size;
     DDP_FAIL_IF(dl->numel > SIZE_MAX / sizeof(float) / B, DDP_ERR_INVALID_ARG,
@@ -336,13 +336,13 @@ static int alloc_slots(ddp_loader *dl)
     return 0;
 }
 
-int ddp_loader_create(ddp_dataset *ds, const ddp_loader_opts *opts, ddp_loader **out)
+int ddp_loader_create(ddp_dataset_t *ds, const ddp_loader_options *opts, ddp_loader_t **out)
 {
     int rc = 0;
-    ddp_loader *dl = NULL;
+    ddp_loader_t *dl = NULL;
     DDP_FAIL_OUT(!ds || !out, DDP_ERR_INVALID_ARG, "ddp_loader_create: NULL argument");
     *out = NULL;
-    ddp_loader_opts o = opts ? *opts : ddp_loader_defaults();
+    ddp_loader_options o = opts ? *opts : ddp_loader_defaults();
     DDP_FAIL_OUT(o.batch_size < 1, DDP_ERR_INVALID_ARG, "loader: batch_size must be >= 1");
     DDP_FAIL_OUT(o.num_workers < 0 || o.num_workers > 256, DDP_ERR_INVALID_ARG,
                  "loader: num_workers %d not in 0..256", o.num_workers);
@@ -400,7 +400,7 @@ out:
 
 /* ------------------------------------------------------------------ iteration */
 
-int ddp_loader_epoch_begin(ddp_loader *dl, uint64_t epoch)
+int ddp_loader_epoch_begin(ddp_loader_t *dl, uint64_t epoch)
 {
     DDP_FAIL_IF(!dl, DDP_ERR_INVALID_ARG, "ddp_loader_epoch_begin: NULL loader");
     pthread_mutex_lock(&dl->mu);
@@ -427,7 +427,7 @@ int ddp_loader_epoch_begin(ddp_loader *dl, uint64_t epoch)
 /* Batch k is not ready: build it here (mu held on entry and return).  It
  * goes into its ring slot when no worker has claimed it and the slot is
  * free, else into the spare; a worker building it has its copy dropped. */
-static int build_here(ddp_loader *dl, size_t k, slot **out)
+static int build_here(ddp_loader_t *dl, size_t k, slot **out)
 {
     slot *s = &dl->slots[k % dl->n_slots], *dst = dl->spare;
     if (dl->next_claim == k) { /* unclaimed: claim it */
@@ -447,7 +447,7 @@ static int build_here(ddp_loader *dl, size_t k, slot **out)
     return rc;
 }
 
-int ddp_loader_next(ddp_loader *dl, ddp_batch *batch)
+int ddp_loader_next(ddp_loader_t *dl, ddp_batch *batch)
 {
     DDP_FAIL_IF(!dl || !batch, DDP_ERR_INVALID_ARG, "ddp_loader_next: NULL argument");
     pthread_mutex_lock(&dl->mu);

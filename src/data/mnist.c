@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "data/idx_internal.h"
+#include "ddp/ext.h"
 
 typedef struct mnist {
     ddp_idx images; /* (count, rows, cols) uint8 */
@@ -19,9 +20,9 @@ typedef struct mnist {
     float mean, std;
 } mnist;
 
-ddp_mnist_opts ddp_mnist_defaults(void)
+ddp_mnist_options ddp_mnist_defaults(void)
 {
-    ddp_mnist_opts o = {.train = 1, .normalize = 0, .mean = 0.0f, .std = 1.0f,
+    ddp_mnist_options o = {.train = 1, .normalize = 0, .mean = 0.0f, .std = 1.0f,
                         .num_classes = 10};
     return o;
 }
@@ -104,8 +105,8 @@ static void mnist_destroy(void *self)
     mnist *m = self;
     if (!m)
         return;
-    ddp_idx_free(&m->images);
-    ddp_idx_free(&m->labels);
+    ddp_idx_destroy(&m->images);
+    ddp_idx_destroy(&m->labels);
     free(m);
 }
 
@@ -131,14 +132,14 @@ static int find_file(const char *dir, const char *name, char *path, size_t len)
     return DDP_ERROR(DDP_ERR_NOT_FOUND, "%s/%s[.gz]: not found", dir, name);
 }
 
-int ddp_mnist_create(const char *dir, const ddp_mnist_opts *opts, ddp_dataset **out)
+int ddp_mnist_create(const char *dir, const ddp_mnist_options *opts, ddp_dataset_t **out)
 {
     int rc = 0;
     mnist *m = NULL;
     char ipath[4096], lpath[4096];
     DDP_FAIL_OUT(!dir || !out, DDP_ERR_INVALID_ARG, "ddp_mnist_create: NULL argument");
     *out = NULL;
-    ddp_mnist_opts o = opts ? *opts : ddp_mnist_defaults();
+    ddp_mnist_options o = opts ? *opts : ddp_mnist_defaults();
     DDP_FAIL_OUT(o.num_classes < 1 || o.num_classes > 256, DDP_ERR_INVALID_ARG,
                  "ddp_mnist_create: num_classes %d not in 1..256", o.num_classes);
     DDP_FAIL_OUT(o.normalize && !(o.std > 0.0f), DDP_ERR_INVALID_ARG,
@@ -178,7 +179,7 @@ out:
     return rc;
 }
 
-int ddp_mnist_raw(const ddp_dataset *ds, const ddp_idx **images, const ddp_idx **labels)
+int ddp_mnist_raw(const ddp_dataset_t *ds, const ddp_idx **images, const ddp_idx **labels)
 {
     DDP_FAIL_IF(!ds || ds->ops != &mnist_ops, DDP_ERR_INVALID_ARG,
                 "ddp_mnist_raw: not an MNIST dataset");

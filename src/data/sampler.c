@@ -19,14 +19,14 @@ struct ddp_sampler {
 
 /* ------------------------------------------------------------------ interface */
 
-int ddp_sampler_create(const ddp_sampler_ops *ops, void *self, ddp_sampler **out)
+int ddp_sampler_create(const ddp_sampler_ops *ops, void *self, ddp_sampler_t **out)
 {
     int rc = 0;
     DDP_FAIL_OUT(!out, DDP_ERR_INVALID_ARG, "ddp_sampler_create: out is NULL");
     *out = NULL;
     DDP_FAIL_OUT(!ops || !ops->length || !ops->fill, DDP_ERR_INVALID_ARG,
                  "ddp_sampler_create: ops must provide length and fill");
-    ddp_sampler *s = calloc(1, sizeof *s);
+    ddp_sampler_t *s = calloc(1, sizeof *s);
     DDP_FAIL_OUT(!s, DDP_ERR_NOMEM, "ddp_sampler_create: out of memory");
     s->ops = ops;
     s->self = self;
@@ -38,7 +38,7 @@ out:
     return rc;
 }
 
-void ddp_sampler_destroy(ddp_sampler *s)
+void ddp_sampler_destroy(ddp_sampler_t *s)
 {
     if (!s)
         return;
@@ -47,17 +47,17 @@ void ddp_sampler_destroy(ddp_sampler *s)
     free(s);
 }
 
-size_t ddp_sampler_length(const ddp_sampler *s) { return s ? s->ops->length(s->self) : 0; }
+size_t ddp_sampler_length(const ddp_sampler_t *s) { return s ? s->ops->length(s->self) : 0; }
 
-void ddp_sampler_set_epoch(ddp_sampler *s, uint64_t epoch)
+void ddp_sampler_set_epoch(ddp_sampler_t *s, uint64_t epoch)
 {
     if (s)
         s->epoch = epoch;
 }
 
-uint64_t ddp_sampler_epoch(const ddp_sampler *s) { return s ? s->epoch : 0; }
+uint64_t ddp_sampler_epoch(const ddp_sampler_t *s) { return s ? s->epoch : 0; }
 
-int ddp_sampler_fill(ddp_sampler *s, size_t *out)
+int ddp_sampler_fill(ddp_sampler_t *s, size_t *out)
 {
     DDP_FAIL_IF(!s || !out, DDP_ERR_INVALID_ARG, "ddp_sampler_fill: NULL argument");
     return s->ops->fill(s->self, s->epoch, out);
@@ -112,7 +112,7 @@ static const ddp_sampler_ops sequential_ops = {simple_length, sequential_fill, f
 static const ddp_sampler_ops random_ops = {simple_length, random_fill, free};
 
 static int simple_create(const ddp_sampler_ops *ops, size_t n, uint64_t seed,
-                         ddp_sampler **out)
+                         ddp_sampler_t **out)
 {
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "sampler: out is NULL");
     *out = NULL;
@@ -123,12 +123,12 @@ static int simple_create(const ddp_sampler_ops *ops, size_t n, uint64_t seed,
     return ddp_sampler_create(ops, s, out);
 }
 
-int ddp_sampler_sequential_create(size_t n, ddp_sampler **out)
+int ddp_sampler_sequential_create(size_t n, ddp_sampler_t **out)
 {
     return simple_create(&sequential_ops, n, 0, out);
 }
 
-int ddp_sampler_random_create(size_t n, uint64_t seed, ddp_sampler **out)
+int ddp_sampler_random_create(size_t n, uint64_t seed, ddp_sampler_t **out)
 {
     return simple_create(&random_ops, n, seed, out);
 }
@@ -139,13 +139,13 @@ typedef struct distributed {
     size_t n;            /* dataset length */
     size_t num_samples;  /* this rank's share */
     size_t total;        /* num_samples * num_replicas */
-    ddp_distributed_sampler_opts o;
+    ddp_sampler_distributed_options o;
     size_t *order;       /* (n) scratch: the epoch's full permutation */
 } distributed;
 
-ddp_distributed_sampler_opts ddp_distributed_sampler_defaults(void)
+ddp_sampler_distributed_options ddp_sampler_distributed_defaults(void)
 {
-    ddp_distributed_sampler_opts o = {.num_replicas = 1, .rank = 0, .shuffle = 1,
+    ddp_sampler_distributed_options o = {.num_replicas = 1, .rank = 0, .shuffle = 1,
                                       .seed = 0, .drop_last = 0};
     return o;
 }
@@ -183,14 +183,14 @@ static void distributed_destroy(void *self)
 static const ddp_sampler_ops distributed_ops = {distributed_length, distributed_fill,
                                                 distributed_destroy};
 
-int ddp_sampler_distributed_create(size_t n, const ddp_distributed_sampler_opts *opts,
-                                   ddp_sampler **out)
+int ddp_sampler_distributed_create(size_t n, const ddp_sampler_distributed_options *opts,
+                                   ddp_sampler_t **out)
 {
     int rc = 0;
     distributed *d = NULL;
     DDP_FAIL_OUT(!out, DDP_ERR_INVALID_ARG, "distributed sampler: out is NULL");
     *out = NULL;
-    ddp_distributed_sampler_opts o = opts ? *opts : ddp_distributed_sampler_defaults();
+    ddp_sampler_distributed_options o = opts ? *opts : ddp_sampler_distributed_defaults();
     DDP_FAIL_OUT(o.num_replicas < 1, DDP_ERR_INVALID_ARG,
                  "distributed sampler: num_replicas %d < 1", o.num_replicas);
     DDP_FAIL_OUT(o.rank < 0 || o.rank >= o.num_replicas, DDP_ERR_INVALID_ARG,

@@ -25,16 +25,17 @@
 #include "base/error.h"
 #include "coll/reduce.h"
 #include "ddp/bucket.h"
+#include "ddp/ext.h"
 
 #define MIB (1024.0 * 1024.0)
 #define DDP_TAIL_CHUNKS_MAX 1024
 
 _Static_assert(sizeof(int) == 4, "bucket orders travel as DDP_INT32");
 
-struct ddp_ddp {
+struct ddp_data_parallel {
     ddp_model_t *model;           /* borrowed */
     ddp_pg_t *pg;                 /* borrowed */
-    ddp_ddp_options opts;
+    ddp_data_parallel_options opts;
     int nparams;
     ddp_param **params;           /* (nparams) registration order */
     size_t *numel;                /* (nparams) */
@@ -48,7 +49,7 @@ struct ddp_ddp {
     int *ready_order;             /* (nparams) used parameters in ready order */
     int nready;
     int no_sync;
-    int in_backward;              /* inside ddp_ddp_backward (hook calls are expected) */
+    int in_backward;              /* inside ddp_data_parallel_backward (hook calls are expected) */
     int rebuilt;
     ddp_comm_hook user_hook;
     int has_user_hook;
@@ -70,9 +71,9 @@ struct ddp_ddp {
     int pieces_live;              /* launched as the chunks are computed */
 };
 
-ddp_ddp_options ddp_ddp_defaults(void)
+ddp_data_parallel_options ddp_data_parallel_defaults(void)
 {
-    return (ddp_ddp_options){.bucket_cap_mb = 25.0,
+    return (ddp_data_parallel_options){.bucket_cap_mb = 25.0,
                              .first_bucket_cap_mb = 1.0,
                              .find_unused_parameters = 0,
                              .rebuild_buckets = 1,
@@ -85,7 +86,7 @@ ddp_ddp_options ddp_ddp_defaults(void)
 
 /* "options|name (d0, d1);name (d0);..." (options, then parameters in
  * registration order).  Caller frees. */
-static char *describe_params(ddp_ddp_t *dm, size_t *len)
+static char *describe_params(ddp_data_parallel_t *dm, size_t *len)
 {
     size_t cap = 256, n = 0;
     for (int i = 0; i < dm->nparams; i++)
@@ -93,7 +94,7 @@ static char *describe_params(ddp_ddp_t *dm, size_t *len)
     char *s = malloc(cap);
     if (!s)
         return NULL;
-    const ddp_ddp_options *o = &dm->opts;
+    const ddp_data_parallel_options *o = &dm->opts;
     n += (size_t)snprintf(s, cap,
                           "bucket_cap_mb %g, first_bucket_cap_mb %g, find_unused_parameters %d, "
                           "rebuild_buckets %d, comm_hook %d, tail_chunks %d, "
@@ -165,7 +166,7 @@ static int report_mismatch(int r, const char *mine0, const char *theirs)
 }
 
 /* All ranks check that every rank has rank 0's parameter names and shapes. */
-static int check_same_params(ddp_ddp_t *dm)
+static int check_same_params(ddp_data_parallel_t *dm)
 {
     int size = ddp_pg_size(dm->pg), rc = 0;
     size_t len;
@@ -175,7 +176,7 @@ static int check_same_params(ddp_ddp_t *dm)
     mylen = (int64_t)len + 1;
     lens = malloc((size_t)size * sizeof *lens);
     DDP_FAIL_OUT(!lens, DDP_ERR_NOMEM, "DDP: out of memory");
-    DDP_TRY_OUT(ddp_all_gather(dm->pg, &mylen, lens, 1, DDP_INT64));
+    DDP_TRY_OUT(ddp_pg_all_gather(dm->pg, &mylen, lens, 1, DDP_INT64));
     int64_t maxlen = 0;
     for (int r = 0; r < size; r++)
         maxlen = lens[r] > maxlen ? lens[r] : maxlen;
@@ -183,7 +184,7 @@ static int check_same_params(ddp_ddp_t *dm)
     all = calloc((size_t)maxlen * (size_t)size, 1);
     DDP_FAIL_OUT(!mine || !all, DDP_ERR_NOMEM, "DDP: out of memory");
     memcpy(mine, desc, len + 1);
-    DDP_TRY_OUT(ddp_all_gather(dm->pg, mine, all, (size_t)maxlen, DDP_UINT8));
+    DDP_TRY_OUT(ddp_pg_all_gather(dm->pg, mine, all, (size_t)maxlen, DDP_UINT8));
     for (int r = 1; r < size; r++) {
         char *theirs = all + (size_t)r * (size_t)maxlen;
         theirs[maxlen - 1] = '\0';
@@ -205,7 +206,7 @@ out:
 /* The pieces of the last bucket for tail-free overlap: chunk boundaries of
  * the parameter last in fill order (the last gradient computed), when it is
  * a matrix (a Linear weight: rows of contiguous floats) that splits. */
-static int plan_pieces(ddp_ddp_t *dm)
+static int plan_pieces(ddp_data_parallel_t *dm)
 {
     free(dm->piece_end);
     free(dm->piece_works);
@@ -249,7 +250,7 @@ static int plan_pieces(ddp_ddp_t *dm)
  * Collective (the buckets are symmetric memory): every rank calls it at the
  * same point, as create and rebuild_buckets do (all ranks hold the same
  * order before the rebuild, so they decide alike). */
-static int apply_layout(ddp_ddp_t *dm, const int *order)
+static int apply_layout(ddp_data_parallel_t *dm, const int *order)
 {
     ddp__bucket_layout l;
     size_t first = (size_t)(dm->opts.first_bucket_cap_mb * MIB);
@@ -257,7 +258,7 @@ static int apply_layout(ddp_ddp_t *dm, const int *order)
     DDP_TRY(ddp__bucket_layout_build(dm->numel, dm->nparams, order, first, cap, sizeof(float),
                                      &l));
     /* The buckets live in the group's symmetric memory: on one host the
-     * all-reduce then reads the peers' buckets in place (dist.h). */
+     * all-reduce then reads the peers' buckets in place (pg.h). */
     void *block = NULL;
     int rc = ddp_pg_symmetric_alloc(dm->pg, (l.total_numel ? l.total_numel : 1) * sizeof(float),
                                     &block);
@@ -301,7 +302,7 @@ out:
 
 /* PyTorch rebuilds once, and not when unused parameters are searched for
  * (the ready order then changes from one iteration to the next). */
-static int rebuild_due(const ddp_ddp_t *dm)
+static int rebuild_due(const ddp_data_parallel_t *dm)
 {
     return dm->opts.rebuild_buckets && !dm->opts.find_unused_parameters && !dm->rebuilt;
 }
@@ -309,7 +310,7 @@ static int rebuild_due(const ddp_ddp_t *dm)
 /* Rebuilds the buckets once, from the order gradients became ready on rank
  * 0 (used parameters in ready order, then the rest in reverse registration
  * order); every rank adopts rank 0's order. */
-static int rebuild_buckets(ddp_ddp_t *dm)
+static int rebuild_buckets(ddp_data_parallel_t *dm)
 {
     int *order = malloc((size_t)dm->nparams * sizeof *order + 1);
     unsigned char *seen = calloc((size_t)dm->nparams + 1, 1);
@@ -323,7 +324,7 @@ static int rebuild_buckets(ddp_ddp_t *dm)
     for (int i = dm->nparams - 1; i >= 0; i--)
         if (!seen[i])
             order[n++] = i;
-    DDP_TRY_OUT(ddp_broadcast(dm->pg, order, (size_t)dm->nparams, DDP_INT32, 0));
+    DDP_TRY_OUT(ddp_pg_broadcast(dm->pg, order, (size_t)dm->nparams, DDP_INT32, 0));
     if (memcmp(order, dm->order, (size_t)dm->nparams * sizeof *order) != 0)
         DDP_TRY_OUT(apply_layout(dm, order));
     dm->rebuilt = 1;
@@ -335,10 +336,10 @@ out:
 
 /* ==== reductions ========================================================== */
 
-static int launch_builtin(ddp_ddp_t *dm, int b, float *data, size_t n, ddp_work_t **work)
+static int launch_builtin(ddp_data_parallel_t *dm, int b, float *data, size_t n, ddp_work_t **work)
 {
     if (dm->opts.comm_hook == DDP_HOOK_ALLREDUCE)
-        return ddp_all_reduce_async(dm->pg, data, n, DDP_FLOAT32, DDP_AVG, work);
+        return ddp_pg_all_reduce_async(dm->pg, data, n, DDP_FLOAT32, DDP_AVG, work);
     /* Compression hooks divide first (the sum of n halves must not overflow),
      * as PyTorch's fp16_compress_hook does. */
     uint16_t *h = dm->half + dm->layout.bucket_start[b];
@@ -346,10 +347,10 @@ static int launch_builtin(ddp_ddp_t *dm, int b, float *data, size_t n, ddp_work_
     int fp16 = dm->opts.comm_hook == DDP_HOOK_FP16;
     for (size_t i = 0; i < n; i++)
         h[i] = fp16 ? ddp__float_to_half(data[i] * scale) : ddp__float_to_bf16(data[i] * scale);
-    return ddp_all_reduce_async(dm->pg, h, n, fp16 ? DDP_FLOAT16 : DDP_BFLOAT16, DDP_SUM, work);
+    return ddp_pg_all_reduce_async(dm->pg, h, n, fp16 ? DDP_FLOAT16 : DDP_BFLOAT16, DDP_SUM, work);
 }
 
-static int finish_builtin(ddp_ddp_t *dm, int b, float *data, size_t n)
+static int finish_builtin(ddp_data_parallel_t *dm, int b, float *data, size_t n)
 {
     if (dm->opts.comm_hook == DDP_HOOK_ALLREDUCE)
         return 0;
@@ -360,7 +361,7 @@ static int finish_builtin(ddp_ddp_t *dm, int b, float *data, size_t n)
     return 0;
 }
 
-static int launch_bucket(ddp_ddp_t *dm, int b)
+static int launch_bucket(ddp_data_parallel_t *dm, int b)
 {
     float *data = dm->grads + dm->layout.bucket_start[b];
     size_t n = dm->layout.bucket_numel[b];
@@ -375,7 +376,7 @@ static int launch_bucket(ddp_ddp_t *dm, int b)
 /* Waits for every launched bucket, in order, and (with finish) runs the
  * finish steps of those that succeeded.  Leaves no work in flight; returns
  * the first failure, with its message. */
-static int wait_buckets(ddp_ddp_t *dm, int finish)
+static int wait_buckets(ddp_data_parallel_t *dm, int finish)
 {
     int rc = 0;
     char first_msg[1024] = "";
@@ -383,7 +384,7 @@ static int wait_buckets(ddp_ddp_t *dm, int finish)
         if (!dm->piece_works[k])
             continue;
         int r = ddp_work_wait(dm->piece_works[k], ddp_pg_timeout(dm->pg));
-        ddp_work_free(dm->piece_works[k]);
+        ddp_work_destroy(dm->piece_works[k]);
         dm->piece_works[k] = NULL;
         if (r < 0 && rc == 0) {
             rc = r;
@@ -399,7 +400,7 @@ static int wait_buckets(ddp_ddp_t *dm, int finish)
         int r = 0;
         if (dm->works[b]) {
             r = ddp_work_wait(dm->works[b], ddp_pg_timeout(dm->pg));
-            ddp_work_free(dm->works[b]);
+            ddp_work_destroy(dm->works[b]);
             dm->works[b] = NULL;
         }
         if (r == 0 && rc == 0 && finish) {
@@ -426,7 +427,7 @@ static int wait_buckets(ddp_ddp_t *dm, int finish)
  * to overlap it with; handing it to the communication thread would cost two
  * thread wake-ups (30-40 us each here) for nothing.  With the default hook it
  * is reduced on the caller's thread right after backward instead. */
-static int defer_last(const ddp_ddp_t *dm, int b)
+static int defer_last(const ddp_data_parallel_t *dm, int b)
 {
     return b == dm->layout.nbuckets - 1 && !dm->has_user_hook &&
            dm->opts.comm_hook == DDP_HOOK_ALLREDUCE && !dm->no_defer;
@@ -434,14 +435,14 @@ static int defer_last(const ddp_ddp_t *dm, int b)
 
 /* Are the last bucket's reductions split into pieces this iteration?  Only
  * with the default hook (a user hook sees whole buckets). */
-static int use_pieces(const ddp_ddp_t *dm, int b)
+static int use_pieces(const ddp_data_parallel_t *dm, int b)
 {
     return dm->npieces && b == dm->layout.nbuckets - 1 && !dm->has_user_hook;
 }
 
 /* Launches pieces [pieces_launched, upto) of the last bucket, the final one
  * deferred to the caller's thread when the last bucket would be. */
-static int launch_pieces(ddp_ddp_t *dm, int upto)
+static int launch_pieces(ddp_data_parallel_t *dm, int upto)
 {
     int b = dm->layout.nbuckets - 1;
     for (int k = dm->pieces_launched; k < upto; k++) {
@@ -453,7 +454,7 @@ static int launch_pieces(ddp_ddp_t *dm, int upto)
             dm->defer_start = start;
             dm->defer_count = n;
         } else {
-            DDP_TRY(ddp_all_reduce_async(dm->pg, dm->grads + start, n, DDP_FLOAT32, DDP_AVG,
+            DDP_TRY(ddp_pg_all_reduce_async(dm->pg, dm->grads + start, n, DDP_FLOAT32, DDP_AVG,
                                          &dm->piece_works[k]));
         }
         dm->pieces_launched = k + 1;
@@ -461,7 +462,7 @@ static int launch_pieces(ddp_ddp_t *dm, int upto)
     return 0;
 }
 
-static int mark_ready(ddp_ddp_t *dm, int p)
+static int mark_ready(ddp_data_parallel_t *dm, int p)
 {
     int first, n = ddp__bucket_tracker_mark(&dm->tracker, p, &first);
     if (n < 0)
@@ -483,12 +484,12 @@ static int mark_ready(ddp_ddp_t *dm, int p)
 /* Reduces the deferred last bucket (or its last piece) on this thread
  * (behind anything still in flight: the group runs operations in issue
  * order). */
-static int reduce_deferred(ddp_ddp_t *dm)
+static int reduce_deferred(ddp_data_parallel_t *dm)
 {
     if (!dm->deferred)
         return 0;
     dm->deferred = 0;
-    return ddp_all_reduce(dm->pg, dm->grads + dm->defer_start, dm->defer_count, DDP_FLOAT32,
+    return ddp_pg_all_reduce(dm->pg, dm->grads + dm->defer_start, dm->defer_count, DDP_FLOAT32,
                           DDP_AVG);
 }
 
@@ -496,7 +497,7 @@ static int reduce_deferred(ddp_ddp_t *dm)
  * bucket is the next to go and it is the bucket's last missing gradient. */
 static int on_chunk_plan(ddp_param *p, int64_t rows, void *user)
 {
-    ddp_ddp_t *dm = user;
+    ddp_data_parallel_t *dm = user;
     int b = dm->layout.nbuckets - 1;
     (void)rows;
     if (!dm->in_backward || dm->no_sync || !use_pieces(dm, b) || p->index != dm->piece_param ||
@@ -510,7 +511,7 @@ static int on_chunk_plan(ddp_param *p, int64_t rows, void *user)
  * they complete. */
 static int on_chunk(ddp_param *p, int64_t row_begin, int64_t row_end, void *user)
 {
-    ddp_ddp_t *dm = user;
+    ddp_data_parallel_t *dm = user;
     (void)row_begin;
     if (!dm->pieces_live || p->index != dm->piece_param)
         return 0;
@@ -526,9 +527,9 @@ static int on_chunk(ddp_param *p, int64_t row_begin, int64_t row_end, void *user
 /* nn's grad-ready hook: p's gradient is final (used) or p is not in the graph. */
 static int on_grad_ready(ddp_param *p, int used, void *user)
 {
-    ddp_ddp_t *dm = user;
+    ddp_data_parallel_t *dm = user;
     DDP_FAIL_IF(!dm->in_backward, DDP_ERR_STATE,
-                "DDP: call ddp_ddp_backward, not ddp_backward, on a model wrapped by DDP (its "
+                "DDP: call ddp_data_parallel_backward, not ddp_tape_backward, on a model wrapped by DDP (its "
                 "gradients would not be averaged)");
     if (dm->no_sync)
         return 0;
@@ -539,7 +540,7 @@ static int on_grad_ready(ddp_param *p, int used, void *user)
 }
 
 /* Names of the parameters not ready this iteration, "a, b, c". */
-static void missing_names(ddp_ddp_t *dm, char *buf, size_t len)
+static void missing_names(ddp_data_parallel_t *dm, char *buf, size_t len)
 {
     size_t n = 0;
     buf[0] = '\0';
@@ -548,18 +549,18 @@ static void missing_names(ddp_ddp_t *dm, char *buf, size_t len)
             n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", dm->params[i]->name);
 }
 
-int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
+int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
 {
-    DDP_FAIL_IF(!dm || !tape || !loss, DDP_ERR_INVALID_ARG, "ddp_ddp_backward: NULL argument");
+    DDP_FAIL_IF(!dm || !tape || !loss, DDP_ERR_INVALID_ARG, "ddp_data_parallel_backward: NULL argument");
     dm->in_backward = 1;
     if (dm->no_sync) {
-        int rc = ddp_backward(tape, loss, dm->model);
+        int rc = ddp_tape_backward(tape, loss, dm->model);
         dm->in_backward = 0;
         return rc;
     }
     ddp__bucket_tracker_reset(&dm->tracker);
     dm->nready = 0;
-    int rc = ddp_backward(tape, loss, dm->model);
+    int rc = ddp_tape_backward(tape, loss, dm->model);
     dm->in_backward = 0;
     char missing[1024] = "";
     if (rc == 0 && dm->tracker.next_launch < dm->layout.nbuckets) {
@@ -602,18 +603,18 @@ int ddp_ddp_backward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
  * iterations that reduce (PyTorch all-reduces require_backward_grad_sync the
  * same way).  Splits the sum into active and syncing ranks. */
 #define JOIN_SYNC (1 << 16)
-static int join_flag(ddp_ddp_t *dm, int active, int sync, int32_t *nactive, int32_t *nsync)
+static int join_flag(ddp_data_parallel_t *dm, int active, int sync, int32_t *nactive, int32_t *nsync)
 {
     int32_t total = (active ? 1 : 0) + (active && sync ? JOIN_SYNC : 0);
-    DDP_TRY(ddp_all_reduce(dm->pg, &total, 1, DDP_INT32, DDP_SUM));
+    DDP_TRY(ddp_pg_all_reduce(dm->pg, &total, 1, DDP_INT32, DDP_SUM));
     *nactive = total % JOIN_SYNC;
     *nsync = total / JOIN_SYNC;
     return 0;
 }
 
-int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
+int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
 {
-    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_forward: NULL module");
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_forward: NULL module");
     if (dm->join_enabled) {
         int32_t active, syncing;
         DDP_TRY(join_flag(dm, 1, !dm->no_sync, &active, &syncing));
@@ -624,16 +625,16 @@ int ddp_ddp_forward(ddp_ddp_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y
     return ddp_model_forward(dm->model, tape, x, y);
 }
 
-int ddp_ddp_join_enable(ddp_ddp_t *dm, int enable, int throw_on_early_termination)
+int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable, int throw_on_early_termination)
 {
-    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_join_enable: NULL module");
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_join_enable: NULL module");
     dm->join_enabled = enable != 0;
     dm->join_throw = throw_on_early_termination != 0;
     return 0;
 }
 
 /* One shadow iteration: the active ranks' bucket reductions, with zeros. */
-static int shadow_iteration(ddp_ddp_t *dm)
+static int shadow_iteration(ddp_data_parallel_t *dm)
 {
     memset(dm->grads, 0, dm->layout.total_numel * sizeof(float));
     int rc = 0;
@@ -651,10 +652,10 @@ static int shadow_iteration(ddp_ddp_t *dm)
     return 0;
 }
 
-int ddp_ddp_join(ddp_ddp_t *dm)
+int ddp_data_parallel_join(ddp_data_parallel_t *dm)
 {
     DDP_FAIL_IF(!dm || !dm->join_enabled, DDP_ERR_STATE,
-                "ddp_ddp_join: join is not enabled (ddp_ddp_join_enable on every rank first)");
+                "ddp_data_parallel_join: join is not enabled (ddp_data_parallel_join_enable on every rank first)");
     int waited = 0; /* others still trained after this rank joined */
     for (;;) {
         int32_t active, syncing;
@@ -672,32 +673,32 @@ int ddp_ddp_join(ddp_ddp_t *dm)
     }
     /* The model of the highest rank that trained to the end goes to all. */
     int32_t src = waited ? -1 : ddp_pg_rank(dm->pg);
-    DDP_TRY(ddp_all_reduce(dm->pg, &src, 1, DDP_INT32, DDP_MAX));
+    DDP_TRY(ddp_pg_all_reduce(dm->pg, &src, 1, DDP_INT32, DDP_MAX));
     size_t n;
     float *block = ddp_model_param_block(dm->model, &n);
-    return ddp_broadcast(dm->pg, block, n, DDP_FLOAT32, src);
+    return ddp_pg_broadcast(dm->pg, block, n, DDP_FLOAT32, src);
 }
 
 /* ==== life cycle ========================================================== */
 
-void ddp_ddp_set_no_sync(ddp_ddp_t *dm, int no_sync)
+void ddp_data_parallel_set_no_sync(ddp_data_parallel_t *dm, int no_sync)
 {
     if (dm)
         dm->no_sync = no_sync != 0;
 }
 
-int ddp_ddp_register_comm_hook(ddp_ddp_t *dm, const ddp_comm_hook *hook)
+int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm, const ddp_comm_hook *hook)
 {
-    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_ddp_register_comm_hook: NULL module");
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_register_comm_hook: NULL module");
     DDP_FAIL_IF(hook && !hook->launch, DDP_ERR_INVALID_ARG,
-                "ddp_ddp_register_comm_hook: hook has no launch function");
+                "ddp_data_parallel_register_comm_hook: hook has no launch function");
     dm->has_user_hook = hook != NULL;
     if (hook)
         dm->user_hook = *hook;
     return 0;
 }
 
-static int check_options(const ddp_ddp_options *o)
+static int check_options(const ddp_data_parallel_options *o)
 {
     DDP_FAIL_IF(!(o->bucket_cap_mb > 0 && o->bucket_cap_mb <= 1e6) ||
                     !(o->first_bucket_cap_mb > 0 && o->first_bucket_cap_mb <= 1e6),
@@ -716,7 +717,7 @@ static int check_options(const ddp_ddp_options *o)
 }
 
 /* DDP_TAIL_CHUNKS, when set, overrides opts.tail_chunks. */
-static int tail_chunks_from_env(ddp_ddp_options *o)
+static int tail_chunks_from_env(ddp_data_parallel_options *o)
 {
     const char *s = getenv("DDP_TAIL_CHUNKS");
     if (!s || !*s)
@@ -730,17 +731,17 @@ static int tail_chunks_from_env(ddp_ddp_options *o)
     return 0;
 }
 
-int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts,
-                   ddp_ddp_t **out)
+int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_data_parallel_options *opts,
+                   ddp_data_parallel_t **out)
 {
-    DDP_FAIL_IF(!model || !pg || !out, DDP_ERR_INVALID_ARG, "ddp_ddp_create: NULL argument");
+    DDP_FAIL_IF(!model || !pg || !out, DDP_ERR_INVALID_ARG, "ddp_data_parallel_create: NULL argument");
     *out = NULL;
-    ddp_ddp_options o = opts ? *opts : ddp_ddp_defaults();
+    ddp_data_parallel_options o = opts ? *opts : ddp_data_parallel_defaults();
     DDP_TRY(tail_chunks_from_env(&o));
     DDP_TRY(check_options(&o));
     int rc = 0;
     int *order = NULL;
-    ddp_ddp_t *dm = calloc(1, sizeof *dm);
+    ddp_data_parallel_t *dm = calloc(1, sizeof *dm);
     DDP_FAIL_OUT(!dm, DDP_ERR_NOMEM, "DDP: out of memory");
     dm->model = model;
     dm->pg = pg;
@@ -763,7 +764,7 @@ int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts
     DDP_TRY_OUT(check_same_params(dm));
     size_t n;
     float *block = ddp_model_param_block(model, &n);
-    DDP_TRY_OUT(ddp_broadcast(pg, block, n, DDP_FLOAT32, 0));
+    DDP_TRY_OUT(ddp_pg_broadcast(pg, block, n, DDP_FLOAT32, 0));
     DDP_TRY_OUT(apply_layout(dm, order));
     if (o.comm_hook != DDP_HOOK_ALLREDUCE) {
         dm->half = ddp__alloc_aligned((dm->layout.total_numel + 1) * sizeof *dm->half);
@@ -777,11 +778,11 @@ int ddp_ddp_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_ddp_options *opts
     dm = NULL;
 out:
     free(order);
-    ddp_ddp_destroy(dm);
+    ddp_data_parallel_destroy(dm);
     return rc;
 }
 
-void ddp_ddp_destroy(ddp_ddp_t *dm)
+void ddp_data_parallel_destroy(ddp_data_parallel_t *dm)
 {
     if (!dm)
         return;
@@ -811,12 +812,12 @@ void ddp_ddp_destroy(ddp_ddp_t *dm)
     free(dm);
 }
 
-int ddp_ddp_num_buckets(const ddp_ddp_t *dm) { return dm ? dm->layout.nbuckets : 0; }
+int ddp_data_parallel_num_buckets(const ddp_data_parallel_t *dm) { return dm ? dm->layout.nbuckets : 0; }
 
-int ddp_ddp_bucket_info(const ddp_ddp_t *dm, int b, int *nparams, size_t *numel)
+int ddp_data_parallel_bucket_info(const ddp_data_parallel_t *dm, int b, int *nparams, size_t *numel)
 {
     DDP_FAIL_IF(!dm || b < 0 || b >= dm->layout.nbuckets, DDP_ERR_INVALID_ARG,
-                "ddp_ddp_bucket_info: bucket %d out of range", b);
+                "ddp_data_parallel_bucket_info: bucket %d out of range", b);
     if (nparams)
         *nparams = dm->layout.bucket_nparams[b];
     if (numel)
@@ -824,4 +825,4 @@ int ddp_ddp_bucket_info(const ddp_ddp_t *dm, int b, int *nparams, size_t *numel)
     return 0;
 }
 
-int ddp_ddp_buckets_rebuilt(const ddp_ddp_t *dm) { return dm ? dm->rebuilt : 0; }
+int ddp_data_parallel_buckets_rebuilt(const ddp_data_parallel_t *dm) { return dm ? dm->rebuilt : 0; }

@@ -4,6 +4,7 @@
 #ifndef DDP_NN_AUTOGRAD_H
 #define DDP_NN_AUTOGRAD_H
 
+#include "ddp/ext.h"
 #include "ddp/nn.h"
 
 enum ddp__op {
@@ -57,7 +58,7 @@ struct ddp_tape {
     size_t nvars, vars_cap;
     uint64_t gen;       /* bumped by reset: invalidates parameter leaf caches */
     int grad_enabled;   /* 0: ops record no gradient state (ddp_tape_set_grad_enabled) */
-    /* the backward in progress (NULL model outside ddp_backward) */
+    /* the backward in progress (NULL model outside ddp_tape_backward) */
     ddp_model_t *bw_model;
     ddp_grad_ready_fn bw_hook;
     void *bw_user;

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "nn/module.h"
 #include "tensor/kernels.h"
+#include "ddp/ext.h"
 
 typedef struct entry {
     char name[DDP_PARAM_NAME_MAX];
@@ -239,7 +240,7 @@ int ddp_model_forward(ddp_model_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t 
     for (size_t i = 0; i < m->nentries; i++) {
         if (!m->entries[i].module)
             continue;
-        int rc = ddp_module_forward(tape, m->entries[i].module, x, &x);
+        int rc = ddp_module_forward(m->entries[i].module, tape, x, &x);
         if (rc < 0)
             return *m->entries[i].name
                        ? ddp__error_context(rc, "model module \"%s\"", m->entries[i].name)

@@ -186,7 +186,7 @@ out:
 
 /* ==== use ================================================================= */
 
-int ddp_module_forward(ddp_tape_t *tape, ddp_module_t *m, ddp_var_t *x, ddp_var_t **y)
+int ddp_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
 {
     DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "module forward: module is NULL");
     switch (m->kind) {
@@ -206,7 +206,7 @@ int ddp_module_forward(ddp_tape_t *tape, ddp_module_t *m, ddp_var_t *x, ddp_var_
         return ddp_op_dropout(tape, x, m->p, m->training, ddp__rng_next(&m->rng), y);
     case DDP_MOD_SEQUENTIAL:
         for (int i = 0; i < m->nchildren; i++) {
-            int rc = ddp_module_forward(tape, m->children[i], x, &x);
+            int rc = ddp_module_forward(m->children[i], tape, x, &x);
             if (rc < 0)
                 return ddp__error_context(rc, "sequential layer %d", i);
         }

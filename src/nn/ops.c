@@ -10,6 +10,7 @@
 #include "base/rng.h"
 #include "nn/autograd.h"
 #include "tensor/kernels.h"
+#include "ddp/ext.h"
 
 /* ==== helpers ============================================================= */
 

@@ -10,6 +10,7 @@
 #include "nn/autograd.h"
 #include "tensor/kernels.h"
 #include "tensor/shape.h"
+#include "ddp/ext.h"
 
 #define ARENA_ALIGN 64
 
@@ -241,7 +242,7 @@ int ddp__tape_release(ddp_tape_t *tape, ddp_var_t *v, int j)
 
 static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
 
-int ddp_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
+int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
     int rc = backward_run(tape, loss, model);

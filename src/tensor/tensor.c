@@ -105,7 +105,7 @@ int ddp_tensor_view(const ddp_tensor *src, int ndim, const int64_t *shape, ddp_t
     return 0;
 }
 
-void ddp_tensor_free(ddp_tensor *t)
+void ddp_tensor_destroy(ddp_tensor *t)
 {
     if (!t)
         return;

@@ -6,7 +6,7 @@
  *
  * Every function here is local to the calling rank.  An allocation is
  * collective in three steps, which the caller separates by exchanging each
- * rank's outcome (dist/backend.c): make (create this rank's region), map
+ * rank's outcome (pg/backend.c): make (create this rank's region), map
  * (map every peer's region: they all exist once every rank made its own),
  * seal (remove the regions' names once every rank mapped them: nothing
  * outlives the processes; a rank that fails or dies before then has its

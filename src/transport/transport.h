@@ -80,7 +80,7 @@ typedef struct ddp__tp_vtable {
      * mapped by every rank (transport/symmetric.h): the steps of one
      * allocation, each local, which the caller separates by an exchange of
      * their outcomes, dropping the allocation everywhere when a rank failed
-     * (dist/backend.c). */
+     * (pg/backend.c). */
     int (*sym_make)(ddp__tp *tp, size_t len, void **mine);
     int (*sym_map)(ddp__tp *tp, void *mine);
     void (*sym_seal)(ddp__tp *tp, void *mine);

@@ -100,7 +100,7 @@ static int check_identical(ddp_pg_t *pg, const uint8_t *buf, size_t count, ddp_d
 {
     size_t bytes = count * ddp_dtype_size(dt);
     uint8_t *all = malloc(bytes * (size_t)g_size + 1);
-    int bad = !all || ddp_all_gather(pg, buf, all, count, dt) != 0;
+    int bad = !all || ddp_pg_all_gather(pg, buf, all, count, dt) != 0;
     for (int r = 0; !bad && r < g_size; r++)
         bad = memcmp(all + (size_t)r * bytes, buf, bytes) != 0;
     if (bad)
@@ -128,18 +128,18 @@ static int reducing_case(ddp_pg_t *pg, int kind, ddp_dtype dt, ddp_reduce_op op,
     int bad = 0, rc = 0;
     if (kind == DDP__ALL_REDUCE) {
         fill(out, cnt, dt, op, id, r, 0);
-        rc = ddp_all_reduce(pg, out, cnt, dt, op);
+        rc = ddp_pg_all_reduce(pg, out, cnt, dt, op);
         bad = rc || check_reduced(out, cnt, dt, op, id, 0, "all_reduce") ||
               check_identical(pg, out, cnt, dt, id);
     } else if (kind == DDP__REDUCE) {
         fill(out, cnt, dt, op, id, r, 0);
         fill(in, cnt, dt, op, id, r, 0);
-        rc = ddp_reduce(pg, out, cnt, dt, op, root);
+        rc = ddp_pg_reduce(pg, out, cnt, dt, op, root);
         bad = rc || (r == root ? check_reduced(out, cnt, dt, op, id, 0, "reduce")
                                : memcmp(out, in, cnt * es) != 0);
     } else { /* reduce_scatter: block r of the reduction */
         fill(in, all, dt, op, id, r, 0);
-        rc = ddp_reduce_scatter(pg, in, out, cnt, dt, op);
+        rc = ddp_pg_reduce_scatter(pg, in, out, cnt, dt, op);
         bad = rc || check_reduced(out, cnt, dt, op, id, (size_t)r * cnt, "reduce_scatter");
     }
     if (rc)
@@ -162,14 +162,14 @@ static int moving_case(ddp_pg_t *pg, int kind, ddp_dtype dt, size_t cnt, uint64_
     switch (kind) {
     case DDP__BROADCAST:
         fill(out, cnt, dt, DDP_SUM, id, r, 0);
-        rc = ddp_broadcast(pg, out, cnt, dt, root);
+        rc = ddp_pg_broadcast(pg, out, cnt, dt, root);
         fill(want, cnt, dt, DDP_SUM, id, root, 0);
         break;
     case DDP__ALL_GATHER:
     case DDP__GATHER:
         fill(in, cnt, dt, DDP_SUM, id, r, 0);
-        rc = kind == DDP__GATHER ? ddp_gather(pg, in, r == root ? out : NULL, cnt, dt, root)
-                                 : ddp_all_gather(pg, in, out, cnt, dt);
+        rc = kind == DDP__GATHER ? ddp_pg_gather(pg, in, r == root ? out : NULL, cnt, dt, root)
+                                 : ddp_pg_all_gather(pg, in, out, cnt, dt);
         for (int b = 0; b < n; b++)
             fill(want + (size_t)b * cnt * es, cnt, dt, DDP_SUM, id, b, 0);
         cmp = all;
@@ -177,12 +177,12 @@ static int moving_case(ddp_pg_t *pg, int kind, ddp_dtype dt, size_t cnt, uint64_
         break;
     case DDP__SCATTER:
         fill(in, all, dt, DDP_SUM, id, root, 0);
-        rc = ddp_scatter(pg, r == root ? in : NULL, out, cnt, dt, root);
+        rc = ddp_pg_scatter(pg, r == root ? in : NULL, out, cnt, dt, root);
         fill(want, cnt, dt, DDP_SUM, id, root, (size_t)r * cnt);
         break;
     case DDP__ALL_TO_ALL:
         fill(in, all, dt, DDP_SUM, id, r, 0);
-        rc = ddp_all_to_all(pg, in, out, cnt, dt);
+        rc = ddp_pg_all_to_all(pg, in, out, cnt, dt);
         for (int b = 0; b < n; b++)
             fill(want + (size_t)b * cnt * es, cnt, dt, DDP_SUM, id, b, (size_t)r * cnt);
         cmp = all;
@@ -195,12 +195,12 @@ static int moving_case(ddp_pg_t *pg, int kind, ddp_dtype dt, size_t cnt, uint64_
         ddp_work_t *w = NULL;
         int tag = (int)(id % 1000);
         fill(in, cnt, dt, DDP_SUM, id, r, 0);
-        rc = ddp_send_async(pg, in, cnt, dt, (r + 1) % n, tag, &w);
+        rc = ddp_pg_send_async(pg, in, cnt, dt, (r + 1) % n, tag, &w);
         if (rc == 0)
-            rc = ddp_recv(pg, out, cnt, dt, (r + n - 1) % n, tag);
+            rc = ddp_pg_recv(pg, out, cnt, dt, (r + n - 1) % n, tag);
         if (rc == 0)
             rc = ddp_work_wait(w, -1);
-        ddp_work_free(w);
+        ddp_work_destroy(w);
         fill(want, cnt, dt, DDP_SUM, id, (r + n - 1) % n, 0);
         break;
     }
@@ -251,7 +251,7 @@ static int run_matrix(ddp_pg_t *pg, int big)
                 cases++;
             }
         }
-        CHECK(ddp_barrier(pg) == 0, "barrier");
+        CHECK(ddp_pg_barrier(pg) == 0, "barrier");
         cases++;
     }
     return cases;
@@ -268,16 +268,16 @@ static void run_async(ddp_pg_t *pg)
         bufs[k] = malloc(sizeof(float) * N);
         for (int i = 0; i < N; i++)
             bufs[k][i] = (float)(g_rank + 1) * (float)(k + 1) + (float)(i % 7);
-        CHECK(ddp_all_reduce_async(pg, bufs[k], N, DDP_FLOAT32, k % 2 ? DDP_MAX : DDP_SUM, &w[k]) == 0,
+        CHECK(ddp_pg_all_reduce_async(pg, bufs[k], N, DDP_FLOAT32, k % 2 ? DDP_MAX : DDP_SUM, &w[k]) == 0,
               "all_reduce_async %d", k);
     }
     int64_t token = g_rank == 0 ? 4242 : -1;
-    CHECK(ddp_broadcast(pg, &token, 1, DDP_INT64, 0) == 0 && token == 4242, "broadcast behind async");
+    CHECK(ddp_pg_broadcast(pg, &token, 1, DDP_INT64, 0) == 0 && token == 4242, "broadcast behind async");
     for (int k = K - 1; k >= 0; k--) {
         CHECK(ddp_work_wait(w[k], 30.0) == 0, "wait %d", k);
         int done = 0;
         CHECK(ddp_work_test(w[k], &done) == 0 && done, "test %d", k);
-        ddp_work_free(w[k]);
+        ddp_work_destroy(w[k]);
         /* SUM: (k+1)(1+..+n) + n(i%7); MAX: n(k+1) + i%7 (exact in float) */
         for (int i = 0; i < N; i += 997) {
             float want = k % 2 ? (float)g_size * (float)(k + 1) + (float)(i % 7)
@@ -310,15 +310,15 @@ static void run_subgroup(ddp_pg_t *pg)
         int32_t v = g_rank, sum = 0;
         for (int i = 0; i < n; i++)
             sum += ranks[i];
-        CHECK(ddp_all_reduce(sub, &v, 1, DDP_INT32, DDP_SUM) == 0 && v == sum,
+        CHECK(ddp_pg_all_reduce(sub, &v, 1, DDP_INT32, DDP_SUM) == 0 && v == sum,
               "sub all_reduce %d != %d", v, sum);
         int32_t first = me == 0 ? g_rank : -1; /* sub rank 0 is the highest even rank */
-        CHECK(ddp_broadcast(sub, &first, 1, DDP_INT32, 0) == 0 && first == ranks[0],
+        CHECK(ddp_pg_broadcast(sub, &first, 1, DDP_INT32, 0) == 0 && first == ranks[0],
               "sub broadcast %d", first);
     }
     int32_t w = 1;
-    CHECK(ddp_all_reduce(pg, &w, 1, DDP_INT32, DDP_SUM) == 0 && w == g_size, "world after sub");
-    ddp_pg_destroy(sub);
+    CHECK(ddp_pg_all_reduce(pg, &w, 1, DDP_INT32, DDP_SUM) == 0 && w == g_size, "world after sub");
+    ddp_destroy_process_group(sub);
 }
 
 int main(int argc, char **argv)
@@ -362,10 +362,10 @@ int main(int argc, char **argv)
             sleep(6);
             _exit(0);
         }
-        int rc = ddp_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
+        int rc = ddp_pg_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
         printf("timeout: %s after %.1f s: %s\n", ddp_err_name(rc), ddp_time_now() - t0,
                ddp_last_error());
-        rc = ddp_barrier(pg);
+        rc = ddp_pg_barrier(pg);
         printf("after: %s: %s\n", ddp_err_name(rc), ddp_last_error());
         fflush(stdout);
         _exit(0); /* the communicator is abandoned: no MPI_Finalize */
@@ -375,6 +375,6 @@ int main(int argc, char **argv)
     }
     if (g_failed == 0)
         fprintf(stderr, "rank %d: ok %d cases in %.2f s\n", g_rank, cases, ddp_time_now() - t0);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return g_failed ? 1 : 0;
 }

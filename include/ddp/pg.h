@@ -2,12 +2,12 @@
  *
  *     ddp_pg_t *pg;
  *     ddp_init_process_group("tcp", "file:///tmp/job", rank, world_size, 30.0, &pg);
- *     ddp_all_reduce(pg, grads, n, DDP_FLOAT32, DDP_SUM);
+ *     ddp_pg_all_reduce(pg, grads, n, DDP_FLOAT32, DDP_SUM);
  *     ddp_work_t *w;
- *     ddp_all_reduce_async(pg, bucket, m, DDP_FLOAT32, DDP_AVG, &w);
+ *     ddp_pg_all_reduce_async(pg, bucket, m, DDP_FLOAT32, DDP_AVG, &w);
  *     ... compute ...
- *     ddp_work_wait(w, -1);  ddp_work_free(w);
- *     ddp_pg_destroy(pg);
+ *     ddp_work_wait(w, -1);  ddp_work_destroy(w);
+ *     ddp_destroy_process_group(pg);
  *
  * Every rank of a group must issue the same collectives in the same order
  * with the same sizes.  Asynchronous operations run on the group's
@@ -19,8 +19,8 @@
  * timeout, a protocol error) leaves the group broken: later operations fail
  * at once with the original reason; destroy it.
  */
-#ifndef DDP_DIST_H
-#define DDP_DIST_H
+#ifndef DDP_PG_H
+#define DDP_PG_H
 
 #include "ddp/base.h"
 #include "ddp/store.h"
@@ -92,8 +92,6 @@ DDP_API int ddp_init_process_group_store(const char *backend, ddp_store_t *store
 /* Waits for the group's pending operations (at most its timeout), stops its
  * thread, says goodbye to the peers and frees everything.  NULL: no-op.
  * Subgroups must be destroyed first. */
-DDP_API void ddp_pg_destroy(ddp_pg_t *pg);
-/* torch's name for ddp_pg_destroy. */
 DDP_API void ddp_destroy_process_group(ddp_pg_t *pg);
 
 DDP_API int ddp_pg_rank(const ddp_pg_t *pg);
@@ -128,13 +126,13 @@ DDP_API int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **o
  * for the private fallback. */
 DDP_API int ddp_pg_symmetric_alloc(ddp_pg_t *pg, size_t bytes, void **out);
 /* Frees memory that ddp_pg_symmetric_alloc on this pg returned (NULL is a
- * no-op), before ddp_pg_destroy.  Local (no peer takes part), but it waits
+ * no-op), before ddp_destroy_process_group.  Local (no peer takes part), but it waits
  * until the group's queued and running operations are done (at most the
  * group's timeout; past it the memory is left allocated, with a warning). */
 DDP_API void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p);
 
 /* Backends registered ("tcp", ...): NULL-terminated list of names. */
-DDP_API const char *const *ddp_backend_names(void);
+DDP_API const char *const *ddp_pg_backend_names(void);
 
 /* ------------------------------------------------------------------ */
 /* Asynchronous work                                                    */
@@ -150,7 +148,7 @@ DDP_API int ddp_work_test(ddp_work_t *work, int *done);
 /* Releases the handle; an operation still running completes on its own
  * (its buffers must stay valid until then).  NULL: no-op.  Work handles may
  * outlive their group (destroying a group first completes its work). */
-DDP_API void ddp_work_free(ddp_work_t *work);
+DDP_API void ddp_work_destroy(ddp_work_t *work);
 
 /* ------------------------------------------------------------------ */
 /* Collectives                                                          */
@@ -160,60 +158,60 @@ DDP_API void ddp_work_free(ddp_work_t *work);
 /* ------------------------------------------------------------------ */
 
 /* In place: buf (count) becomes op over every rank's buf. */
-DDP_API int ddp_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+DDP_API int ddp_pg_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                            ddp_reduce_op op);
-DDP_API int ddp_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+DDP_API int ddp_pg_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                                  ddp_reduce_op op, ddp_work_t **work);
 /* buf (count) of root is copied to every rank's buf. */
-DDP_API int ddp_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root);
-DDP_API int ddp_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+DDP_API int ddp_pg_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root);
+DDP_API int ddp_pg_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                                 int root, ddp_work_t **work);
 /* In place on root: root's buf becomes op over every rank's buf; other
  * ranks' buf is left unchanged. */
-DDP_API int ddp_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+DDP_API int ddp_pg_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                        ddp_reduce_op op, int root);
-DDP_API int ddp_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+DDP_API int ddp_pg_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                              ddp_reduce_op op, int root, ddp_work_t **work);
 /* recv (size * count) receives every rank's send (count), in rank order. */
-DDP_API int ddp_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                            ddp_dtype dtype);
-DDP_API int ddp_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                                  ddp_dtype dtype, ddp_work_t **work);
 /* Root's recv (size * count) receives every rank's send (count); recv is
  * ignored (may be NULL) elsewhere. */
-DDP_API int ddp_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                        ddp_dtype dtype, int root);
-DDP_API int ddp_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                              ddp_dtype dtype, int root, ddp_work_t **work);
 /* Rank r's recv (count) receives block r of root's send (size * count);
  * send is ignored (may be NULL) elsewhere. */
-DDP_API int ddp_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                         ddp_dtype dtype, int root);
-DDP_API int ddp_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                               ddp_dtype dtype, int root, ddp_work_t **work);
 /* Rank r's recv (count) becomes op over block r of every rank's send
  * (size * count). */
-DDP_API int ddp_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                                ddp_dtype dtype, ddp_reduce_op op);
-DDP_API int ddp_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                                      ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work);
 /* Block j (count) of rank r's send goes to block r of rank j's recv
  * (both size * count). */
-DDP_API int ddp_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                            ddp_dtype dtype);
-DDP_API int ddp_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+DDP_API int ddp_pg_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                                  ddp_dtype dtype, ddp_work_t **work);
 /* Returns once every rank has entered the barrier. */
-DDP_API int ddp_barrier(ddp_pg_t *pg);
-DDP_API int ddp_barrier_async(ddp_pg_t *pg, ddp_work_t **work);
+DDP_API int ddp_pg_barrier(ddp_pg_t *pg);
+DDP_API int ddp_pg_barrier_async(ddp_pg_t *pg, ddp_work_t **work);
 /* Point to point: a receive with (src, tag) takes the oldest message that
  * src sent to this rank with that tag; counts must agree.  tag >= 0. */
-DDP_API int ddp_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
+DDP_API int ddp_pg_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
                      int tag);
-DDP_API int ddp_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype,
+DDP_API int ddp_pg_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype,
                            int dst, int tag, ddp_work_t **work);
-DDP_API int ddp_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag);
-DDP_API int ddp_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src,
+DDP_API int ddp_pg_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag);
+DDP_API int ddp_pg_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src,
                            int tag, ddp_work_t **work);
 
 #ifdef __cplusplus

@@ -47,7 +47,7 @@
 #include "base/log.h"
 #include "coll/coll.h"
 #include "coll/reduce.h"
-#include "dist/backend.h"
+#include "pg/backend.h"
 
 #define DEFAULT_SPIN_US 20000
 

@@ -3,8 +3,8 @@
  * transport with the generic algorithms of coll/; a shared-memory backend
  * would pair its own transport with the same algorithms, and an MPI backend
  * would implement run() with MPI calls. */
-#ifndef DDP_DIST_BACKEND_H
-#define DDP_DIST_BACKEND_H
+#ifndef DDP_PG_BACKEND_H
+#define DDP_PG_BACKEND_H
 
 #include "coll/coll.h"
 #include "ddp/store.h"

@@ -3,7 +3,7 @@
  * The group's flat tcp transport is made by backend.c beside them.  Setup
  * order is the same on every rank, flat first, then the host, then the
  * leaders, so no rank waits for one still busy with an earlier level. */
-#include "dist/hier.h"
+#include "pg/backend_hier.h"
 
 #include <stdio.h>
 #include <stdlib.h>

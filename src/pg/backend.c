@@ -1,5 +1,5 @@
 /* Backend registry and the transport-backed backends; see backend.h. */
-#include "dist/backend.h"
+#include "pg/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "dist/hier.h"
+#include "pg/backend_hier.h"
 #include "transport/select.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
@@ -31,7 +31,7 @@ static int tcp_create(ddp_store_t *store, const char *prefix, int rank, int size
     int rc = ddp__coll_ctx_init(&b->ctx, rank, size);
     /* Same host everywhere: shared memory (transport/shm.h); several hosts:
      * tcp, plus the two levels of hierarchical collectives when some host
-     * holds several ranks (dist/hier.h); DDP_TRANSPORT and DDP_HIERARCHICAL
+     * holds several ranks (pg/backend_hier.h); DDP_TRANSPORT and DDP_HIERARCHICAL
      * override. */
     ddp__layout lay = {0};
     /* One deadline for the whole setup: each phase gets what is left. */
@@ -213,4 +213,4 @@ const ddp__backend *ddp__backend_find(const char *name)
     return NULL;
 }
 
-const char *const *ddp_backend_names(void) { return backend_names; }
+const char *const *ddp_pg_backend_names(void) { return backend_names; }

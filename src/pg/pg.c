@@ -1,5 +1,5 @@
 /* Process groups: rendezvous, the communication thread and its work queue,
- * asynchronous work handles, subgroups.  See include/ddp/dist.h.
+ * asynchronous work handles, subgroups.  See include/ddp/pg.h.
  *
  * Execution model.  A backend is single-threaded: exactly one thread, the
  * executor, runs operations on it.  Asynchronous operations are queued and
@@ -24,8 +24,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "coll/coll.h"
-#include "dist/backend.h"
-#include "dist/internal.h"
+#include "pg/backend.h"
+#include "pg/internal.h"
 
 #define MSG_LEN 1024
 #define DEFAULT_TIMEOUT_S 300.0
@@ -284,7 +284,7 @@ int ddp_work_test(ddp_work_t *w, int *done)
     return 0;
 }
 
-void ddp_work_free(ddp_work_t *w)
+void ddp_work_destroy(ddp_work_t *w)
 {
     if (w)
         release_work(w);
@@ -331,7 +331,7 @@ static int pg_create(const char *backend, ddp_store_t *store, int owns_store, co
 out:
     if (pg) {
         pg->owns_store = 0; /* the caller still owns it on failure */
-        ddp_pg_destroy(pg);
+        ddp_destroy_process_group(pg);
     }
     return rc;
 }
@@ -369,7 +369,7 @@ int ddp_init_process_group(const char *backend, const char *init_method, int ran
     return rc;
 }
 
-void ddp_pg_destroy(ddp_pg_t *pg)
+void ddp_destroy_process_group(ddp_pg_t *pg)
 {
     if (!pg)
         return;
@@ -390,7 +390,6 @@ void ddp_pg_destroy(ddp_pg_t *pg)
     free(pg);
 }
 
-void ddp_destroy_process_group(ddp_pg_t *pg) { ddp_pg_destroy(pg); }
 
 int ddp__pg_set_option(ddp_pg_t *pg, const char *key, const char *value)
 {
@@ -538,12 +537,12 @@ int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out)
 
 #define ARGS(...) ((ddp__coll_args){__VA_ARGS__})
 
-int ddp_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op)
+int ddp_pg_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op)
 {
     return submit(pg, &ARGS(.kind = DDP__ALL_REDUCE, .send = buf, .recv = buf, .count = count,
                             .dtype = dtype, .op = op), NULL);
 }
-int ddp_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
+int ddp_pg_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                          ddp_reduce_op op, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_reduce_async: NULL work");
@@ -551,12 +550,12 @@ int ddp_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
                             .dtype = dtype, .op = op), work);
 }
 
-int ddp_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root)
+int ddp_pg_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root)
 {
     return submit(pg, &ARGS(.kind = DDP__BROADCAST, .send = buf, .recv = buf, .count = count,
                             .dtype = dtype, .root = root), NULL);
 }
-int ddp_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root,
+int ddp_pg_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root,
                         ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "broadcast_async: NULL work");
@@ -564,13 +563,13 @@ int ddp_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, 
                             .dtype = dtype, .root = root), work);
 }
 
-int ddp_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
+int ddp_pg_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
                int root)
 {
     return submit(pg, &ARGS(.kind = DDP__REDUCE, .send = buf, .recv = buf, .count = count,
                             .dtype = dtype, .op = op, .root = root), NULL);
 }
-int ddp_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
+int ddp_pg_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
                      int root, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_async: NULL work");
@@ -578,12 +577,12 @@ int ddp_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp
                             .dtype = dtype, .op = op, .root = root), work);
 }
 
-int ddp_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)
+int ddp_pg_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)
 {
     return submit(pg, &ARGS(.kind = DDP__ALL_GATHER, .send = send, .recv = recv, .count = count,
                             .dtype = dtype), NULL);
 }
-int ddp_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+int ddp_pg_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                          ddp_dtype dtype, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_gather_async: NULL work");
@@ -591,13 +590,13 @@ int ddp_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t coun
                             .dtype = dtype), work);
 }
 
-int ddp_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+int ddp_pg_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
                int root)
 {
     return submit(pg, &ARGS(.kind = DDP__GATHER, .send = send, .recv = recv, .count = count,
                             .dtype = dtype, .root = root), NULL);
 }
-int ddp_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+int ddp_pg_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
                      int root, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "gather_async: NULL work");
@@ -605,13 +604,13 @@ int ddp_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, d
                             .dtype = dtype, .root = root), work);
 }
 
-int ddp_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+int ddp_pg_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
                 int root)
 {
     return submit(pg, &ARGS(.kind = DDP__SCATTER, .send = send, .recv = recv, .count = count,
                             .dtype = dtype, .root = root), NULL);
 }
-int ddp_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
+int ddp_pg_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
                       int root, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "scatter_async: NULL work");
@@ -619,13 +618,13 @@ int ddp_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, 
                             .dtype = dtype, .root = root), work);
 }
 
-int ddp_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+int ddp_pg_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                        ddp_dtype dtype, ddp_reduce_op op)
 {
     return submit(pg, &ARGS(.kind = DDP__REDUCE_SCATTER, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op), NULL);
 }
-int ddp_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+int ddp_pg_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                              ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_scatter_async: NULL work");
@@ -633,12 +632,12 @@ int ddp_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t 
                             .count = count, .dtype = dtype, .op = op), work);
 }
 
-int ddp_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)
+int ddp_pg_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)
 {
     return submit(pg, &ARGS(.kind = DDP__ALL_TO_ALL, .send = send, .recv = recv, .count = count,
                             .dtype = dtype), NULL);
 }
-int ddp_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+int ddp_pg_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
                          ddp_dtype dtype, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_to_all_async: NULL work");
@@ -646,19 +645,19 @@ int ddp_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t coun
                             .dtype = dtype), work);
 }
 
-int ddp_barrier(ddp_pg_t *pg) { return submit(pg, &ARGS(.kind = DDP__BARRIER), NULL); }
-int ddp_barrier_async(ddp_pg_t *pg, ddp_work_t **work)
+int ddp_pg_barrier(ddp_pg_t *pg) { return submit(pg, &ARGS(.kind = DDP__BARRIER), NULL); }
+int ddp_pg_barrier_async(ddp_pg_t *pg, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "barrier_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__BARRIER), work);
 }
 
-int ddp_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst, int tag)
+int ddp_pg_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst, int tag)
 {
     return submit(pg, &ARGS(.kind = DDP__SEND, .send = buf, .count = count, .dtype = dtype,
                             .peer = dst, .tag = tag), NULL);
 }
-int ddp_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
+int ddp_pg_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
                    int tag, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "send_async: NULL work");
@@ -666,12 +665,12 @@ int ddp_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype,
                             .peer = dst, .tag = tag), work);
 }
 
-int ddp_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag)
+int ddp_pg_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag)
 {
     return submit(pg, &ARGS(.kind = DDP__RECV, .recv = buf, .count = count, .dtype = dtype,
                             .peer = src, .tag = tag), NULL);
 }
-int ddp_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag,
+int ddp_pg_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag,
                    ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "recv_async: NULL work");

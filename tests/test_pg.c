@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "ddp/dist.h"
-#include "dist_util.h"
+#include "ddp/pg.h"
+#include "pg_util.h"
 #include "fork_children.h"
 
 static job J;
@@ -50,27 +50,27 @@ static void test_bad_arguments(void **state)
     assert_int_equal(ddp_pg_size(pg), 1);
     assert_string_equal(ddp_pg_backend(pg), "tcp");
     float f[4] = {1, 2, 3, 4};
-    assert_int_equal(ddp_all_reduce(pg, f, 4, DDP_FLOAT32, DDP_BXOR), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_all_reduce(pg, f, 4, DDP_FLOAT32, DDP_BXOR), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "bxor does not apply to dtype float32"));
-    assert_int_equal(ddp_all_reduce(pg, f, 4, (ddp_dtype)42, DDP_SUM), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_all_reduce(pg, f, 4, (ddp_dtype)42, DDP_SUM), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "unknown dtype 42"));
-    assert_int_equal(ddp_all_reduce(pg, f, 4, DDP_FLOAT32, (ddp_reduce_op)9), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_all_reduce(pg, f, 4, DDP_FLOAT32, (ddp_reduce_op)9), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "unknown reduce op 9"));
-    assert_int_equal(ddp_broadcast(pg, f, 4, DDP_FLOAT32, 1), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_broadcast(pg, f, 4, DDP_FLOAT32, 1), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "root 1 out of range for group size 1"));
-    assert_int_equal(ddp_send(pg, f, 4, DDP_FLOAT32, 0, 0), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_send(pg, f, 4, DDP_FLOAT32, 0, 0), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "cannot send to itself"));
-    assert_int_equal(ddp_all_reduce(pg, NULL, 4, DDP_FLOAT32, DDP_SUM), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_all_reduce(pg, NULL, 4, DDP_FLOAT32, DDP_SUM), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "NULL input buffer"));
-    assert_int_equal(ddp_all_to_all(pg, f, f + 1, 2, DDP_FLOAT32), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_pg_all_to_all(pg, f, f + 1, 2, DDP_FLOAT32), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "overlap"));
     ddp_work_t *w = NULL;
-    assert_int_equal(ddp_all_reduce_async(pg, f, 4, DDP_FLOAT32, DDP_AVG, &w), 0);
+    assert_int_equal(ddp_pg_all_reduce_async(pg, f, 4, DDP_FLOAT32, DDP_AVG, &w), 0);
     assert_int_equal(ddp_work_wait(w, 5), 0);
     int done = 0;
     assert_int_equal(ddp_work_test(w, &done), 0);
     assert_int_equal(done, 1);
-    ddp_work_free(w);
+    ddp_work_destroy(w);
     assert_true(f[3] == 4.0f);
     int bad[2] = {0, 0};
     ddp_pg_t *sub = NULL;
@@ -83,9 +83,9 @@ static void test_bad_arguments(void **state)
     assert_int_equal(op, DDP_PRODUCT);
     assert_int_equal(ddp_dtype_parse("float128", &dt), DDP_ERR_INVALID_ARG);
     assert_true(contains(ddp_last_error(), "unknown dtype 'float128'"));
-    ddp_pg_destroy(pg);
-    ddp_pg_destroy(NULL);
-    ddp_work_free(NULL);
+    ddp_destroy_process_group(pg);
+    ddp_destroy_process_group(NULL);
+    ddp_work_destroy(NULL);
     job_cleanup(&J);
 }
 
@@ -172,10 +172,10 @@ static int twice_rank(int child, void *arg)
     }
     CHILD_CHECK(rc == 0);
     int32_t x = rank + 1;
-    CHILD_CHECK(ddp_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM) == 0 && x == 3);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM) == 0 && x == 3);
     sleep_s(0.5); /* let the intruder try */
-    CHILD_CHECK(ddp_barrier(pg) == 0);
-    ddp_pg_destroy(pg);
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -200,7 +200,7 @@ static int async_rank(int rank, void *arg)
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(i % 1000) * (float)(rank + 1);
     ddp_work_t *w = NULL;
-    CHILD_CHECK(ddp_all_reduce_async(pg, x, n, DDP_FLOAT32, DDP_SUM, &w) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce_async(pg, x, n, DDP_FLOAT32, DDP_SUM, &w) == 0);
     /* Compute while it runs; only test(), never wait(). */
     double acc = 0, t0 = ddp_time_now();
     long iters_before_done = 0;
@@ -215,7 +215,7 @@ static int async_rank(int rank, void *arg)
     CHILD_CHECK(done);
     CHILD_CHECK(iters_before_done > 0); /* the caller did compute meanwhile */
     CHILD_CHECK(ddp_work_wait(w, 0) == 0);
-    ddp_work_free(w);
+    ddp_work_destroy(w);
     for (size_t i = 0; i < n; i++)
         if (x[i] != (float)(i % 1000) * 3.0f) {
             fprintf(stderr, "element %zu: %f\n", i, x[i]);
@@ -227,13 +227,13 @@ static int async_rank(int rank, void *arg)
     for (int k = 0; k < 4; k++) {
         for (int j = 0; j < 3; j++)
             a[k][j] = k * 10 + j + rank;
-        CHILD_CHECK(ddp_all_reduce_async(pg, a[k], 3, DDP_INT32, DDP_MAX, &ws[k]) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce_async(pg, a[k], 3, DDP_INT32, DDP_MAX, &ws[k]) == 0);
     }
     int32_t b = rank;
-    CHILD_CHECK(ddp_all_reduce(pg, &b, 1, DDP_INT32, DDP_SUM) == 0 && b == 1);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &b, 1, DDP_INT32, DDP_SUM) == 0 && b == 1);
     for (int k = 3; k >= 0; k--) {
         CHILD_CHECK(ddp_work_wait(ws[k], -1) == 0);
-        ddp_work_free(ws[k]);
+        ddp_work_destroy(ws[k]);
         for (int j = 0; j < 3; j++)
             CHILD_CHECK(a[k][j] == k * 10 + j + 1);
     }
@@ -241,7 +241,7 @@ static int async_rank(int rank, void *arg)
         fprintf(stderr, "async: %ld compute slices ran while the all-reduce progressed (%.3f)\n",
                 iters_before_done, acc);
     ddp__free_aligned(x);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -280,7 +280,7 @@ static void test_peer_killed_mid_all_reduce(void **state)
             float *x = calloc(cnt, sizeof *x);
             int rc = 0;
             for (int it = 0; rc == 0 && it < 100000; it++) {
-                rc = ddp_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
+                rc = ddp_pg_all_reduce(pg, x, cnt, DDP_FLOAT32, DDP_SUM);
                 rep->started[r] = 1;
             }
             rep->err_time[r] = ddp_time_now();
@@ -288,10 +288,10 @@ static void test_peer_killed_mid_all_reduce(void **state)
             snprintf(rep->msg[r], sizeof rep->msg[r], "%s", ddp_last_error());
             /* Broken for good: the next call fails at once, destroy is quick. */
             float y = 1;
-            int again = ddp_all_reduce(pg, &y, 1, DDP_FLOAT32, DDP_SUM);
+            int again = ddp_pg_all_reduce(pg, &y, 1, DDP_FLOAT32, DDP_SUM);
             if (again == 0 || !contains(ddp_last_error(), "already failed"))
                 _exit(3);
-            ddp_pg_destroy(pg);
+            ddp_destroy_process_group(pg);
             free(x);
             _exit(0);
         }
@@ -335,12 +335,12 @@ static int slow_peer_rank(int rank, void *arg)
     float x[8] = {0};
     if (rank == 1) {
         sleep_s(2.0); /* never joins rank 0's all-reduce in time */
-        ddp_pg_destroy(pg);
+        ddp_destroy_process_group(pg);
         return 0;
     }
     /* A work handle times out without harm first... */
     ddp_work_t *w = NULL;
-    CHILD_CHECK(ddp_all_reduce_async(pg, x, 8, DDP_FLOAT32, DDP_SUM, &w) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce_async(pg, x, 8, DDP_FLOAT32, DDP_SUM, &w) == 0);
     CHILD_CHECK(ddp_work_wait(w, 0.1) == DDP_ERR_TIMEOUT);
     CHILD_CHECK(contains(ddp_last_error(), "still running after 0.1 s"));
     /* ...then the operation's own timeout (the group's, 1 s) fires. */
@@ -349,8 +349,8 @@ static int slow_peer_rank(int rank, void *arg)
     CHILD_CHECK(rc == DDP_ERR_TIMEOUT);
     CHILD_CHECK(contains(ddp_last_error(), "rank 1"));
     CHILD_CHECK(ddp_time_now() - t0 < 2.0);
-    ddp_work_free(w);
-    ddp_pg_destroy(pg);
+    ddp_work_destroy(w);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -368,12 +368,12 @@ static int mismatch_count_rank(int rank, void *arg)
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5.0, &pg) == 0);
     float x[20] = {0};
-    int rc = ddp_all_reduce(pg, x, rank == 0 ? 10 : 20, DDP_FLOAT32, DDP_SUM);
+    int rc = ddp_pg_all_reduce(pg, x, rank == 0 ? 10 : 20, DDP_FLOAT32, DDP_SUM);
     CHILD_CHECK(rc < 0);
     /* The rank that sees the wrong length says so; the other sees it quit. */
     CHILD_CHECK(contains(ddp_last_error(), "were expected") ||
                 contains(ddp_last_error(), "closed without goodbye"));
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -400,17 +400,17 @@ static int subgroup_rank(int rank, void *arg)
         CHILD_CHECK(sub != NULL && sub2 == NULL);
         CHILD_CHECK(ddp_pg_rank(sub) == (rank == 3 ? 0 : 1) && ddp_pg_size(sub) == 2);
         int64_t v = rank;
-        CHILD_CHECK(ddp_all_reduce(sub, &v, 1, DDP_INT64, DDP_SUM) == 0 && v == 4);
+        CHILD_CHECK(ddp_pg_all_reduce(sub, &v, 1, DDP_INT64, DDP_SUM) == 0 && v == 4);
     } else {
         CHILD_CHECK(sub == NULL && sub2 != NULL);
         int64_t v = rank + 10;
-        CHILD_CHECK(ddp_broadcast(sub2, &v, 1, DDP_INT64, 1) == 0 && v == 12);
+        CHILD_CHECK(ddp_pg_broadcast(sub2, &v, 1, DDP_INT64, 1) == 0 && v == 12);
     }
     int64_t all = 1;
-    CHILD_CHECK(ddp_all_reduce(pg, &all, 1, DDP_INT64, DDP_SUM) == 0 && all == 4);
-    ddp_pg_destroy(sub);
-    ddp_pg_destroy(sub2);
-    ddp_pg_destroy(pg);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &all, 1, DDP_INT64, DDP_SUM) == 0 && all == 4);
+    ddp_destroy_process_group(sub);
+    ddp_destroy_process_group(sub2);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -434,22 +434,22 @@ static int p2p_rank(int rank, void *arg)
             a[i] = (int32_t)i;
             b[i] = -(int32_t)i;
         }
-        CHILD_CHECK(ddp_send(pg, a, n, DDP_INT32, 1, 1) == 0);
-        CHILD_CHECK(ddp_send(pg, b, n, DDP_INT32, 1, 2) == 0);
-        CHILD_CHECK(ddp_send(pg, a, 3, DDP_INT32, 1, 7) == 0);
+        CHILD_CHECK(ddp_pg_send(pg, a, n, DDP_INT32, 1, 1) == 0);
+        CHILD_CHECK(ddp_pg_send(pg, b, n, DDP_INT32, 1, 2) == 0);
+        CHILD_CHECK(ddp_pg_send(pg, a, 3, DDP_INT32, 1, 7) == 0);
     } else {
         /* Out of order: tag 2 first, though tag 1 is ahead in the stream. */
-        CHILD_CHECK(ddp_recv(pg, b, n, DDP_INT32, 0, 2) == 0);
-        CHILD_CHECK(ddp_recv(pg, a, n, DDP_INT32, 0, 1) == 0);
+        CHILD_CHECK(ddp_pg_recv(pg, b, n, DDP_INT32, 0, 2) == 0);
+        CHILD_CHECK(ddp_pg_recv(pg, a, n, DDP_INT32, 0, 1) == 0);
         for (size_t i = 0; i < n; i++)
             CHILD_CHECK(a[i] == (int32_t)i && b[i] == -(int32_t)i);
         int32_t small[4];
-        CHILD_CHECK(ddp_recv(pg, small, 4, DDP_INT32, 0, 7) < 0); /* 3 sent, 4 expected */
+        CHILD_CHECK(ddp_pg_recv(pg, small, 4, DDP_INT32, 0, 7) < 0); /* 3 sent, 4 expected */
         CHILD_CHECK(contains(ddp_last_error(), "sent 12 bytes"));
     }
     free(a);
     free(b);
-    ddp_pg_destroy(pg);
+    ddp_destroy_process_group(pg);
     return 0;
 }
 
@@ -481,15 +481,15 @@ static int release_rank(int rank, void *arg)
         CHILD_CHECK(count_entries("/proc/self/task") == threads0 + 2);
         float x[1000] = {0}, y[1000] = {0};
         ddp_work_t *w = NULL;
-        CHILD_CHECK(ddp_all_reduce_async(pg, x, 1000, DDP_FLOAT32, DDP_SUM, &w) == 0);
-        CHILD_CHECK(ddp_all_reduce(sub, y, 1000, DDP_FLOAT32, DDP_SUM) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce_async(pg, x, 1000, DDP_FLOAT32, DDP_SUM, &w) == 0);
+        CHILD_CHECK(ddp_pg_all_reduce(sub, y, 1000, DDP_FLOAT32, DDP_SUM) == 0);
         if (round == 1) /* destroy with the work still queued or running */
-            ddp_work_free(w);
-        ddp_pg_destroy(sub);
-        ddp_pg_destroy(pg); /* drains the queue first */
+            ddp_work_destroy(w);
+        ddp_destroy_process_group(sub);
+        ddp_destroy_process_group(pg); /* drains the queue first */
         if (round == 0) { /* a handle outlives its group */
             CHILD_CHECK(ddp_work_wait(w, 0) == 0);
-            ddp_work_free(w);
+            ddp_work_destroy(w);
         }
         ddp_store_destroy(st);
     }

@@ -1,7 +1,7 @@
 /* Setting up and tearing down the transports of a hierarchical group
  * (coll/hier.h runs the collectives on them). */
-#ifndef DDP_DIST_HIER_H
-#define DDP_DIST_HIER_H
+#ifndef DDP_PG_BACKEND_HIER_H
+#define DDP_PG_BACKEND_HIER_H
 
 #include "coll/hier.h"
 #include "ddp/store.h"

@@ -1,8 +1,8 @@
 /* Internal hooks of the process-group layer for tests and tools. */
-#ifndef DDP_DIST_INTERNAL_H
-#define DDP_DIST_INTERNAL_H
+#ifndef DDP_PG_INTERNAL_H
+#define DDP_PG_INTERNAL_H
 
-#include "ddp/dist.h"
+#include "ddp/pg.h"
 
 /* Sets a backend option while the group is idle: "allreduce_algo"
  * (auto|ring|rd|direct), "chunk_bytes".  DDP_ERR_UNSUPPORTED if unknown. */
