@@ -73,7 +73,8 @@ static int sel_rank(int rank, void *arg)
     int32_t x[5] = {rank, 1, 2, 3, rank * 10};
     CHILD_CHECK(ddp_pg_all_reduce(pg, x, 5, DDP_INT32, DDP_SUM) == 0);
     int s = a->n * (a->n - 1) / 2;
-    CHILD_CHECK(x[0] == s && x[1] == a->n && x[4] == 10 * s);
+    CHILD_CHECK(x[0] == s && x[1] == a->n && x[2] == 2 * a->n && x[3] == 3 * a->n &&
+                x[4] == 10 * s);
     ddp_destroy_process_group(pg);
     return 0;
 }
@@ -405,7 +406,7 @@ static int leave_rank(int rank, void *arg)
     }
     sleep_s(0.2);
     CHILD_CHECK(ddp_pg_recv(pg, got, 3, DDP_INT32, 1, 5) == 0);
-    CHILD_CHECK(got[0] == 7 && got[2] == 9);
+    CHILD_CHECK(got[0] == 7 && got[1] == 8 && got[2] == 9);
     int rc = ddp_pg_recv(pg, got, 3, DDP_INT32, 1, 6);
     CHILD_CHECK(rc == DDP_ERR_PEER);
     CHILD_CHECK(contains(ddp_last_error(), "rank 1 (pid ") &&
