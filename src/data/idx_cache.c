@@ -250,7 +250,8 @@ static void sweep(const ddp__idx_cache *c)
         list[n].used = st.st_mtim;
         total += list[n++].bytes;
     }
-    qsort(list, n, sizeof *list, older);
+    if (n)
+        qsort(list, n, sizeof *list, older);
     for (size_t i = 0; i < n && total > c->max_bytes; i++) {
         remove_entry(dfd, list[i].name);
         total -= list[i].bytes;
