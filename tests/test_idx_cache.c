@@ -185,7 +185,7 @@ static void test_size_cap_least_recently_used(void **state)
 static void test_stale_entries_removed(void **state)
 {
     const char *dir = *state;
-    char cache[1024], path[4500];
+    char cache[1024];
     snprintf(cache, sizeof cache, "%s/cache", dir);
     write_source(dir, "gone.gz", 1);
     write_source(dir, "changed.gz", 2);
@@ -193,25 +193,29 @@ static void test_stale_entries_removed(void **state)
     read_source(dir, "changed.gz", 2);
     assert_int_equal(entries(cache, "gone.gz-"), 1);
     assert_int_equal(count_files(cache, NULL, "", NULL, NULL, 0), 2);
-    /* What is not an entry stays: other files, a fresh temporary file (a
-     * writer at work); a temporary file an hour old (its writer died) goes. */
-    const char *keep[] = {"notes.txt", "x.idx", "a-0123456789abcdef-1-2.3-0123456789abcdef.idx.tmp",
-                          "fresh.idx.Ab12Cd.tmp"};
-    for (int i = 0; i < 4; i++)
-        fx_write(fx_path(cache, keep[i]), (const uint8_t *)"keep", 4);
-    fx_write(fx_path(cache, "old.idx.Xy34Zw.tmp"), (const uint8_t *)"old", 3);
+    /* What is not an entry stays, however old: other files; so does an
+     * entry's fresh temporary file (a writer at work); an entry's temporary
+     * file an hour old (its writer died) goes. */
+#define ENTRY "a-0123456789abcdef-76-1700000000.000000003-0123456789abcdef.idx"
+    const char *keep[] = {"notes.txt", "x.idx", "notes.idx.Qq11Qq.tmp", ENTRY ".Ab12Cd.tmp"};
     struct timespec hour_ago[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
-    assert_int_equal(utimensat(AT_FDCWD, fx_path(cache, "old.idx.Xy34Zw.tmp"), hour_ago, 0), 0);
+    for (int i = 0; i < 4; i++) {
+        fx_write(fx_path(cache, keep[i]), (const uint8_t *)"keep", 4);
+        if (i < 3)
+            assert_int_equal(utimensat(AT_FDCWD, fx_path(cache, keep[i]), hour_ago, 0), 0);
+    }
+    const char *old = ENTRY ".Xy34Zw.tmp";
+    fx_write(fx_path(cache, old), (const uint8_t *)"old", 3);
+    assert_int_equal(utimensat(AT_FDCWD, fx_path(cache, old), hour_ago, 0), 0);
     /* The source of one entry vanishes, another's changes elsewhere. */
     assert_int_equal(unlink(fx_path(dir, "gone.gz")), 0);
-    snprintf(path, sizeof path, "%s", fx_path(dir, "changed.gz"));
     write_source(dir, "changed.gz", 3);
     write_source(dir, "new.gz", 4);
     read_source(dir, "new.gz", 4); /* a write: the folder is swept */
     assert_int_equal(entries(cache, "gone.gz-"), 0);
     assert_int_equal(entries(cache, "changed.gz-"), 0);
     assert_int_equal(entries(cache, "new.gz-"), 1);
-    assert_int_equal(access(fx_path(cache, "old.idx.Xy34Zw.tmp"), F_OK), -1);
+    assert_int_equal(access(fx_path(cache, old), F_OK), -1);
     for (int i = 0; i < 4; i++)
         if (access(fx_path(cache, keep[i]), F_OK) != 0)
             fail_msg("the sweep removed %s, which is not a cache entry", keep[i]);

@@ -212,10 +212,15 @@ static void sweep(const ddp__idx_cache *c)
     struct stat st;
     while ((e = readdir(d))) {
         const char *name = e->d_name;
-        if (ends_with(name, ".tmp") && strstr(name, ".idx.")) {
-            if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                now - st.st_mtim.tv_sec > TMP_MAX_AGE_S)
-                unlinkat(dfd, name, 0); /* its writer died */
+        if (ends_with(name, ".tmp")) { /* ENTRY.XXXXXX.tmp (or ENTRY.PID.tmp) */
+            const char *dot = strstr(name, ".idx.");
+            char idx[DDP__IDX_CACHE_NAME_MAX];
+            if (dot && (size_t)(dot + 4 - name) < sizeof idx) {
+                snprintf(idx, sizeof idx, "%.*s", (int)(dot + 4 - name), name);
+                if (parse_entry(idx, &k) && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    now - st.st_mtim.tv_sec > TMP_MAX_AGE_S)
+                    unlinkat(dfd, name, 0); /* its writer died */
+            }
             continue;
         }
         if (ends_with(name, ".src")) {
