@@ -110,10 +110,15 @@ test check: all
 	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)
 
 # Written at every install: it records PREFIX, which may change between installs.
+# Outside /usr, the dynamic loader does not look in PREFIX/lib (and
+# /usr/local/lib only after ldconfig): Libs carries an rpath, so that a
+# program built with `cc x.c $(pkg-config --cflags --libs libddp)` starts
+# without LD_LIBRARY_PATH.
+PC_RPATH := $(if $(filter /usr /usr/,$(PREFIX)),, -Wl,-rpath,$${libdir})
 $(BUILD)/libddp.pc:
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp\nLibs.private: -lpthread -lm -lrt %s\n' \
-	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' '$(MPI_LIBS)' > $@
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libddp\nDescription: distributed data-parallel training in C\nVersion: %s\nRequires.private: %s\nCflags: -I$${includedir}\nLibs: -L$${libdir} -lddp%s\nLibs.private: -lpthread -lm -lrt %s\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(PKGS)' '$(PC_RPATH)' '$(MPI_LIBS)' > $@
 
 install: all $(BUILD)/libddp.pc
 	install -d $(DESTDIR)$(PREFIX)/include/ddp $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -139,8 +139,10 @@ static void test_deterministic_across_workers(void **state)
 }
 
 /* One line on stderr naming the problem, exit status 2, nothing on stdout
- * but what came before the problem was found. */
-static void expect_usage_error(const char *dir, const char *args, const char *frag)
+ * but what came before the problem was found.  before_training: and the
+ * problem stopped the run before its first step (no loss, no throughput). */
+static void expect_error(const char *dir, const char *args, const char *frag,
+                         int before_training)
 {
     run_result r = run(dir, args);
     if (r.status != 2)
@@ -149,7 +151,19 @@ static void expect_usage_error(const char *dir, const char *args, const char *fr
         fail_msg("ddp-mnist %s: stderr lacks \"%s\": %s", args, frag, r.err);
     assert_int_equal(count_lines(r.err), 1);
     assert_null(strstr(r.out, "Test accuracy"));
+    if (before_training && (strstr(r.out, "Throughput: ") || strstr(r.out, "Epoch [")))
+        fail_msg("ddp-mnist %s: trained before finding \"%s\": %s", args, frag, r.out);
     run_free(&r);
+}
+
+static void expect_usage_error(const char *dir, const char *args, const char *frag)
+{
+    expect_error(dir, args, frag, 0);
+}
+
+static void expect_found_before_training(const char *dir, const char *args, const char *frag)
+{
+    expect_error(dir, args, frag, 1);
 }
 
 static void test_bad_flags_and_data(void **state)
@@ -176,12 +190,27 @@ static void test_bad_flags_and_data(void **state)
     fx_write_idx(dir, "train-labels-idx1-ubyte", 0, DDP_IDX_MAGIC_LABELS, 1, dims, lb, 20);
     expect_usage_error(dir, args, "train-labels-idx1-ubyte: truncated: header says 50 items, "
                        "file holds 20");
-    /* Training data fine, test split missing. */
+    /* Training data fine, the test split missing or broken: found before
+     * the first step (no throughput line: nothing was trained). */
     fx_write_split(dir, "train", 0, 50, 28, 28, 10);
-    expect_usage_error(dir, args, "t10k-images-idx3-ubyte[.gz]: not found");
+    expect_found_before_training(dir, args, "t10k-images-idx3-ubyte[.gz]: not found");
+    fx_write_split(dir, "t10k", 1, 20, 28, 28, 10);
+    uint32_t tdims[1] = {20};
+    fx_write_idx(dir, "t10k-labels-idx1-ubyte.gz", 1, DDP_IDX_MAGIC_LABELS, 1, tdims, lb, 5);
+    expect_found_before_training(dir, args, "t10k-labels-idx1-ubyte.gz: truncated: header says "
+                                 "20 items, file holds 5");
+    tdims[0] = 19;
+    fx_write_idx(dir, "t10k-labels-idx1-ubyte.gz", 1, DDP_IDX_MAGIC_LABELS, 1, tdims, lb, 19);
+    expect_found_before_training(dir, args, "t10k-images-idx3-ubyte.gz holds 20 images but ");
+    fx_write(fx_path(dir, "t10k-images-idx3-ubyte.gz"), (const uint8_t *)"\x1f\x8bnot gzip", 10);
+    expect_found_before_training(dir, args, "t10k-images-idx3-ubyte.gz: corrupt gzip data");
+    fx_write_split(dir, "t10k", 1, 20, 14, 14, 10);
+    expect_found_before_training(dir, args, "test images are not 28x28 (196 pixels each, "
+                                 "expected 784)");
     /* Not 28x28. */
     fx_write_split(dir, "train", 0, 50, 14, 14, 10);
-    expect_usage_error(dir, args, "images are not 28x28");
+    expect_usage_error(dir, args, "training images are not 28x28");
+    fx_write_split(dir, "t10k", 1, 20, 28, 28, 10);
 
     snprintf(args, sizeof args, "--epochs 0 --load '%s/none.st'", dir);
     expect_usage_error(dir, args, "none.st");

@@ -7,7 +7,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -339,82 +338,10 @@ static void test_random_damage(void **state)
     free(gz);
 }
 
-/* Files in dir whose size is size (-1: any); the path of the last one. */
-static int count_files(const char *dir, long size, char *last, size_t len)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[4096];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (stat(path, &st) == 0 && (size < 0 || st.st_size == size)) {
-            n++;
-            snprintf(last, len, "%s", path);
-        }
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static void test_decompressed_cache(void **state)
-{
-    const char *dir = *state;
-    char cache[4096], src[4096], entry[4096];
-    snprintf(cache, sizeof cache, "%s/cache", dir);
-    snprintf(src, sizeof src, "%s", fx_path(dir, "img.gz"));
-    const char *was = getenv("DDP_DATA_CACHE_DIR"); /* tests/run.sh sets one */
-    char saved[4096];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
-    setenv("DDP_DATA_CACHE_DIR", cache, 1);
-    uint32_t dims[3] = {5, 3, 4};
-    uint8_t *p = payload(60), *q = payload(60);
-    q[7] ^= 0xff;
-    fx_write_idx(dir, "img.gz", 1, DDP_IDX_MAGIC_IMAGES, 3, dims, p, 60);
-    for (int round = 0; round < 3; round++) {
-        ddp_idx idx;
-        assert_int_equal(ddp_idx_read(src, DDP_IDX_MAGIC_IMAGES, &idx), 0);
-        assert_memory_equal(idx.data, p, 60);
-        ddp_idx_destroy(&idx);
-        /* One decompressed copy: header (16 bytes) and the 60 item bytes. */
-        assert_int_equal(count_files(cache, 76, entry, sizeof entry), 1);
-        if (round == 1) /* damage it: the next read repairs it */
-            assert_int_equal(truncate(entry, 10), 0);
-    }
-    /* A changed source (same size) misses the old entry. */
-    fx_write_idx(dir, "img.gz", 1, DDP_IDX_MAGIC_IMAGES, 3, dims, q, 60);
-    ddp_idx idx;
-    assert_int_equal(ddp_idx_read(src, DDP_IDX_MAGIC_IMAGES, &idx), 0);
-    assert_memory_equal(idx.data, q, 60);
-    ddp_idx_destroy(&idx);
-    /* Raw sources are not cached; DDP_DATA_CACHE=0 turns caching off. */
-    snprintf(cache, sizeof cache, "%s/cache2", dir);
-    setenv("DDP_DATA_CACHE_DIR", cache, 1);
-    fx_write_idx(dir, "raw", 0, DDP_IDX_MAGIC_IMAGES, 3, dims, p, 60);
-    assert_int_equal(ddp_idx_read(fx_path(dir, "raw"), DDP_IDX_MAGIC_IMAGES, &idx), 0);
-    ddp_idx_destroy(&idx);
-    setenv("DDP_DATA_CACHE", "0", 1);
-    assert_int_equal(ddp_idx_read(src, DDP_IDX_MAGIC_IMAGES, &idx), 0);
-    ddp_idx_destroy(&idx);
-    assert_int_equal(count_files(cache, -1, entry, sizeof entry), 0);
-    unsetenv("DDP_DATA_CACHE");
-    if (was)
-        setenv("DDP_DATA_CACHE_DIR", saved, 1);
-    else
-        unsetenv("DDP_DATA_CACHE_DIR");
-    free(p);
-    free(q);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         IN_TMPDIR(test_read_raw_and_gzip),
-        IN_TMPDIR(test_decompressed_cache),
         IN_TMPDIR(test_read_labels_and_large),
         IN_TMPDIR(test_concatenated_gzip_members),
         IN_TMPDIR(test_bad_magic),

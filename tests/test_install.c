@@ -1,6 +1,8 @@
 /* `make install PREFIX=DIR` puts the headers, both libraries, the pkg-config
- * file and the programs in place, and a user program that includes <ddp.h>
- * builds with `cc $(pkg-config --cflags --libs libddp)` and runs. */
+ * file and the programs in place, and a program built the way README.md says
+ * (its line `cc examples/mnist.c $(pkg-config --cflags --libs libddp) ...`,
+ * read from README.md itself) starts and trains without LD_LIBRARY_PATH: the
+ * installed libddp.pc carries an rpath.  Run from the source tree's root. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "data_fixture.h"
+#include "mnist_output.h"
 
 static char prefix[64];
 
@@ -23,6 +29,26 @@ static int sh(const char *fmt, ...)
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
     return system(cmd);
+}
+
+/* README.md's line that builds a program against the installed library,
+ * leading blanks removed. */
+static void readme_build_line(char *line, size_t cap)
+{
+    FILE *f = fopen("README.md", "r");
+    if (!f)
+        fail_msg("README.md: not found (run the test from the source tree's root)");
+    char buf[512];
+    line[0] = '\0';
+    while (fgets(buf, sizeof buf, f))
+        if (strstr(buf, "$(pkg-config --cflags --libs libddp)")) {
+            snprintf(line, cap, "%s", buf + strspn(buf, " "));
+            line[strcspn(line, "\n")] = '\0';
+            break;
+        }
+    fclose(f);
+    if (!line[0])
+        fail_msg("README.md has no line with $(pkg-config --cflags --libs libddp)");
 }
 
 static void test_install_and_build_a_user_program(void **state)
@@ -45,6 +71,36 @@ static void test_install_and_build_a_user_program(void **state)
         if (access(path, F_OK) != 0)
             fail_msg("make install did not put %s in place", path);
     }
+    /* The README's line, run as written but for its output (into PREFIX)
+     * and its arguments: PKG_CONFIG_PATH exported, no LD_LIBRARY_PATH.  Under
+     * the sanitizers, libddp.so needs their runtime in the program too. */
+    char cc[512], out_name[] = " -o my-mnist", run_prefix[] = " && ./my-mnist";
+    readme_build_line(cc, sizeof cc);
+    char *o = strstr(cc, out_name), *r = strstr(cc, run_prefix);
+    if (!o || !r || r < o || strncmp(cc, "cc ", 3) != 0)
+        fail_msg("README.md's build line '%s' is not 'cc FILE ...%s%s ...'", cc, out_name,
+                 run_prefix);
+    *o = '\0';
+    char envp[256];
+    snprintf(envp, sizeof envp, "export PKG_CONFIG_PATH=%s/lib/pkgconfig && unset LD_LIBRARY_PATH",
+             prefix);
+    assert_int_equal(sh("%s && cc %s %s -o %s/my-mnist >%s/cc.log 2>&1", envp,
+                        san ? "-fsanitize=address,undefined" : "", cc + 3, prefix, prefix),
+                     0);
+    /* ... and the program it built trains, on a small generated data set. */
+    char data[128];
+    snprintf(data, sizeof data, "%s/data", prefix);
+    assert_int_equal(mkdir(data, 0755), 0);
+    fx_write_split(data, "train", 1, 200, 28, 28, 10);
+    fx_write_split(data, "t10k", 1, 50, 28, 28, 10);
+    int st = sh("%s && %s/my-mnist --data %s --epochs 1 --batch-size 2 >%s/run.txt 2>&1", envp,
+                prefix, data, prefix);
+    char *ran = slurp(fx_path(prefix, "run.txt"));
+    if (st != 0 || !strstr(ran, "Epoch [1/1], Step [100/100], Loss: ") || accuracy(ran) < 0)
+        fail_msg("my-mnist built as README.md says did not train: %s", ran);
+    free(ran);
+
+    /* A program of one's own, built the same way, reaches the library. */
     char src[128];
     FILE *f;
     snprintf(src, sizeof src, "%s/user.c", prefix);
@@ -59,19 +115,13 @@ static void test_install_and_build_a_user_program(void **state)
           "    ddp_model_destroy(m); return 0; }\n",
           f);
     fclose(f);
-    assert_int_equal(sh("cd %s && PKG_CONFIG_PATH=%s/lib/pkgconfig cc %s user.c "
-                        "$(PKG_CONFIG_PATH=%s/lib/pkgconfig pkg-config --cflags --libs libddp) "
-                        "-o user >cc.log 2>&1 && LD_LIBRARY_PATH=%s/lib ./user >out.txt",
-                        prefix, prefix, san ? "-fsanitize=address,undefined" : "", prefix,
-                        prefix),
+    assert_int_equal(sh("%s && cd %s && cc %s user.c $(pkg-config --cflags --libs libddp) "
+                        "-o user >cc.log 2>&1 && ./user >out.txt",
+                        envp, prefix, san ? "-fsanitize=address,undefined" : ""),
                      0);
-    char out[256];
-    snprintf(src, sizeof src, "%s/out.txt", prefix);
-    f = fopen(src, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(out, sizeof out, f));
-    fclose(f);
+    char *out = slurp(fx_path(prefix, "out.txt"));
     assert_string_equal(out, "2 parameters, libddp 0.1.0\n");
+    free(out);
     assert_int_equal(sh("rm -rf %s", prefix), 0);
 }
 

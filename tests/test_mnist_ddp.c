@@ -1,7 +1,8 @@
 /* End-to-end tests of the reference program on several processes:
  * ddp-mnist under ddprun (env://), by hand with file:// and tcp://, and a
  * run whose rank 1 is killed once and restarted by ddprun --max-restarts,
- * which must end with the same weights as an uninterrupted run. */
+ * which must end with the same weights as an uninterrupted run; a broken
+ * test split stops every rank before training. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "data_fixture.h"
 #include "mnist_output.h"
 
 static char dir[64], bin[1024], ddprun[1024];
@@ -141,6 +143,25 @@ static void test_restart_resumes_to_the_same_weights(void **state)
     free(b.out);
 }
 
+/* A broken test split stops every rank before the first step (each reads
+ * both splits), not after an epoch of training. */
+static void test_broken_test_split_found_before_training(void **state)
+{
+    (void)state;
+    fx_write_split(dir, "train", 0, 400, 28, 28, 10);
+    fx_write_split(dir, "t10k", 0, 20, 28, 28, 10);
+    fx_write(fx_path(dir, "t10k-labels-idx1-ubyte"), (const uint8_t *)"\0\0\x08\x01\0\0", 6);
+    result r = sh("%s --standalone --nproc-per-node 2 %s --data %s --batch-size 2", ddprun, bin,
+                  dir);
+    if (r.status != 1 || !strstr(r.out, "exited with code 2") ||
+        !strstr(r.out, "t10k-labels-idx1-ubyte: truncated: the file ends inside the IDX header"))
+        fail_msg("exit %d, expected 1 with a rank's exit code 2 and the labels file named: %s",
+                 r.status, r.out);
+    if (strstr(r.out, "Epoch [") || strstr(r.out, "Throughput: "))
+        fail_msg("trained before finding the broken test split: %s", r.out);
+    free(r.out);
+}
+
 static void test_bad_distributed_flags(void **state)
 {
     (void)state;
@@ -171,6 +192,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_ranks_under_ddprun, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_and_tcp_init_by_hand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_resumes_to_the_same_weights, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_broken_test_split_found_before_training, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
     };

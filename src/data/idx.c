@@ -12,16 +12,9 @@
  * beyond what the header declares (trailing data), a corrupt or cut gzip
  * stream, garbage after the gzip stream.
  *
- * Decompressed cache: inflating Fashion-MNIST's 47 MB of training images
- * costs ~0.17 s, most of a training run's start-up, on every rank.  So a
- * gzip'ed file, once read and checked, is also written decompressed to a
- * cache folder (DDP_DATA_CACHE_DIR, else $XDG_CACHE_HOME/libddp, else
- * ~/.cache/libddp; DDP_DATA_CACHE=0 turns it off), under a name made of the
- * source's path, size, modification time and gzip trailer (CRC-32 and
- * length of its content), so any change to the source misses the cache.
- * Later reads take the raw path (~0.01 s).  A cache file that fails its
- * checks is removed and the source is read again; writing the cache is
- * advisory (temporary file + rename, errors ignored). */
+ * A gzip'ed file, once read and checked, is also kept decompressed in a
+ * cache folder that later reads take instead (idx_cache.c); a cache file
+ * that fails its checks is removed and the source is read again. */
 #include "data/idx_internal.h"
 
 #include <errno.h>
@@ -420,111 +413,25 @@ out:
     return rc;
 }
 
-/* ------------------------------------------------------------------ cache */
-
-#define CACHE_PATH_MAX (PATH_MAX + 256)
-
-/* mkdir -p, quietly: a failure shows up when the file is created. */
-static void make_dirs(char *dir)
-{
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        mkdir(dir, 0755);
-        *p = '/';
-    }
-    mkdir(dir, 0755);
-}
-
-/* The cache file for source path, or 0 when caching is off or impossible. */
-static int cache_path(const char *path, char *out, size_t len)
-{
-    const char *off = getenv("DDP_DATA_CACHE");
-    if (off && strcmp(off, "0") == 0)
-        return 0;
-    char dir[PATH_MAX], real[PATH_MAX];
-    const char *d = getenv("DDP_DATA_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (d && *d)
-        snprintf(dir, sizeof dir, "%s", d);
-    else if (x && *x)
-        snprintf(dir, sizeof dir, "%s/libddp", x);
-    else if (home && *home)
-        snprintf(dir, sizeof dir, "%s/.cache/libddp", home);
-    else
-        return 0;
-    struct stat st;
-    uint8_t tail[8];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    int ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 18 &&
-             pread(fd, tail, 8, st.st_size - 8) == 8 && realpath(path, real);
-    if (fd >= 0)
-        close(fd);
-    if (!ok)
-        return 0;
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the real path */
-    for (const char *c = real; *c; c++)
-        h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
-    const char *base = strrchr(real, '/');
-    base = base ? base + 1 : real;
-    int n = snprintf(out, len, "%s/%.64s-%016llx-%lld-%lld.%09ld-%02x%02x%02x%02x%02x%02x%02x%02x.idx",
-                     dir, base, (unsigned long long)h, (long long)st.st_size,
-                     (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, tail[0], tail[1],
-                     tail[2], tail[3], tail[4], tail[5], tail[6], tail[7]);
-    return n > 0 && (size_t)n < len;
-}
-
-/* Writes idx, decompressed, to cpath (advisory: errors are ignored). */
-static void cache_write(const char *cpath, uint32_t magic, const ddp_idx *idx)
-{
-    char dir[CACHE_PATH_MAX], tmp[CACHE_PATH_MAX + 32];
-    snprintf(dir, sizeof dir, "%s", cpath);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        return;
-    *slash = '\0';
-    make_dirs(dir);
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", cpath, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    uint8_t hdr[4 + 4 * DDP_IDX_MAX_DIM];
-    size_t hdr_bytes = 4 + 4 * (size_t)idx->ndim;
-    for (int i = 0; i <= idx->ndim; i++) {
-        uint32_t v = i == 0 ? magic : idx->dims[i - 1];
-        hdr[4 * i] = (uint8_t)(v >> 24);
-        hdr[4 * i + 1] = (uint8_t)(v >> 16);
-        hdr[4 * i + 2] = (uint8_t)(v >> 8);
-        hdr[4 * i + 3] = (uint8_t)v;
-    }
-    size_t total = idx->count * idx->item_bytes, done = 0;
-    int ok = write(fd, hdr, hdr_bytes) == (ssize_t)hdr_bytes;
-    while (ok && done < total) {
-        ssize_t w = write(fd, idx->data + done, total - done < READ_CHUNK ? total - done : READ_CHUNK);
-        if (w < 0 && errno == EINTR)
-            continue;
-        ok = w > 0;
-        done += ok ? (size_t)w : 0;
-    }
-    ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, cpath) != 0)
-        unlink(tmp);
-}
-
 int ddp_idx_read(const char *path, uint32_t magic, ddp_idx *out)
 {
-    char cpath[CACHE_PATH_MAX];
-    int gz = 0, cached = path && out && cache_path(path, cpath, sizeof cpath);
-    if (cached && access(cpath, F_OK) == 0) {
-        if (read_idx_file(cpath, magic, out, &gz) == 0 && !gz)
+    ddp__idx_cache c;
+    int gz = 0, cached = path && out ? ddp__idx_cache_lookup(path, &c) : 0;
+    if (cached < 0) {
+        memset(out, 0, sizeof *out);
+        return cached;
+    }
+    if (cached && access(c.path, F_OK) == 0) {
+        if (read_idx_file(c.path, magic, out, &gz) == 0 && !gz) {
+            ddp__idx_cache_touch(&c);
             return 0;
+        }
         ddp_idx_destroy(out);
-        unlink(cpath); /* damaged: read the source, and write it again */
+        unlink(c.path); /* damaged: read the source, and write it again */
     }
     int rc = read_idx_file(path, magic, out, &gz);
     if (rc == 0 && gz && cached)
-        cache_write(cpath, magic, out);
+        ddp__idx_cache_store(&c, magic, out);
     return rc;
 }
 
