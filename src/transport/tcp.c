@@ -24,7 +24,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +36,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "transport/handshake.h"
+#include "transport/match.h"
 #include "transport/net.h"
 #include "transport/rendezvous.h"
 
@@ -46,56 +46,31 @@
 enum { OP_DATA = 1, OP_BYE = 2, OP_ABORT = 3 };
 #define MAX_ABORT 1024 /* bytes of reason in an ABORT frame */
 #define STAGE_LEN 4096
-#define EAGER_MAX (64u << 10)          /* unexpected frames up to this are copied at once */
 #define MAX_FRAME ((uint64_t)1 << 40)  /* sanity bound on a frame's length */
 #define HANDSHAKE_S 2.0                /* per-connection bound while accepting */
 #define DEFAULT_SPIN_US 20.0
 
-enum { RX_HDR, RX_BODY, RX_HELD };
-enum { P_LIVE, P_LEFT, P_DEAD, P_ABORTED };
-
-typedef struct unexp {
-    uint64_t tag;
-    size_t len;
-    uint8_t *data;
-    struct unexp *next;
-} unexp;
-
 typedef struct peer {
+    ddp__match_peer m; /* first: the engine's part (queues, receive state, failure) */
     int fd;
-    int rank;
-    int state;
-    int err;             /* code of the failure when not live */
-    char what[300];      /* "rank 3 (127.0.0.1:40123)" */
-    char why[520];       /* failure message */
     uint32_t ev;         /* events registered with epoll */
     int want_out;
-    /* send side: FIFO of requests; the head's header is in tx_hdr */
-    ddp__req *sq_head, *sq_tail;
+    /* send side: the head of m.sq has its header in tx_hdr */
     uint8_t tx_hdr[HDR_LEN];
     size_t tx_hdr_off;
-    /* receive side */
-    ddp__req *pq_head, *pq_tail; /* posted receives */
-    unexp *ux_head, *ux_tail;    /* frames that arrived before their receive */
+    /* receive side: headers (and small bodies) come through stage */
     uint8_t stage[STAGE_LEN];
     size_t st_lo, st_hi;
-    int rx;
-    uint64_t rx_tag;
-    size_t rx_len, rx_off;
-    ddp__req *rx_req;
-    unexp *rx_ux;
 } peer;
 
 typedef struct tcp {
     ddp__tp base;
-    peer *peers;
+    ddp__match m;
+    peer *peers;     /* m's peers */
     int epfd;
-    int ndead;
-    int first_dead; /* the peer that failed first: the cause, usually */
     double spin_max; /* DDP_TCP_SPIN_US */
     double spin_s;   /* current spin budget, adapted (see adapt_spin) */
     unsigned spin_skips;
-    ddp__tcp_stats stats;
 } tcp;
 
 /* ------------------------------------------------------------------ */
@@ -127,7 +102,8 @@ static void update_events(tcp *t, peer *p)
 {
     if (p->fd < 0)
         return;
-    uint32_t ev = EPOLLRDHUP | (p->rx != RX_HELD ? EPOLLIN : 0u) | (p->want_out ? EPOLLOUT : 0u);
+    uint32_t ev = EPOLLRDHUP | (p->m.rx != DDP__RX_HELD ? EPOLLIN : 0u) |
+                  (p->want_out ? EPOLLOUT : 0u);
     if (ev == p->ev)
         return;
     struct epoll_event e = {.events = ev, .data.ptr = p};
@@ -135,104 +111,21 @@ static void update_events(tcp *t, peer *p)
         p->ev = ev;
 }
 
-static void fail_list(ddp__req *r, int code)
-{
-    while (r) {
-        ddp__req *next = r->next;
-        r->status = code;
-        r->next = NULL;
-        r = next;
-    }
-}
+/* ------------------------------------------------------------------ */
+/* Failure (the engine's hooks)                                         */
+/* ------------------------------------------------------------------ */
 
-static void free_unexp(unexp *u)
-{
-    while (u) {
-        unexp *next = u->next;
-        free(u->data);
-        free(u);
-        u = next;
-    }
-}
+static tcp *tcp_of(ddp__match *m) { return (tcp *)((uint8_t *)m - offsetof(tcp, m)); }
 
-/* Takes the peer out of service: closes its socket and fails every request
- * that involves it.  state is P_DEAD (an error) or P_LEFT (it said BYE). */
-__attribute__((format(printf, 4, 5)))
-static void peer_down(tcp *t, peer *p, int state, const char *fmt, ...)
+/* A peer out of service: its socket is closed. */
+static void conn_down(ddp__match *m, ddp__match_peer *mp)
 {
-    if (p->state != P_LIVE)
-        return;
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(p->why, sizeof p->why, "%s: %s", p->what, msg);
-    p->state = state;
-    p->err = DDP_ERR_PEER;
-    if (state == P_DEAD) {
-        t->ndead++;
-        if (t->first_dead < 0)
-            t->first_dead = p->rank;
-        DDP_WARN("tcp rank %d: %s", t->base.rank, p->why);
-    } else {
-        DDP_DEBUG("tcp rank %d: %s", t->base.rank, p->why);
-    }
+    peer *p = (peer *)mp;
     if (p->fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+        epoll_ctl(tcp_of(m)->epfd, EPOLL_CTL_DEL, p->fd, NULL);
         close(p->fd);
         p->fd = -1;
     }
-    fail_list(p->sq_head, p->err);
-    fail_list(p->pq_head, p->err);
-    if (p->rx_req)
-        p->rx_req->status = p->err;
-    p->sq_head = p->sq_tail = p->pq_head = p->pq_tail = NULL;
-    p->rx_req = NULL;
-    if (p->rx_ux) {
-        free(p->rx_ux->data);
-        free(p->rx_ux);
-        p->rx_ux = NULL;
-    }
-    /* What a departed peer sent before its goodbye is still to be had. */
-    if (state != P_LEFT) {
-        free_unexp(p->ux_head);
-        p->ux_head = p->ux_tail = NULL;
-    }
-}
-
-static int peer_error(const peer *p)
-{
-    return DDP_ERROR(p->err, "%s", p->why);
-}
-
-static ddp__req *take_posted(peer *p, uint64_t tag)
-{
-    ddp__req *prev = NULL;
-    for (ddp__req *r = p->pq_head; r; prev = r, r = r->next) {
-        if (r->tag != tag)
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->pq_head = r->next;
-        if (p->pq_tail == r)
-            p->pq_tail = prev;
-        r->next = NULL;
-        return r;
-    }
-    return NULL;
-}
-
-static int len_mismatch(tcp *t, peer *p, uint64_t tag, uint64_t got, size_t want)
-{
-    char msg[200];
-    snprintf(msg, sizeof msg,
-             "sent %" PRIu64 " bytes for tag 0x%" PRIx64 " where %zu were expected "
-             "(do the ranks call the same collectives with the same sizes?)",
-             got, tag, want);
-    peer_down(t, p, P_DEAD, "%s", msg);
-    return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: %s", p->what, msg);
 }
 
 /* Writes all of buf before deadline, without touching the last error (the
@@ -266,7 +159,7 @@ static void send_abort(peer *p, const char *why)
 {
     static const uint8_t zeros[4096];
     double deadline = ddp_time_now() + 0.5;
-    ddp__req *r = p->sq_head;
+    ddp__req *r = p->m.sq_head;
     if (r && (p->tx_hdr_off > 0 || r->done > 0)) {
         size_t left = r->len - r->done;
         if (left > (8u << 20) ||
@@ -288,87 +181,28 @@ static void send_abort(peer *p, const char *why)
     (void)raw_write(p->fd, frame, HDR_LEN + len, deadline);
 }
 
-/* After any error: every live peer is told why and disconnected, and every
- * request is dropped while its memory is still valid (the algorithm frees
- * it when the error reaches it).  The transport is unusable afterwards.
- * Returns rc; the caller's error message is kept. */
-static void abort_all(tcp *t, const char *why)
+/* This rank gives up: every live peer is told why (the engine then
+ * disconnects them and drops every request). */
+static void give_up(ddp__match *m, const char *why)
 {
-    for (int r = 0; r < t->base.size; r++) {
-        peer *p = &t->peers[r];
-        if (r == t->base.rank || p->state != P_LIVE)
-            continue;
-        send_abort(p, why);
-        peer_down(t, p, P_ABORTED, "this rank gave up after an error");
-    }
-    for (int r = 0; r < t->base.size; r++) { /* requests of peers already down */
-        peer *p = &t->peers[r];
-        fail_list(p->sq_head, p->err);
-        fail_list(p->pq_head, p->err);
-        p->sq_head = p->sq_tail = p->pq_head = p->pq_tail = NULL;
-        p->rx_req = NULL;
-    }
+    tcp *t = tcp_of(m);
+    for (int r = 0; r < t->base.size; r++)
+        if (r != t->base.rank && t->peers[r].m.state == DDP__PEER_LIVE)
+            send_abort(&t->peers[r], why);
 }
 
-static int fail_all(tcp *t, int rc)
-{
-    char why[MAX_ABORT];
-    snprintf(why, sizeof why, "rank %d: %s", t->base.rank, ddp_last_error());
-    abort_all(t, why);
-    return rc;
-}
+static const ddp__match_ops tcp_match_ops = {
+    .name = "tcp",
+    .sep = ": ",
+    .reason_max = 200,
+    .aborted = "this rank gave up after an error",
+    .give_up = give_up,
+    .down = conn_down,
+};
 
 /* ------------------------------------------------------------------ */
 /* Receive side                                                         */
 /* ------------------------------------------------------------------ */
-
-/* Starts buffering the current frame into a fresh unexpected buffer. */
-static int buffer_frame(tcp *t, peer *p)
-{
-    unexp *u = calloc(1, sizeof *u);
-    uint8_t *data = malloc(p->rx_len ? p->rx_len : 1);
-    if (!u || !data) {
-        free(u);
-        free(data);
-        peer_down(t, p, P_DEAD, "out of memory buffering a %zu-byte frame", p->rx_len);
-        return -1;
-    }
-    u->tag = p->rx_tag;
-    u->len = p->rx_len;
-    u->data = data;
-    t->stats.copied_frames++;
-    t->stats.copied_bytes += p->rx_len;
-    p->rx_ux = u;
-    p->rx_req = NULL;
-    p->rx = RX_BODY;
-    update_events(t, p);
-    return 0;
-}
-
-static int start_body(tcp *t, peer *p, uint64_t tag, uint64_t len)
-{
-    p->rx_tag = tag;
-    p->rx_len = (size_t)len;
-    p->rx_off = 0;
-    ddp__req *r = take_posted(p, tag);
-    if (r) {
-        if (r->len != len) {
-            r->status = DDP_ERR_PROTOCOL;
-            return len_mismatch(t, p, tag, len, r->len);
-        }
-        p->rx_req = r;
-        p->rx = RX_BODY;
-        return 0;
-    }
-    /* Nobody waits for it: copy it if small, or if a receive posted on this
-     * connection sits behind it; otherwise leave it in the kernel. */
-    if (len <= EAGER_MAX || p->pq_head)
-        return buffer_frame(t, p);
-    t->stats.held_frames++;
-    p->rx = RX_HELD;
-    update_events(t, p);
-    return 0;
-}
 
 static int parse_header(tcp *t, peer *p)
 {
@@ -381,58 +215,28 @@ static int parse_header(tcp *t, peer *p)
     if (magic != FRAME_MAGIC || version != FRAME_VERSION || reserved != 0 ||
         (op != OP_DATA && op != OP_BYE && op != OP_ABORT) || len > MAX_FRAME ||
         (op == OP_BYE && len != 0) || (op == OP_ABORT && len > MAX_ABORT)) {
-        peer_down(t, p, P_DEAD,
-                  "malformed frame (magic 0x%08x, version %u, opcode %u, length %" PRIu64
-                  "); connection dropped",
-                  magic, version, op, len);
+        ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD,
+                        "malformed frame (magic 0x%08x, version %u, opcode %u, length %" PRIu64
+                        "); connection dropped",
+                        magic, version, op, len);
         return -1;
     }
     if (op == OP_BYE) {
-        peer_down(t, p, P_LEFT, "left the group (destroyed its process group)");
+        ddp__match_down(&t->m, &p->m, DDP__PEER_LEFT,
+                        "left the group (destroyed its process group)");
         return -1;
     }
     if (op == OP_ABORT) { /* rx_progress staged the whole reason */
         const char *why = (const char *)p->stage + p->st_lo;
         p->st_lo += (size_t)len;
-        peer_down(t, p, P_DEAD, "gave up: %.*s", (int)len, why);
+        ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "gave up: %.*s", (int)len, why);
         return -1;
     }
-    return start_body(t, p, tag, len);
-}
-
-static void body_done(tcp *t, peer *p)
-{
-    if (p->rx_req) {
-        p->rx_req->done = p->rx_len;
-        p->rx_req->status = 1;
-    } else {
-        unexp *u = p->rx_ux;
-        ddp__req *r = take_posted(p, u->tag); /* posted while the frame arrived */
-        if (r) {
-            if (r->len != u->len) {
-                r->status = DDP_ERR_PROTOCOL;
-                len_mismatch(t, p, u->tag, u->len, r->len);
-                free(u->data);
-                free(u);
-                return;
-            }
-            if (u->len)
-                memcpy(r->buf, u->data, u->len);
-            r->done = u->len;
-            r->status = 1;
-            free(u->data);
-            free(u);
-        } else {
-            if (p->ux_tail)
-                p->ux_tail->next = u;
-            else
-                p->ux_head = u;
-            p->ux_tail = u;
-        }
-    }
-    p->rx_req = NULL;
-    p->rx_ux = NULL;
-    p->rx = RX_HDR;
+    if (ddp__match_arrive(&t->m, &p->m, tag, (size_t)len) < 0)
+        return -1;
+    if (p->m.rx == DDP__RX_HELD) /* left in the kernel: stop reading */
+        update_events(t, p);
+    return 0;
 }
 
 /* After a recv that moved nothing: 1 to retry, 0 to stop (would block or
@@ -440,14 +244,15 @@ static void body_done(tcp *t, peer *p)
 static int rx_stalled(tcp *t, peer *p, ssize_t n)
 {
     if (n == 0) {
-        peer_down(t, p, P_DEAD, "connection closed without goodbye (process died?)");
+        ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD,
+                        "connection closed without goodbye (process died?)");
         return 0;
     }
     if (errno == EINTR)
         return 1;
     if (errno == EAGAIN || errno == EWOULDBLOCK)
         return 0;
-    peer_down(t, p, P_DEAD, "recv: %s", strerror(errno));
+    ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "recv: %s", strerror(errno));
     return 0;
 }
 
@@ -464,9 +269,10 @@ static ssize_t fill_stage(peer *p)
 
 static void rx_progress(tcp *t, peer *p)
 {
-    while (p->state == P_LIVE && p->rx != RX_HELD) {
+    ddp__match_peer *mp = &p->m;
+    while (mp->state == DDP__PEER_LIVE && mp->rx != DDP__RX_HELD) {
         size_t avail = p->st_hi - p->st_lo;
-        if (p->rx == RX_HDR) {
+        if (mp->rx == DDP__RX_HDR) {
             if (avail >= HDR_LEN) {
                 const uint8_t *h = p->stage + p->st_lo;
                 uint64_t w = get64(h), len = get64(h + 16);
@@ -489,30 +295,30 @@ static void rx_progress(tcp *t, peer *p)
                 return;
             continue;
         }
-        uint8_t *dst = p->rx_req ? (uint8_t *)p->rx_req->buf : p->rx_ux->data;
-        size_t need = p->rx_len - p->rx_off;
+        uint8_t *dst = ddp__match_dst(mp);
+        size_t need = mp->rx_len - mp->rx_off;
         if (need == 0) {
-            body_done(t, p);
+            ddp__match_done(&t->m, mp);
             if (p->st_hi == p->st_lo)
                 return; /* epoll says when more comes: saves a recv that would fail */
             continue;
         }
         if (avail) {
             size_t k = avail < need ? avail : need;
-            memcpy(dst + p->rx_off, p->stage + p->st_lo, k);
+            memcpy(dst + mp->rx_off, p->stage + p->st_lo, k);
             p->st_lo += k;
-            p->rx_off += k;
+            mp->rx_off += k;
             continue;
         }
         /* Small remainders go through the stage, which also picks up the
          * next header; large ones straight into place. */
         ssize_t n = need < STAGE_LEN / 2 ? fill_stage(p)
-                                         : recv(p->fd, dst + p->rx_off, need, MSG_DONTWAIT);
+                                         : recv(p->fd, dst + mp->rx_off, need, MSG_DONTWAIT);
         if (n > 0) {
             if (need < STAGE_LEN / 2)
                 p->st_hi += (size_t)n;
             else
-                p->rx_off += (size_t)n;
+                mp->rx_off += (size_t)n;
         } else if (!rx_stalled(t, p, n)) {
             return;
         }
@@ -525,8 +331,9 @@ static void rx_progress(tcp *t, peer *p)
 
 static void tx_progress(tcp *t, peer *p)
 {
-    while (p->sq_head && p->state == P_LIVE) {
-        ddp__req *r = p->sq_head;
+    ddp__match_peer *mp = &p->m;
+    while (mp->sq_head && mp->state == DDP__PEER_LIVE) {
+        ddp__req *r = mp->sq_head;
         struct iovec iov[2];
         int cnt = 0;
         if (p->tx_hdr_off < HDR_LEN)
@@ -535,8 +342,8 @@ static void tx_progress(tcp *t, peer *p)
             iov[cnt++] = (struct iovec){(uint8_t *)r->buf + r->done, r->len - r->done};
         ssize_t n = 0;
         if (cnt > 0) {
-            struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
-            n = sendmsg(p->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+            struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+            n = sendmsg(p->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n < 0) {
                 if (errno == EINTR)
                     continue;
@@ -549,7 +356,7 @@ static void tx_progress(tcp *t, peer *p)
                  * read it, so that the error names the cause, not the pipe. */
                 int err = errno;
                 rx_progress(t, p);
-                peer_down(t, p, P_DEAD, "send: %s", strerror(err));
+                ddp__match_down(&t->m, mp, DDP__PEER_DEAD, "send: %s", strerror(err));
                 return;
             }
         }
@@ -560,12 +367,12 @@ static void tx_progress(tcp *t, peer *p)
         r->done += k - h;
         if (p->tx_hdr_off == HDR_LEN && r->done == r->len) {
             r->status = 1;
-            p->sq_head = r->next;
-            if (!p->sq_head)
-                p->sq_tail = NULL;
+            mp->sq_head = r->next;
+            if (!mp->sq_head)
+                mp->sq_tail = NULL;
             r->next = NULL;
-            if (p->sq_head) {
-                build_header(p->tx_hdr, OP_DATA, p->sq_head->tag, p->sq_head->len);
+            if (mp->sq_head) {
+                build_header(p->tx_hdr, OP_DATA, mp->sq_head->tag, mp->sq_head->len);
                 p->tx_hdr_off = 0;
             }
         }
@@ -580,117 +387,29 @@ static void tx_progress(tcp *t, peer *p)
 /* The transport vtable                                                 */
 /* ------------------------------------------------------------------ */
 
-/* The first peer that failed (the cause), else any one that is down. */
-static const peer *failed_peer(const tcp *t)
-{
-    if (t->first_dead >= 0)
-        return &t->peers[t->first_dead];
-    for (int r = 0; r < t->base.size; r++)
-        if (r != t->base.rank && t->peers[r].state != P_LIVE)
-            return &t->peers[r];
-    return NULL;
-}
-
-static int check_peer(tcp *t, int rank, const char *what)
-{
-    if (rank < 0 || rank >= t->base.size || rank == t->base.rank)
-        return DDP_ERROR(DDP_ERR_INVALID_ARG, "%s: peer rank %d invalid for rank %d of %d", what,
-                         rank, t->base.rank, t->base.size);
-    if (t->peers[rank].state != P_LIVE)
-        return ddp__error_context(peer_error(&t->peers[rank]), "%s", what);
-    return 0;
-}
-
 static int tcp_isend(ddp__tp *tp, ddp__req *r)
 {
     tcp *t = (tcp *)tp;
-    int rc = check_peer(t, r->peer, "send");
-    if (rc < 0)
-        return fail_all(t, rc);
+    int first = ddp__match_isend(&t->m, r);
+    if (first <= 0)
+        return first;
     peer *p = &t->peers[r->peer];
-    r->next = NULL;
-    if (p->sq_tail) {
-        p->sq_tail->next = r;
-        p->sq_tail = r;
-        return 0;
-    }
-    p->sq_head = p->sq_tail = r;
     build_header(p->tx_hdr, OP_DATA, r->tag, r->len);
     p->tx_hdr_off = 0;
     tx_progress(t, p); /* eager: most small sends finish here */
     if (r->status < 0)
-        return fail_all(t, peer_error(p));
+        return ddp__match_fail_all(&t->m, ddp__match_peer_error(&p->m));
     return 0;
 }
 
 static int tcp_irecv(ddp__tp *tp, ddp__req *r)
 {
     tcp *t = (tcp *)tp;
-    if (r->peer < 0 || r->peer >= t->base.size || r->peer == t->base.rank)
-        return fail_all(t, check_peer(t, r->peer, "recv"));
-    peer *p = &t->peers[r->peer];
-    /* An older buffered frame with this tag comes first (also from a peer
-     * that has left since). */
-    unexp *prev = NULL;
-    for (unexp *u = p->ux_head; u; prev = u, u = u->next) {
-        if (u->tag != r->tag)
-            continue;
-        if (u->len != r->len) {
-            r->status = DDP_ERR_PROTOCOL;
-            return fail_all(t, len_mismatch(t, p, u->tag, u->len, r->len));
-        }
-        if (prev)
-            prev->next = u->next;
-        else
-            p->ux_head = u->next;
-        if (p->ux_tail == u)
-            p->ux_tail = prev;
-        if (u->len)
-            memcpy(r->buf, u->data, u->len);
-        r->done = u->len;
-        r->status = 1;
-        free(u->data);
-        free(u);
-        return 0;
-    }
-    int rc = check_peer(t, r->peer, "recv");
-    if (rc < 0)
-        return fail_all(t, rc);
-    r->next = NULL;
-    if (p->rx == RX_HELD) {
-        if (p->rx_tag == r->tag) {
-            if (p->rx_len != r->len) {
-                r->status = DDP_ERR_PROTOCOL;
-                return fail_all(t, len_mismatch(t, p, r->tag, p->rx_len, r->len));
-            }
-            p->rx_req = r;
-            p->rx = RX_BODY;
-            update_events(t, p);
-            return 0;
-        }
-        /* This receive's frame is behind the held one: copy the held one. */
-        if (buffer_frame(t, p) < 0)
-            return fail_all(t, peer_error(p));
-    }
-    if (p->pq_tail)
-        p->pq_tail->next = r;
-    else
-        p->pq_head = r;
-    p->pq_tail = r;
-    return 0;
-}
-
-static int timeout_error(tcp *t, ddp__req *const *reqs, int n, double waited)
-{
-    for (int i = 0; i < n; i++) {
-        if (reqs[i]->status != 0)
-            continue;
-        const peer *p = &t->peers[reqs[i]->peer];
-        return DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s %s %s (%zu of %zu bytes)",
-                         waited, reqs[i]->kind == DDP__REQ_SEND ? "sending to" : "waiting for",
-                         p->what, reqs[i]->done, reqs[i]->len);
-    }
-    return DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s", waited);
+    int held = r->peer >= 0 && r->peer < t->base.size && t->peers[r->peer].m.rx == DDP__RX_HELD;
+    int rc = ddp__match_irecv(&t->m, r);
+    if (rc == 0 && held) /* read the held frame now, into r or out of the way */
+        update_events(t, &t->peers[r->peer]);
+    return rc;
 }
 
 /* The spin pays when the peer runs on another core and answers within
@@ -716,26 +435,14 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
     int polled_empty = 0, slept = 0;
     struct epoll_event evs[64];
     for (;;) {
-        int pending = 0;
-        for (int i = 0; i < n; i++) {
-            if (reqs[i]->status < 0) {
-                /* Name the cause for a collective, else this request's peer. */
-                const peer *p = (flags & DDP__WAIT_ANY_PEER) && failed_peer(t)
-                                    ? failed_peer(t)
-                                    : &t->peers[reqs[i]->peer];
-                return fail_all(t, peer_error(p));
-            }
-            pending += reqs[i]->status == 0;
-        }
-        if (!pending) {
+        int rc = ddp__match_poll(&t->m, reqs, n, flags);
+        if (rc == 0)
             adapt_spin(t, polled_empty, slept);
-            return 0;
-        }
-        if ((flags & DDP__WAIT_ANY_PEER) && t->ndead)
-            return fail_all(t, peer_error(failed_peer(t)));
+        if (rc <= 0)
+            return rc;
         double now = ddp_time_now();
         if (now >= deadline)
-            return fail_all(t, timeout_error(t, reqs, n, now - start));
+            return ddp__match_timeout(&t->m, reqs, n, now - start);
         /* Spin briefly (a reply often comes within microseconds), then sleep:
          * the compute threads need the cores. */
         int ms = 0;
@@ -749,20 +456,24 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
         if (nev < 0) {
             if (errno == EINTR)
                 continue;
-            return fail_all(t, DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_wait"));
+            return ddp__match_fail_all(&t->m,
+                                       DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_wait"));
         }
         for (int i = 0; i < nev; i++) {
             peer *p = evs[i].data.ptr;
             uint32_t ev = evs[i].events;
-            if (p->state != P_LIVE)
+            if (p->m.state != DDP__PEER_LIVE)
                 continue;
             if (ev & EPOLLOUT)
                 tx_progress(t, p);
             /* A closed or failed socket with a held frame: read it all now,
              * to learn whether the peer said goodbye. */
-            if ((ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && p->rx == RX_HELD &&
-                p->state == P_LIVE && buffer_frame(t, p) < 0)
-                continue;
+            if ((ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && p->m.rx == DDP__RX_HELD &&
+                p->m.state == DDP__PEER_LIVE) {
+                if (ddp__match_buffer(&t->m, &p->m) < 0)
+                    continue;
+                update_events(t, p);
+            }
             if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 rx_progress(t, p);
         }
@@ -772,7 +483,7 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
 static void tcp_abort(ddp__tp *tp, int code, const char *why)
 {
     (void)code;
-    abort_all((tcp *)tp, why);
+    ddp__match_abort(&((tcp *)tp)->m, why);
 }
 
 static void tcp_destroy(ddp__tp *tp)
@@ -785,10 +496,10 @@ static void tcp_destroy(ddp__tp *tp)
         if (p->fd >= 0) {
             /* Goodbye, unless a frame is half-written (the stream is no
              * longer in step then, and the peer must see a failure). */
-            if (p->state == P_LIVE && !p->sq_head) {
+            if (p->m.state == DDP__PEER_LIVE && !p->m.sq_head) {
                 uint8_t h[HDR_LEN];
                 build_header(h, OP_BYE, 0, 0);
-                (void)ddp__net_write_full(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->what);
+                (void)ddp__net_write_full(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
                 shutdown(p->fd, SHUT_WR);
                 /* Drain what is unread so that close sends FIN, not RST
                  * (an RST could destroy our BYE before the peer reads it). */
@@ -798,15 +509,10 @@ static void tcp_destroy(ddp__tp *tp)
             }
             close(p->fd);
         }
-        if (p->rx_ux) {
-            free(p->rx_ux->data);
-            free(p->rx_ux);
-        }
-        free_unexp(p->ux_head);
     }
+    ddp__match_destroy(&t->m);
     if (t->epfd >= 0)
         close(t->epfd);
-    free(t->peers);
     free(t);
 }
 
@@ -849,8 +555,8 @@ static int add_peer(tcp *t, int r, int fd)
     p->ev = EPOLLIN | EPOLLRDHUP;
     struct epoll_event e = {.events = p->ev, .data.ptr = p};
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_ctl(ADD) for %s", p->what);
-    p->state = P_LIVE;
+        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_ctl(ADD) for %s", p->m.what);
+    p->m.state = DDP__PEER_LIVE;
     return 0;
 }
 
@@ -861,10 +567,10 @@ static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, 
         int port = 0, fd = -1;
         DDP_TRY(parse_record(&recs[r], r, host, sizeof host, &port));
         peer *p = &t->peers[r];
-        snprintf(p->what, sizeof p->what, "rank %d (%s:%d)", r, host, port);
+        snprintf(p->m.what, sizeof p->m.what, "rank %d (%s:%d)", r, host, port);
         int rc = ddp__net_connect(host, port, deadline, &fd);
         if (rc == 0)
-            rc = ddp__hs_client(fd, hs, r, deadline, p->what);
+            rc = ddp__hs_client(fd, hs, r, deadline, p->m.what);
         if (rc == 0)
             rc = add_peer(t, r, fd);
         if (rc < 0) {
@@ -914,7 +620,7 @@ static int accept_down(tcp *t, const ddp__hs_ctx *hs, int lfd, double deadline,
             close(fd);
             continue;
         }
-        snprintf(t->peers[src].what, sizeof t->peers[src].what, "rank %d (%s)", src, addr);
+        snprintf(t->peers[src].m.what, sizeof t->peers[src].m.what, "rank %d (%s)", src, addr);
         rc = add_peer(t, src, fd);
         if (rc < 0) {
             close(fd);
@@ -948,19 +654,18 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     t->base.rank = rank;
     t->base.size = size;
     t->epfd = -1;
-    t->first_dead = -1;
     const char *spin = getenv("DDP_TCP_SPIN_US");
     t->spin_max = (spin && *spin ? atof(spin) : DEFAULT_SPIN_US) * 1e-6;
     t->spin_s = t->spin_max;
-    t->peers = calloc((size_t)size, sizeof *t->peers);
-    DDP_FAIL_OUT(!t->peers, DDP_ERR_NOMEM, "out of memory");
+    DDP_TRY_OUT(ddp__match_init(&t->m, &tcp_match_ops, rank, size, sizeof(peer)));
+    t->peers = t->m.peers;
     for (int r = 0; r < size; r++) {
-        t->peers[r].fd = -1;
-        t->peers[r].rank = r;
-        t->peers[r].state = r == rank ? P_LIVE : P_DEAD;
-        t->peers[r].err = DDP_ERR_PEER;
-        snprintf(t->peers[r].what, sizeof t->peers[r].what, "rank %d", r);
-        snprintf(t->peers[r].why, sizeof t->peers[r].why, "rank %d: not connected", r);
+        peer *p = &t->peers[r];
+        p->fd = -1;
+        if (r != rank) { /* until add_peer */
+            p->m.state = DDP__PEER_DEAD;
+            snprintf(p->m.why, sizeof p->m.why, "rank %d: not connected", r);
+        }
     }
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     DDP_FAIL_OUT(t->epfd < 0, DDP_ERR_SYSTEM, "epoll_create1: %s", strerror(errno));
@@ -1018,7 +723,7 @@ int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out)
 {
     if (!tp || tp->vt != &tcp_vtable)
         return -1;
-    *out = ((tcp *)tp)->stats;
+    *out = ((tcp *)tp)->m.stats;
     return 0;
 }
 
