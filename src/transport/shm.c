@@ -33,7 +33,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +46,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/handshake.h"
+#include "transport/match.h"
 #include "transport/net.h"
 #include "transport/rendezvous.h"
 #include "transport/symmetric.h"
@@ -66,14 +66,11 @@ enum { MSG_DATA = 1, MSG_RTS = 2 };
 #define DEFAULT_WINDOW (1u << 20)
 #define DEFAULT_CMA_MIN (32u << 10)   /* RTS (one copy) from this many bytes */
 #define STREAM_CHUNK (64u << 10)      /* a large message's counters move every this many bytes */
-#define EAGER_MAX (64u << 10)         /* unexpected messages up to this are copied at once */
 #define DEFAULT_SPIN_US 20.0
 #define DEFAULT_YIELD_US 200.0
 #define SLEEP_MAX_S 0.01              /* futex naps: peers are checked between them */
 #define LIVENESS_S 0.002              /* pidfd checks while idle, at most this often */
 
-enum { RX_HDR, RX_BODY, RX_HELD };
-enum { P_LIVE, P_LEFT, P_DEAD, P_ABORTED };
 enum { S_LIVE = 0, S_LEFT = 1, S_ABORTED = 2 }; /* slot state in the segment */
 
 /* ------------------------------------------------------------------ */
@@ -110,42 +107,23 @@ typedef struct ring_ctl {
     _Atomic uint64_t acked __attribute__((aligned(LINE)));
 } ring_ctl;
 
-typedef struct unexp {
-    uint64_t tag;
-    size_t len;
-    uint8_t *data;
-    struct unexp *next;
-} unexp;
-
 typedef struct peer {
-    int rank;
-    int state;
-    int err;
+    ddp__match_peer m; /* first: the engine's part (queues, receive state, failure) */
     int pidfd;
     pid_t pid;
     int cma;             /* this rank sends RTS to the peer (it can read us) */
-    char what[64];       /* "rank 3 (pid 1234)" */
-    char why[WHY_LEN + 128];
     /* send side: ring me -> peer */
     ring_ctl *tx;
     uint8_t *tx_data;
     uint64_t tx_head, tx_tail_cache;
-    ddp__req *sq_head, *sq_tail; /* waiting for ring space */
-    int sq_hdr_done;             /* the head's header is in the ring */
-    ddp__req *cq_head, *cq_tail; /* RTS sent, waiting for acked */
-    uint64_t cma_sent, cma_done;
+    int sq_hdr_done;             /* the head of m.sq has its header in the ring */
+    uint64_t cma_sent, cma_done; /* RTS sent, and completed by the peer's acks */
     /* receive side: ring peer -> me */
     ring_ctl *rx_ring;
     uint8_t *rx_data;
     uint64_t rx_tail, rx_head_cache;
-    ddp__req *pq_head, *pq_tail; /* posted receives */
-    unexp *ux_head, *ux_tail;
-    int rx;
-    int rx_type;
-    uint64_t rx_tag, rx_addr;
-    size_t rx_len, rx_off;
-    ddp__req *rx_req;
-    unexp *rx_ux;
+    int rx_type;         /* of the message in progress: MSG_DATA or MSG_RTS */
+    uint64_t rx_addr;    /* RTS: the sender's buffer, in its address space */
 } peer;
 
 typedef struct shm {
@@ -161,9 +139,8 @@ typedef struct shm {
     ddp__window win;
     uint8_t **win_slot;
     ddp__win_flag **win_flag;
-    peer *peers;
-    int ndead;
-    int first_dead;
+    ddp__match m;
+    peer *peers;        /* m's peers */
     int failed;         /* this rank aborted */
     double spin_s, yield_s;
     double last_check;
@@ -254,99 +231,6 @@ static uint64_t get64(const uint8_t *p)
     return v;
 }
 
-static void fail_list(ddp__req *r, int code)
-{
-    while (r) {
-        ddp__req *next = r->next;
-        r->status = code;
-        r->next = NULL;
-        r = next;
-    }
-}
-
-static void free_unexp(unexp *u)
-{
-    while (u) {
-        unexp *next = u->next;
-        free(u->data);
-        free(u);
-        u = next;
-    }
-}
-
-/* Takes the peer out of service and fails every request that involves it.
- * state is P_DEAD (an error), P_LEFT (it destroyed its group) or P_ABORTED
- * (this rank gave up). */
-__attribute__((format(printf, 4, 5)))
-static void peer_down(shm *s, peer *p, int state, const char *fmt, ...)
-{
-    if (p->state != P_LIVE)
-        return;
-    char msg[WHY_LEN + 64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(p->why, sizeof p->why, "%s %s", p->what, msg);
-    p->state = state;
-    p->err = DDP_ERR_PEER;
-    if (state == P_DEAD) {
-        s->ndead++;
-        if (s->first_dead < 0)
-            s->first_dead = p->rank;
-        DDP_WARN("shm rank %d: %s", s->base.rank, p->why);
-    } else {
-        DDP_DEBUG("shm rank %d: %s", s->base.rank, p->why);
-    }
-    fail_list(p->sq_head, p->err);
-    fail_list(p->cq_head, p->err);
-    fail_list(p->pq_head, p->err);
-    if (p->rx_req)
-        p->rx_req->status = p->err;
-    p->sq_head = p->sq_tail = p->cq_head = p->cq_tail = p->pq_head = p->pq_tail = NULL;
-    p->rx_req = NULL;
-    if (p->rx_ux) {
-        free(p->rx_ux->data);
-        free(p->rx_ux);
-        p->rx_ux = NULL;
-    }
-    if (state != P_LEFT) {
-        free_unexp(p->ux_head);
-        p->ux_head = p->ux_tail = NULL;
-    }
-}
-
-static int peer_error(const peer *p) { return DDP_ERROR(p->err, "%s", p->why); }
-
-static ddp__req *take_posted(peer *p, uint64_t tag)
-{
-    ddp__req *prev = NULL;
-    for (ddp__req *r = p->pq_head; r; prev = r, r = r->next) {
-        if (r->tag != tag)
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->pq_head = r->next;
-        if (p->pq_tail == r)
-            p->pq_tail = prev;
-        r->next = NULL;
-        return r;
-    }
-    return NULL;
-}
-
-static int len_mismatch(shm *s, peer *p, uint64_t tag, uint64_t got, size_t want)
-{
-    char msg[200];
-    snprintf(msg, sizeof msg,
-             "sent %" PRIu64 " bytes for tag 0x%" PRIx64 " where %zu were expected "
-             "(do the ranks call the same collectives with the same sizes?)",
-             got, tag, want);
-    peer_down(s, p, P_DEAD, "%s", msg);
-    return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: %s", p->what, msg);
-}
-
 /* ------------------------------------------------------------------ */
 /* Send side                                                            */
 /* ------------------------------------------------------------------ */
@@ -366,7 +250,7 @@ static int tx_progress(shm *s, peer *p)
 {
     uint64_t start = p->tx_head;
     ddp__req *r;
-    while ((r = p->sq_head) != NULL) {
+    while ((r = p->m.sq_head) != NULL) {
         uint64_t room = tx_free(s, p);
         if (!p->sq_hdr_done) {
             if (room < HDR_LEN)
@@ -382,15 +266,15 @@ static int tx_progress(shm *s, peer *p)
             room -= HDR_LEN;
             p->sq_hdr_done = 1;
             if (rts) { /* completes when the receiver has pulled it */
-                p->sq_head = r->next;
-                if (!p->sq_head)
-                    p->sq_tail = NULL;
+                p->m.sq_head = r->next;
+                if (!p->m.sq_head)
+                    p->m.sq_tail = NULL;
                 r->next = NULL;
-                if (p->cq_tail)
-                    p->cq_tail->next = r;
+                if (p->m.cq_tail)
+                    p->m.cq_tail->next = r;
                 else
-                    p->cq_head = r;
-                p->cq_tail = r;
+                    p->m.cq_head = r;
+                p->m.cq_tail = r;
                 p->cma_sent++;
                 p->sq_hdr_done = 0;
                 continue;
@@ -414,31 +298,31 @@ static int tx_progress(shm *s, peer *p)
             break;
         }
         r->status = 1; /* copied into the ring: the buffer is free again */
-        p->sq_head = r->next;
-        if (!p->sq_head)
-            p->sq_tail = NULL;
+        p->m.sq_head = r->next;
+        if (!p->m.sq_head)
+            p->m.sq_tail = NULL;
         r->next = NULL;
         p->sq_hdr_done = 0;
     }
     if (p->tx_head == start)
         return 0;
     atomic_store_explicit(&p->tx->head, p->tx_head, memory_order_release);
-    notify(s, p->rank);
+    notify(s, p->m.rank);
     return 1;
 }
 
 /* Completes RTS sends the receiver has pulled; 1 if any. */
 static int cma_progress(peer *p)
 {
-    if (!p->cq_head)
+    if (!p->m.cq_head)
         return 0;
     uint64_t acked = atomic_load_explicit(&p->tx->acked, memory_order_acquire);
     int moved = 0;
-    while (p->cma_done < acked && p->cq_head) {
-        ddp__req *r = p->cq_head;
-        p->cq_head = r->next;
-        if (!p->cq_head)
-            p->cq_tail = NULL;
+    while (p->cma_done < acked && p->m.cq_head) {
+        ddp__req *r = p->m.cq_head;
+        p->m.cq_head = r->next;
+        if (!p->m.cq_head)
+            p->m.cq_tail = NULL;
         r->next = NULL;
         r->done = r->len;
         r->status = 1;
@@ -473,77 +357,39 @@ static int cma_read(shm *s, peer *p, void *dst, uint64_t addr, size_t len)
         /* A sender that gave up or died may have freed the buffer: say so
          * rather than "Bad address". */
         check_peers(s, 1);
-        if (p->state != P_LIVE)
+        if (p->m.state != DDP__PEER_LIVE)
             return -1;
         errno = e;
         if (n < 0 && errno == ESRCH)
-            peer_down(s, p, P_DEAD, "died (reading its %zu-byte message failed: no such process)",
-                      len);
+            ddp__match_down(&s->m, &p->m, DDP__PEER_DEAD,
+                            "died (reading its %zu-byte message failed: no such process)", len);
         else
-            peer_down(s, p, P_DEAD, "process_vm_readv of %zu bytes failed: %s", len,
-                      n < 0 ? strerror(errno) : "no progress");
+            ddp__match_down(&s->m, &p->m, DDP__PEER_DEAD,
+                            "process_vm_readv of %zu bytes failed: %s", len,
+                            n < 0 ? strerror(errno) : "no progress");
         return -1;
     }
     return 0;
 }
 
-/* The message whose header was consumed goes nowhere yet: copy it into a
- * fresh unexpected buffer (an RTS is pulled at once). */
-static int buffer_msg(shm *s, peer *p)
+/* An RTS message whose place is known (a posted receive, or a fresh
+ * unexpected buffer): pulled at once, then acknowledged, which completes
+ * the sender's send.  0 or -1 (the peer is down). */
+static int pull(shm *s, peer *p)
 {
-    unexp *u = calloc(1, sizeof *u);
-    uint8_t *data = malloc(p->rx_len ? p->rx_len : 1);
-    if (!u || !data) {
-        free(u);
-        free(data);
-        peer_down(s, p, P_DEAD, "out of memory buffering a %zu-byte message", p->rx_len);
+    if (cma_read(s, p, ddp__match_dst(&p->m), p->rx_addr, p->m.rx_len) < 0)
         return -1;
-    }
-    u->tag = p->rx_tag;
-    u->len = p->rx_len;
-    u->data = data;
-    p->rx_req = NULL;
-    if (p->rx_type == MSG_RTS) {
-        if (cma_read(s, p, data, p->rx_addr, p->rx_len) < 0) {
-            free(data);
-            free(u);
-            return -1;
-        }
-        atomic_fetch_add_explicit(&p->rx_ring->acked, 1, memory_order_release);
-        notify(s, p->rank);
-        if (p->ux_tail)
-            p->ux_tail->next = u;
-        else
-            p->ux_head = u;
-        p->ux_tail = u;
-        p->rx = RX_HDR;
-        return 0;
-    }
-    p->rx_ux = u;
-    p->rx = RX_BODY;
+    atomic_fetch_add_explicit(&p->rx_ring->acked, 1, memory_order_release);
+    notify(s, p->m.rank);
+    ddp__match_done(&s->m, &p->m);
     return 0;
 }
 
-/* Delivers the current message into posted receive r (lengths checked). */
-static int deliver(shm *s, peer *p, ddp__req *r)
+/* After the engine moved the message in progress to BODY: an RTS is pulled
+ * now, a DATA message streams through the ring. */
+static int body_started(shm *s, peer *p)
 {
-    if (r->len != p->rx_len) {
-        r->status = DDP_ERR_PROTOCOL;
-        return len_mismatch(s, p, p->rx_tag, p->rx_len, r->len);
-    }
-    if (p->rx_type == MSG_RTS) {
-        if (cma_read(s, p, r->buf, p->rx_addr, r->len) < 0)
-            return -1;
-        atomic_fetch_add_explicit(&p->rx_ring->acked, 1, memory_order_release);
-        notify(s, p->rank);
-        r->done = r->len;
-        r->status = 1;
-        p->rx = RX_HDR;
-        return 0;
-    }
-    p->rx_req = r;
-    p->rx = RX_BODY;
-    return 0;
+    return p->m.rx == DDP__RX_BODY && p->rx_type == MSG_RTS ? pull(s, p) : 0;
 }
 
 static int start_msg(shm *s, peer *p)
@@ -553,103 +399,64 @@ static int start_msg(shm *s, peer *p)
     p->rx_tail += HDR_LEN;
     uint64_t w = get64(h);
     uint32_t magic = (uint32_t)w, type = (uint32_t)(w >> 32);
-    p->rx_tag = get64(h + 8);
-    uint64_t len = get64(h + 16);
+    uint64_t tag = get64(h + 8), len = get64(h + 16);
     p->rx_addr = get64(h + 24);
     if (magic != MSG_MAGIC || (type != MSG_DATA && type != MSG_RTS) || len > ((uint64_t)1 << 46)) {
-        peer_down(s, p, P_DEAD, "wrote a malformed message (magic 0x%08x, type %u); ring dropped",
-                  magic, type);
+        ddp__match_down(&s->m, &p->m, DDP__PEER_DEAD,
+                        "wrote a malformed message (magic 0x%08x, type %u); ring dropped", magic,
+                        type);
         return -1;
     }
     p->rx_type = (int)type;
-    p->rx_len = (size_t)len;
-    p->rx_off = 0;
-    ddp__req *r = take_posted(p, p->rx_tag);
-    if (r)
-        return deliver(s, p, r);
-    if (len <= EAGER_MAX || p->pq_head)
-        return buffer_msg(s, p);
-    p->rx = RX_HELD;
-    return 0;
-}
-
-static void body_done(shm *s, peer *p)
-{
-    if (p->rx_req) {
-        p->rx_req->done = p->rx_len;
-        p->rx_req->status = 1;
-    } else {
-        unexp *u = p->rx_ux;
-        ddp__req *r = take_posted(p, u->tag); /* posted while the message arrived */
-        if (r && r->len != u->len) {
-            r->status = DDP_ERR_PROTOCOL;
-            len_mismatch(s, p, u->tag, u->len, r->len);
-            free(u->data);
-            free(u);
-        } else if (r) {
-            if (u->len)
-                memcpy(r->buf, u->data, u->len);
-            r->done = u->len;
-            r->status = 1;
-            free(u->data);
-            free(u);
-        } else {
-            if (p->ux_tail)
-                p->ux_tail->next = u;
-            else
-                p->ux_head = u;
-            p->ux_tail = u;
-        }
-    }
-    p->rx_req = NULL;
-    p->rx_ux = NULL;
-    p->rx = RX_HDR;
+    if (ddp__match_arrive(&s->m, &p->m, tag, (size_t)len) < 0)
+        return -1;
+    return body_started(s, p);
 }
 
 /* Consumes what the peer wrote as far as receives allow; 1 if anything
  * moved. */
 static int rx_progress(shm *s, peer *p)
 {
+    ddp__match_peer *mp = &p->m;
     uint64_t start = p->rx_tail;
     int moved = 0;
-    while (p->state == P_LIVE && p->rx != RX_HELD) {
+    while (mp->state == DDP__PEER_LIVE && mp->rx != DDP__RX_HELD) {
         uint64_t avail = p->rx_head_cache - p->rx_tail;
-        if (avail == 0 || (p->rx == RX_HDR && avail < HDR_LEN)) {
+        if (avail == 0 || (mp->rx == DDP__RX_HDR && avail < HDR_LEN)) {
             p->rx_head_cache = atomic_load_explicit(&p->rx_ring->head, memory_order_acquire);
             avail = p->rx_head_cache - p->rx_tail;
         }
-        if (p->rx == RX_HDR) {
+        if (mp->rx == DDP__RX_HDR) {
             if (avail < HDR_LEN)
                 break;
             moved = 1;
             if (start_msg(s, p) < 0)
                 break;
-            if (p->rx == RX_BODY && p->rx_len == 0)
-                body_done(s, p);
+            if (mp->rx == DDP__RX_BODY && mp->rx_len == 0)
+                ddp__match_done(&s->m, mp);
             continue;
         }
-        /* RX_BODY */
-        size_t k = p->rx_len - p->rx_off;
+        /* DDP__RX_BODY */
+        size_t k = mp->rx_len - mp->rx_off;
         if (k > avail)
             k = (size_t)avail;
         if (k > STREAM_CHUNK)
             k = STREAM_CHUNK;
         if (k == 0)
             break;
-        uint8_t *dst = p->rx_req ? p->rx_req->buf : p->rx_ux->data;
-        ring_get(p->rx_data, s->mask, p->rx_tail, dst + p->rx_off, k);
+        ring_get(p->rx_data, s->mask, p->rx_tail, ddp__match_dst(mp) + mp->rx_off, k);
         p->rx_tail += k;
-        p->rx_off += k;
-        if (p->rx_off < p->rx_len) /* give the producer the room back now */
+        mp->rx_off += k;
+        if (mp->rx_off < mp->rx_len) /* give the producer the room back now */
             atomic_store_explicit(&p->rx_ring->tail, p->rx_tail, memory_order_release);
-        if (p->rx_req)
-            p->rx_req->done = p->rx_off;
-        if (p->rx_off == p->rx_len)
-            body_done(s, p);
+        if (mp->rx_req)
+            mp->rx_req->done = mp->rx_off;
+        if (mp->rx_off == mp->rx_len)
+            ddp__match_done(&s->m, mp);
     }
     if (p->rx_tail != start) {
         atomic_store_explicit(&p->rx_ring->tail, p->rx_tail, memory_order_release);
-        notify(s, p->rank);
+        notify(s, mp->rank);
         moved = 1;
     }
     return moved;
@@ -659,49 +466,31 @@ static int rx_progress(shm *s, peer *p)
 /* Failure                                                              */
 /* ------------------------------------------------------------------ */
 
-static const peer *failed_peer(const shm *s)
-{
-    if (s->first_dead >= 0)
-        return &s->peers[s->first_dead];
-    for (int r = 0; r < s->base.size; r++)
-        if (r != s->base.rank && s->peers[r].state != P_LIVE)
-            return &s->peers[r];
-    return NULL;
-}
+static shm *shm_of(ddp__match *m) { return (shm *)((uint8_t *)m - offsetof(shm, m)); }
 
-/* After any error: the segment says why this rank gives up, peers are
- * woken to read it, every request is dropped. */
-static void abort_all(shm *s, const char *why)
+/* This rank gives up: the segment says why, and the live peers are woken
+ * to read it (the engine then drops every request). */
+static void give_up(ddp__match *m, const char *why)
 {
+    shm *s = shm_of(m);
     if (!s->failed && s->slots) {
         seg_slot *me = &s->slots[s->base.rank];
         snprintf(me->why, sizeof me->why, "%s", why);
         atomic_store_explicit(&me->state, S_ABORTED, memory_order_release);
         s->failed = 1;
     }
-    for (int r = 0; r < s->base.size; r++) {
-        peer *p = &s->peers[r];
-        if (r == s->base.rank)
-            continue;
-        if (p->state == P_LIVE) {
+    for (int r = 0; r < s->base.size; r++)
+        if (r != s->base.rank && s->peers[r].m.state == DDP__PEER_LIVE)
             notify(s, r);
-            peer_down(s, p, P_ABORTED, "(this rank gave up after an error)");
-        }
-        fail_list(p->sq_head, p->err);
-        fail_list(p->cq_head, p->err);
-        fail_list(p->pq_head, p->err);
-        p->sq_head = p->sq_tail = p->cq_head = p->cq_tail = p->pq_head = p->pq_tail = NULL;
-        p->rx_req = NULL;
-    }
 }
 
-static int fail_all(shm *s, int rc)
-{
-    char why[WHY_LEN];
-    snprintf(why, sizeof why, "rank %d: %s", s->base.rank, ddp_last_error());
-    abort_all(s, why);
-    return rc;
-}
+static const ddp__match_ops shm_match_ops = {
+    .name = "shm",
+    .sep = " ",
+    .reason_max = WHY_LEN + 64,
+    .aborted = "(this rank gave up after an error)",
+    .give_up = give_up,
+};
 
 /* Reads the peers' states from the segment and their pidfds (at most every
  * LIVENESS_S, unless force or a peer gave up: then a death behind it is
@@ -713,14 +502,14 @@ static void check_peers(shm *s, int force)
     double now = ddp_time_now();
     int pids = force || now - s->last_check >= LIVENESS_S;
     for (int r = 0; r < n && !pids; r++)
-        pids = r != s->base.rank && s->peers[r].state == P_LIVE &&
+        pids = r != s->base.rank && s->peers[r].m.state == DDP__PEER_LIVE &&
                atomic_load_explicit(&s->slots[r].state, memory_order_acquire) == S_ABORTED;
     if (pids) {
         s->last_check = now;
         for (int r = 0; r < n; r++) {
             peer *p = &s->peers[r];
             /* One that left or gave up has said so: its exit is no news. */
-            if (r == s->base.rank || p->state != P_LIVE ||
+            if (r == s->base.rank || p->m.state != DDP__PEER_LIVE ||
                 atomic_load_explicit(&s->slots[r].state, memory_order_acquire) != S_LIVE)
                 continue;
             int dead;
@@ -731,19 +520,22 @@ static void check_peers(shm *s, int force)
                 dead = kill(p->pid, 0) < 0 && errno == ESRCH;
             }
             if (dead)
-                peer_down(s, p, P_DEAD, "died (process exited without leaving the group)");
+                ddp__match_down(&s->m, &p->m, DDP__PEER_DEAD,
+                                "died (process exited without leaving the group)");
         }
     }
     for (int r = 0; r < n; r++) {
         peer *p = &s->peers[r];
-        if (r == s->base.rank || p->state != P_LIVE)
+        if (r == s->base.rank || p->m.state != DDP__PEER_LIVE)
             continue;
         uint32_t st = atomic_load_explicit(&s->slots[r].state, memory_order_acquire);
         if (st == S_ABORTED)
-            peer_down(s, p, P_DEAD, "gave up: %.*s", WHY_LEN - 1, s->slots[r].why);
-        else if (st == S_LEFT && p->rx == RX_HDR &&
+            ddp__match_down(&s->m, &p->m, DDP__PEER_DEAD, "gave up: %.*s", WHY_LEN - 1,
+                            s->slots[r].why);
+        else if (st == S_LEFT && p->m.rx == DDP__RX_HDR &&
                  atomic_load_explicit(&p->rx_ring->head, memory_order_acquire) == p->rx_tail)
-            peer_down(s, p, P_LEFT, "left the group (destroyed its process group)");
+            ddp__match_down(&s->m, &p->m, DDP__PEER_LEFT,
+                            "left the group (destroyed its process group)");
     }
 }
 
@@ -751,30 +543,13 @@ static void check_peers(shm *s, int force)
 /* The vtable                                                           */
 /* ------------------------------------------------------------------ */
 
-static int check_peer(shm *s, int rank, const char *what)
-{
-    if (rank < 0 || rank >= s->base.size || rank == s->base.rank)
-        return DDP_ERROR(DDP_ERR_INVALID_ARG, "%s: peer rank %d invalid for rank %d of %d", what,
-                         rank, s->base.rank, s->base.size);
-    if (s->peers[rank].state != P_LIVE)
-        return ddp__error_context(peer_error(&s->peers[rank]), "%s", what);
-    return 0;
-}
-
 static int shm_isend(ddp__tp *tp, ddp__req *r)
 {
     shm *s = (shm *)tp;
-    int rc = check_peer(s, r->peer, "send");
-    if (rc < 0)
-        return fail_all(s, rc);
+    int first = ddp__match_isend(&s->m, r);
+    if (first <= 0)
+        return first;
     peer *p = &s->peers[r->peer];
-    r->next = NULL;
-    if (p->sq_tail) {
-        p->sq_tail->next = r;
-        p->sq_tail = r;
-        return 0;
-    }
-    p->sq_head = p->sq_tail = r;
     p->sq_hdr_done = 0;
     tx_progress(s, p); /* eager: small sends finish here */
     return 0;
@@ -783,53 +558,12 @@ static int shm_isend(ddp__tp *tp, ddp__req *r)
 static int shm_irecv(ddp__tp *tp, ddp__req *r)
 {
     shm *s = (shm *)tp;
-    if (r->peer < 0 || r->peer >= s->base.size || r->peer == s->base.rank)
-        return fail_all(s, check_peer(s, r->peer, "recv"));
-    peer *p = &s->peers[r->peer];
-    /* An older buffered message with this tag comes first (also from a
-     * peer that has left since). */
-    unexp *prev = NULL;
-    for (unexp *u = p->ux_head; u; prev = u, u = u->next) {
-        if (u->tag != r->tag)
-            continue;
-        if (u->len != r->len) {
-            r->status = DDP_ERR_PROTOCOL;
-            return fail_all(s, len_mismatch(s, p, u->tag, u->len, r->len));
-        }
-        if (prev)
-            prev->next = u->next;
-        else
-            p->ux_head = u->next;
-        if (p->ux_tail == u)
-            p->ux_tail = prev;
-        if (u->len)
-            memcpy(r->buf, u->data, u->len);
-        r->done = u->len;
-        r->status = 1;
-        free(u->data);
-        free(u);
-        return 0;
-    }
-    int rc = check_peer(s, r->peer, "recv");
-    if (rc < 0)
-        return fail_all(s, rc);
-    r->next = NULL;
-    if (p->rx == RX_HELD) {
-        if (p->rx_tag == r->tag) {
-            if (deliver(s, p, r) < 0) /* the peer is down: the message says why */
-                return fail_all(s, peer_error(p));
-            return 0;
-        }
-        /* This receive's message is behind the held one: copy the held one. */
-        if (buffer_msg(s, p) < 0)
-            return fail_all(s, peer_error(p));
-    }
-    if (p->pq_tail)
-        p->pq_tail->next = r;
-    else
-        p->pq_head = r;
-    p->pq_tail = r;
-    return 0;
+    int held = r->peer >= 0 && r->peer < s->base.size && s->peers[r->peer].m.rx == DDP__RX_HELD;
+    int rc = ddp__match_irecv(&s->m, r);
+    /* The held message now has its place (r, or a copy): an RTS is pulled. */
+    if (rc == 0 && held && body_started(s, &s->peers[r->peer]) < 0)
+        return ddp__match_fail_all(&s->m, ddp__match_peer_error(&s->peers[r->peer].m));
+    return rc;
 }
 
 static int progress_all(shm *s)
@@ -837,11 +571,11 @@ static int progress_all(shm *s)
     int moved = 0;
     for (int i = 0; i < s->base.size; i++) {
         peer *p = &s->peers[i];
-        if (i == s->base.rank || p->state != P_LIVE)
+        if (i == s->base.rank || p->m.state != DDP__PEER_LIVE)
             continue;
-        if (p->sq_head)
+        if (p->m.sq_head)
             moved |= tx_progress(s, p);
-        if (p->cq_head)
+        if (p->m.cq_head)
             moved |= cma_progress(p);
         moved |= rx_progress(s, p);
     }
@@ -854,25 +588,13 @@ static int unhold_all(shm *s)
     int moved = 0;
     for (int i = 0; i < s->base.size; i++) {
         peer *p = &s->peers[i];
-        if (i != s->base.rank && p->state == P_LIVE && p->rx == RX_HELD) {
-            buffer_msg(s, p);
+        if (i != s->base.rank && p->m.state == DDP__PEER_LIVE && p->m.rx == DDP__RX_HELD) {
+            if (ddp__match_buffer(&s->m, &p->m) == 0)
+                body_started(s, p);
             moved = 1;
         }
     }
     return moved;
-}
-
-static int timeout_error(shm *s, ddp__req *const *reqs, int n, double waited)
-{
-    for (int i = 0; i < n; i++) {
-        if (reqs[i]->status != 0)
-            continue;
-        const peer *p = &s->peers[reqs[i]->peer];
-        return DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s %s %s (%zu of %zu bytes)",
-                         waited, reqs[i]->kind == DDP__REQ_SEND ? "sending to" : "waiting for",
-                         p->what, reqs[i]->done, reqs[i]->len);
-    }
-    return DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s", waited);
 }
 
 /* Sleeps on this rank's bell for at most secs, unless done(arg) says the
@@ -900,20 +622,9 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
     double start = 0, idle_since = 0;
     unsigned spins = 0;
     for (;;) {
-        int pending = 0;
-        for (int i = 0; i < n; i++) {
-            if (reqs[i]->status < 0) {
-                const peer *p = (flags & DDP__WAIT_ANY_PEER) && failed_peer(s)
-                                    ? failed_peer(s)
-                                    : &s->peers[reqs[i]->peer];
-                return fail_all(s, peer_error(p));
-            }
-            pending += reqs[i]->status == 0;
-        }
-        if (!pending)
-            return 0;
-        if ((flags & DDP__WAIT_ANY_PEER) && s->ndead)
-            return fail_all(s, peer_error(failed_peer(s)));
+        int rc = ddp__match_poll(&s->m, reqs, n, flags);
+        if (rc <= 0)
+            return rc;
         if (progress_all(s)) {
             spins = 0;
             idle_since = 0;
@@ -933,7 +644,7 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
             idle_since = now;
         check_peers(s, 0);
         if (now >= deadline)
-            return fail_all(s, timeout_error(s, reqs, n, now - start));
+            return ddp__match_timeout(&s->m, reqs, n, now - start);
         double idle = now - idle_since;
         if (idle < s->spin_s)
             continue;
@@ -955,7 +666,7 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
 static void shm_abort(ddp__tp *tp, int code, const char *why)
 {
     (void)code;
-    abort_all((shm *)tp, why);
+    ddp__match_abort(&((shm *)tp)->m, why);
 }
 
 static void shm_destroy(ddp__tp *tp)
@@ -968,7 +679,7 @@ static void shm_destroy(ddp__tp *tp)
          * its buffer may be about to be pulled from a dead address). */
         int clean = 1;
         for (int r = 0; r < s->base.size; r++)
-            if (r != s->base.rank && (s->peers[r].sq_head || s->peers[r].cq_head))
+            if (r != s->base.rank && (s->peers[r].m.sq_head || s->peers[r].m.cq_head))
                 clean = 0;
         seg_slot *me = &s->slots[s->base.rank];
         if (!clean)
@@ -983,18 +694,13 @@ static void shm_destroy(ddp__tp *tp)
         peer *p = &s->peers[r];
         if (p->pidfd >= 0)
             close(p->pidfd);
-        if (p->rx_ux) {
-            free(p->rx_ux->data);
-            free(p->rx_ux);
-        }
-        free_unexp(p->ux_head);
     }
+    ddp__match_destroy(&s->m);
     ddp__sym_set_destroy(s->sym);
     if (s->map)
         munmap(s->map, s->map_len);
     free(s->win_slot);
     free(s->win_flag);
-    free(s->peers);
     free(s);
 }
 
@@ -1021,16 +727,17 @@ static void shm_win_post(ddp__tp *tp, int k, uint64_t v)
 
 /* A collective on the window cannot go on without every peer: the first
  * one that is down (died, gave up, left), or NULL. */
-static const peer *win_down(shm *s)
+static const ddp__match_peer *win_down(shm *s)
 {
     for (int r = 0; r < s->base.size; r++) {
         peer *p = &s->peers[r];
         /* One that left never posts again, whatever its ring still holds. */
-        if (r != s->base.rank && p->state == P_LIVE &&
+        if (r != s->base.rank && p->m.state == DDP__PEER_LIVE &&
             atomic_load_explicit(&s->slots[r].state, memory_order_acquire) == S_LEFT)
-            peer_down(s, p, P_LEFT, "left the group (destroyed its process group)");
+            ddp__match_down(&s->m, &p->m, DDP__PEER_LEFT,
+                            "left the group (destroyed its process group)");
     }
-    return failed_peer(s); /* deaths first */
+    return ddp__match_failed(&s->m); /* deaths first */
 }
 
 typedef struct {
@@ -1062,14 +769,14 @@ static int shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double 
         if (start == 0)
             start = now;
         check_peers(s, 0);
-        const peer *down = win_down(s);
+        const ddp__match_peer *down = win_down(s);
         if (down)
-            return fail_all(s, peer_error(down));
+            return ddp__match_fail_all(&s->m, ddp__match_peer_error(down));
         if (now >= deadline)
-            return fail_all(s, DDP_ERROR(DDP_ERR_TIMEOUT,
-                                         "timed out after %.1f s waiting for %s in a "
-                                         "shared-memory collective",
-                                         now - start, s->peers[who].what));
+            return ddp__match_fail_all(&s->m, DDP_ERROR(DDP_ERR_TIMEOUT,
+                                                        "timed out after %.1f s waiting for %s "
+                                                        "in a shared-memory collective",
+                                                        now - start, s->peers[who].m.what));
         /* Spin, then sleep until a peer posts (shm_win_post wakes us: the
          * flag, then the fence, then "sleeping"; here "sleeping", the fence,
          * then a last look at the flags), a nap at most, to watch peers.
@@ -1189,7 +896,7 @@ static int seg_barrier(shm *s, int (*pred)(shm *, int), double deadline, const c
         for (int r = 0; r < n; r++) {
             peer *p = &s->peers[r];
             if (missing[r] && p->pid > 0 && kill(p->pid, 0) < 0 && errno == ESRCH) {
-                rc = DDP_ERROR(DDP_ERR_PEER, "%s died during shared-memory setup", p->what);
+                rc = DDP_ERROR(DDP_ERR_PEER, "%s died during shared-memory setup", p->m.what);
                 goto out;
             }
         }
@@ -1314,7 +1021,6 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
     s->base.vt = &shm_vtable;
     s->base.rank = rank;
     s->base.size = size;
-    s->first_dead = -1;
     double v;
     DDP_TRY_OUT(env_double("DDP_SHM_SPIN_US", DEFAULT_SPIN_US, &s->spin_s));
     DDP_TRY_OUT(env_double("DDP_SHM_YIELD_US", DEFAULT_YIELD_US, &s->yield_s));
@@ -1337,15 +1043,10 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
     }
     s->ring_bytes = ring;
     s->mask = ring - 1;
-    s->peers = calloc((size_t)size, sizeof *s->peers);
-    DDP_FAIL_OUT(!s->peers, DDP_ERR_NOMEM, "out of memory");
-    for (int r = 0; r < size; r++) {
-        s->peers[r].rank = r;
+    DDP_TRY_OUT(ddp__match_init(&s->m, &shm_match_ops, rank, size, sizeof(peer)));
+    s->peers = s->m.peers;
+    for (int r = 0; r < size; r++)
         s->peers[r].pidfd = -1;
-        s->peers[r].state = P_LIVE;
-        s->peers[r].err = DDP_ERR_PEER;
-        snprintf(s->peers[r].what, sizeof s->peers[r].what, "rank %d", r);
-    }
     if (size == 1) { /* nobody to talk to */
         *out = &s->base;
         return 0;
@@ -1428,7 +1129,7 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
         if (r == rank)
             continue;
         p->pid = (pid_t)atomic_load_explicit(&s->slots[r].pid, memory_order_acquire);
-        snprintf(p->what, sizeof p->what, "rank %d (pid %d)", r, (int)p->pid);
+        snprintf(p->m.what, sizeof p->m.what, "rank %d (pid %d)", r, (int)p->pid);
         p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
     }
 
@@ -1448,9 +1149,8 @@ out:
         close(fd);
     if (s && !unlinked && s->name[0])
         shm_unlink(s->name); /* failed before everyone attached: nothing stays behind */
-    if (s && s->slots && rc < 0) {
-        abort_all(s, ddp_last_error());
-    }
+    if (s && s->slots && rc < 0)
+        ddp__match_abort(&s->m, ddp_last_error());
     shm_destroy(s ? &s->base : NULL);
     return rc;
 }
