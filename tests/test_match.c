@@ -141,35 +141,42 @@ static void test_late_length_mismatch_shm(void **state)
 /* ---- a held message's length mismatch --------------------------------- */
 
 #define HELD ((size_t)256 << 10) /* over the eager limit: held, not copied */
-#define PUSH ((size_t)64 << 20)  /* a send that cannot finish at once */
 
-/* Rank 1's HELD-byte message reaches rank 0 while rank 0 waits for its
- * own large send and has no receive posted: it is held.  A receive for it
- * of another length then fails at once, a protocol error. */
+/* Rank 1's HELD-byte message reaches rank 0 while rank 0 waits for rank
+ * 2's (sent once rank 1's is on its way) with no receive posted for rank
+ * 1: it is held.  A receive for it of another length then fails at once,
+ * a protocol error. */
 static int held_mismatch_rank(int rank, ddp_store_t *st, ddp__tp *tp)
 {
-    (void)st;
     double deadline = ddp_time_now() + 10.0;
-    uint8_t *push = calloc(PUSH, 1), *held = calloc(HELD, 1);
-    CHILD_CHECK(push && held);
+    uint8_t small[8] = {0};
+    uint8_t *held = calloc(HELD, 1);
+    CHILD_CHECK(held != NULL);
     if (rank == 1) {
-        ddp__req s, a;
-        CHILD_CHECK(ddp__tp_irecv(tp, &s, 0, 0x61, push, PUSH) == 0);
+        ddp__req a;
         CHILD_CHECK(ddp__tp_isend(tp, &a, 0, 0x62, held, HELD) == 0);
-        ddp__req *reqs[2] = {&s, &a};
-        (void)ddp__tp_wait(tp, reqs, 2, deadline, 0); /* rank 0 gives up meanwhile */
+        signal_key(st, "sent");
+        (void)ddp__tp_wait1(tp, &a, deadline, 0); /* rank 0 gives up meanwhile */
+        CHILD_CHECK(wait_key(st, "checked") == 0); /* no goodbye before */
+    } else if (rank == 2) {
+        ddp__req b;
+        CHILD_CHECK(wait_key(st, "sent") == 0);
+        CHILD_CHECK(ddp__tp_isend(tp, &b, 0, 0x63, small, sizeof small) == 0);
+        CHILD_CHECK(ddp__tp_wait1(tp, &b, deadline, 0) == 0);
+        CHILD_CHECK(wait_key(st, "checked") == 0);
     } else {
-        ddp__req s, a;
-        CHILD_CHECK(ddp__tp_isend(tp, &s, 1, 0x61, push, PUSH) == 0);
-        CHILD_CHECK(ddp__tp_wait1(tp, &s, deadline, 0) == 0);
+        ddp__req b, a;
+        CHILD_CHECK(ddp__tp_irecv(tp, &b, 2, 0x63, small, sizeof small) == 0);
+        /* Rank 1's header came first: read (and held) by the same wait. */
+        CHILD_CHECK(ddp__tp_wait1(tp, &b, deadline, 0) == 0);
         int rc = ddp__tp_irecv(tp, &a, 1, 0x62, held, HELD - 8);
         if (rc != DDP_ERR_PROTOCOL)
             fprintf(stderr, "rank 0: rc %d: %s\n", rc, ddp_last_error());
+        signal_key(st, "checked");
         CHILD_CHECK(rc == DDP_ERR_PROTOCOL);
         CHILD_CHECK(contains(ddp_last_error(),
                              "sent 262144 bytes for tag 0x62 where 262136 were expected"));
     }
-    free(push);
     free(held);
     return 0;
 }
@@ -177,7 +184,7 @@ static int held_mismatch_rank(int rank, ddp_store_t *st, ddp__tp *tp)
 static void test_held_length_mismatch_tcp(void **state)
 {
     (void)state;
-    run_case("tcp", 2, held_mismatch_rank);
+    run_case("tcp", 3, held_mismatch_rank);
 }
 
 static void test_held_length_mismatch_shm(void **state)
@@ -186,7 +193,7 @@ static void test_held_length_mismatch_shm(void **state)
     /* No copying a held message out of the way while rank 0 waits: only
      * a stuck wait does that, after DDP_SHM_YIELD_US. */
     setenv("DDP_SHM_YIELD_US", "30000000", 1);
-    run_case("shm", 2, held_mismatch_rank);
+    run_case("shm", 3, held_mismatch_rank);
     unsetenv("DDP_SHM_YIELD_US");
 }
 
