@@ -52,12 +52,18 @@ static int run_rank(int rank, void *arg)
     return rc;
 }
 
-static void run_case(const char *transport, int n, rank_fn fn)
+/* Runs fn as n ranks over transport, with env=value set (env may be NULL). */
+static void run_case(const char *transport, int n, rank_fn fn, const char *env,
+                     const char *value)
 {
     case_arg a = {transport, n, fn};
+    if (env)
+        setenv(env, value, 1);
     job_init(&J);
     assert_int_equal(run_children(n, run_rank, &a, 60.0), 0);
     job_cleanup(&J);
+    if (env)
+        unsetenv(env);
 }
 
 static void signal_key(ddp_store_t *st, const char *key)
@@ -127,15 +133,14 @@ static int late_mismatch_rank(int rank, ddp_store_t *st, ddp__tp *tp)
 static void test_late_length_mismatch_tcp(void **state)
 {
     (void)state;
-    setenv("DDP_TCP_SOCKBUF", "65536", 1); /* the kernel's buffers hold little of it */
-    run_case("tcp", 3, late_mismatch_rank);
-    unsetenv("DDP_TCP_SOCKBUF");
+    /* The kernel's buffers hold little of the message. */
+    run_case("tcp", 3, late_mismatch_rank, "DDP_TCP_SOCKBUF", "65536");
 }
 
 static void test_late_length_mismatch_shm(void **state)
 {
     (void)state;
-    run_case("shm", 3, late_mismatch_rank);
+    run_case("shm", 3, late_mismatch_rank, NULL, NULL);
 }
 
 /* ---- a held message's length mismatch --------------------------------- */
@@ -184,7 +189,7 @@ static int held_mismatch_rank(int rank, ddp_store_t *st, ddp__tp *tp)
 static void test_held_length_mismatch_tcp(void **state)
 {
     (void)state;
-    run_case("tcp", 3, held_mismatch_rank);
+    run_case("tcp", 3, held_mismatch_rank, NULL, NULL);
 }
 
 static void test_held_length_mismatch_shm(void **state)
@@ -192,9 +197,7 @@ static void test_held_length_mismatch_shm(void **state)
     (void)state;
     /* No copying a held message out of the way while rank 0 waits: only
      * a stuck wait does that, after DDP_SHM_YIELD_US. */
-    setenv("DDP_SHM_YIELD_US", "30000000", 1);
-    run_case("shm", 3, held_mismatch_rank);
-    unsetenv("DDP_SHM_YIELD_US");
+    run_case("shm", 3, held_mismatch_rank, "DDP_SHM_YIELD_US", "30000000");
 }
 
 /* ---- a pull from a sender that died ----------------------------------- */
@@ -257,9 +260,7 @@ static void test_pull_from_dead_sender_shm(void **state)
     (void)state;
     if (!cma_allowed())
         skip();
-    setenv("DDP_SHM_CMA", "1", 1);
-    run_case("shm", 2, pull_dead_rank);
-    unsetenv("DDP_SHM_CMA");
+    run_case("shm", 2, pull_dead_rank, "DDP_SHM_CMA", "1");
 }
 
 int main(void)
