@@ -56,7 +56,7 @@ ifeq ($(SAN),1)
 LDFLAGS += -fsanitize=address,undefined
 endif
 
-LIB_SRC   := $(sort $(wildcard src/*/*.c))
+LIB_SRC   := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)

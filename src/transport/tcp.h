@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "ddp/store.h"
+#include "transport/match.h"
 #include "transport/transport.h"
 
 /* Connects rank of size through store; keys go under prefix.  Waits at most
@@ -27,9 +28,7 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
 /* Tests only: what the receive side did with frames that arrived before
  * their receive was posted (copied into an unexpected buffer, or held in
  * the kernel until posted), since creation.  -1 if tp is not tcp. */
-typedef struct ddp__tcp_stats {
-    uint64_t copied_frames, copied_bytes, held_frames;
-} ddp__tcp_stats;
+typedef ddp__match_stats ddp__tcp_stats; /* copied_frames, copied_bytes, held_frames */
 int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out);
 
 /* Tests only: the socket connected to peer (to inject bad frames). */

@@ -1,0 +1,263 @@
+/* The TCP transport's mesh: rendezvous, dial, accept and the handshake
+ * (transport/handshake.h) when a group is created; goodbye (BYE) and
+ * teardown when it is destroyed.  tcp/loop.c runs the connections. */
+#include "transport/tcp/internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "transport/handshake.h"
+#include "transport/net.h"
+#include "transport/rendezvous.h"
+
+#define HANDSHAKE_S 2.0                /* per-connection bound while accepting */
+#define DEFAULT_SPIN_US 20.0
+
+void ddp__tcp_destroy(ddp__tp *tp)
+{
+    tcp *t = (tcp *)tp;
+    if (!t)
+        return;
+    for (int r = 0; t->peers && r < t->base.size; r++) {
+        peer *p = &t->peers[r];
+        if (p->fd >= 0) {
+            /* Goodbye, unless a frame is half-written (the stream is no
+             * longer in step then, and the peer must see a failure). */
+            if (p->m.state == DDP__PEER_LIVE && !p->m.sq_head) {
+                uint8_t h[HDR_LEN];
+                build_header(h, OP_BYE, 0, 0);
+                (void)ddp__net_write_full(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
+                shutdown(p->fd, SHUT_WR);
+                /* Drain what is unread so that close sends FIN, not RST
+                 * (an RST could destroy our BYE before the peer reads it). */
+                char sink[4096];
+                while (recv(p->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+                }
+            }
+            close(p->fd);
+        }
+    }
+    ddp__match_destroy(&t->m);
+    if (t->epfd >= 0)
+        close(t->epfd);
+    free(t);
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Setup: rendezvous, connect, accept                                   */
+/* ------------------------------------------------------------------ */
+
+/* Record: "host port nonce" */
+static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen, int *port)
+{
+    char buf[300];
+    size_t n = rec->len < sizeof buf - 1 ? rec->len : sizeof buf - 1;
+    memcpy(buf, rec->data, n);
+    buf[n] = '\0';
+    char *sp = strchr(buf, ' ');
+    DDP_FAIL_IF(!sp || sp - buf >= (long)hlen, DDP_ERR_FORMAT,
+                "malformed address record of rank %d: '%s'", r, buf);
+    memcpy(host, buf, (size_t)(sp - buf));
+    host[sp - buf] = '\0';
+    *port = atoi(sp + 1);
+    DDP_FAIL_IF(*port <= 0 || *port > 65535, DDP_ERR_FORMAT,
+                "malformed address record of rank %d: '%s'", r, buf);
+    return 0;
+}
+
+static int add_peer(tcp *t, int r, int fd)
+{
+    peer *p = &t->peers[r];
+    DDP_TRY(ddp__net_tune(fd, 1));
+    p->fd = fd;
+    p->ev = EPOLLIN | EPOLLRDHUP;
+    struct epoll_event e = {.events = p->ev, .data.ptr = p};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_ctl(ADD) for %s", p->m.what);
+    p->m.state = DDP__PEER_LIVE;
+    return 0;
+}
+
+static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, double deadline)
+{
+    for (int r = t->base.rank + 1; r < t->base.size; r++) {
+        char host[256];
+        int port = 0, fd = -1;
+        DDP_TRY(parse_record(&recs[r], r, host, sizeof host, &port));
+        peer *p = &t->peers[r];
+        snprintf(p->m.what, sizeof p->m.what, "rank %d (%s:%d)", r, host, port);
+        int rc = ddp__net_connect(host, port, deadline, &fd);
+        if (rc == 0)
+            rc = ddp__hs_client(fd, hs, r, deadline, p->m.what);
+        if (rc == 0)
+            rc = add_peer(t, r, fd);
+        if (rc < 0) {
+            if (fd >= 0 && p->fd != fd)
+                close(fd);
+            return ddp__error_context(rc, "rank %d connecting to rank %d", t->base.rank, r);
+        }
+    }
+    return 0;
+}
+
+static int accept_down(tcp *t, const ddp__hs_ctx *hs, int lfd, double deadline,
+                       double timeout_s)
+{
+    int rc = 0, want = t->base.rank;
+    unsigned char *connected = calloc((size_t)t->base.size, 1);
+    DDP_FAIL_IF(!connected, DDP_ERR_NOMEM, "out of memory");
+    while (want > 0) {
+        int fd = -1;
+        char addr[80];
+        int got = ddp__net_accept(lfd, deadline, &fd, addr, sizeof addr);
+        if (got < 0) {
+            rc = got;
+            goto out;
+        }
+        if (got == 0) {
+            unsigned char *missing = calloc((size_t)t->base.size, 1);
+            DDP_FAIL_OUT(!missing, DDP_ERR_NOMEM, "out of memory");
+            for (int r = 0; r < t->base.rank; r++)
+                missing[r] = !connected[r];
+            char who[200];
+            ddp__format_ranks(who, sizeof who, missing, t->base.size);
+            free(missing);
+            rc = DDP_ERROR(DDP_ERR_TIMEOUT, "%s did not connect to rank %d within %.1f s", who,
+                           t->base.rank, timeout_s);
+            goto out;
+        }
+        char what[128];
+        snprintf(what, sizeof what, "connection from %s", addr);
+        double hs_deadline = ddp_time_now() + HANDSHAKE_S;
+        int src = -1;
+        int hrc = ddp__hs_server(fd, hs, connected, hs_deadline < deadline ? hs_deadline : deadline,
+                                 what, &src);
+        if (hrc < 0) {
+            /* A stranger or a misconfigured rank: log it and go on waiting. */
+            DDP_WARN("tcp rank %d: rejected %s: %s", t->base.rank, what, ddp_last_error());
+            close(fd);
+            continue;
+        }
+        snprintf(t->peers[src].m.what, sizeof t->peers[src].m.what, "rank %d (%s)", src, addr);
+        rc = add_peer(t, src, fd);
+        if (rc < 0) {
+            close(fd);
+            goto out;
+        }
+        connected[src] = 1;
+        want--;
+    }
+out:
+    free(connected);
+    return rc;
+}
+
+int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
+                    double timeout_s, ddp__tp **out)
+{
+    int rc = 0, lfd = -1;
+    tcp *t = NULL;
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    ddp__rdzv_rec *recs = NULL;
+    *out = NULL;
+    DDP_FAIL_IF(size < 1, DDP_ERR_INVALID_ARG, "world size %d must be at least 1", size);
+    DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
+                "rank %d out of range for world size %d", rank, size);
+    double deadline = ddp_time_now() + timeout_s;
+
+    t = calloc(1, sizeof *t);
+    DDP_FAIL_OUT(!t, DDP_ERR_NOMEM, "out of memory");
+    t->base.vt = &ddp__tcp_vtable;
+    t->base.rank = rank;
+    t->base.size = size;
+    t->epfd = -1;
+    const char *spin = getenv("DDP_TCP_SPIN_US");
+    t->spin_max = (spin && *spin ? atof(spin) : DEFAULT_SPIN_US) * 1e-6;
+    t->spin_s = t->spin_max;
+    DDP_TRY_OUT(ddp__match_init(&t->m, &ddp__tcp_match_ops, rank, size, sizeof(peer)));
+    t->peers = t->m.peers;
+    for (int r = 0; r < size; r++) {
+        peer *p = &t->peers[r];
+        p->fd = -1;
+        if (r != rank) { /* until add_peer */
+            p->m.state = DDP__PEER_DEAD;
+            snprintf(p->m.why, sizeof p->m.why, "rank %d: not connected", r);
+        }
+    }
+    t->epfd = epoll_create1(EPOLL_CLOEXEC);
+    DDP_FAIL_OUT(t->epfd < 0, DDP_ERR_SYSTEM, "epoll_create1: %s", strerror(errno));
+    DDP_TRY_OUT(ddp__hs_load_secret(&secret, &secret_len));
+
+    /* Phase 1: listen, publish "host port nonce", gather everyone's. */
+    char host[256], rec[400];
+    int port = 0;
+    uint8_t nonce[16];
+    DDP_TRY_OUT(ddp__net_local_host(host, sizeof host));
+    if (size > 1)
+        DDP_TRY_OUT(ddp__net_listen(host, &lfd, &port));
+    DDP_TRY_OUT(ddp__net_random(nonce, sizeof nonce));
+    int n = snprintf(rec, sizeof rec, "%s %d ", host, port);
+    for (int i = 0; i < 16; i++)
+        n += snprintf(rec + n, sizeof rec - (size_t)n, "%02x", nonce[i]);
+    recs = calloc((size_t)size, sizeof *recs);
+    DDP_FAIL_OUT(!recs, DDP_ERR_NOMEM, "out of memory");
+    DDP_TRY_OUT(ddp__rdzv_exchange(store, prefix, rank, size, rec, (size_t)n, timeout_s, recs));
+
+    /* The group's identity: a digest of every record (each has a fresh
+     * nonce), so connections from another job or group never match. */
+    ddp__hs_ctx hs = {.rank = rank, .size = size, .secret = secret, .secret_len = secret_len};
+    ddp__sha256_ctx sc;
+    ddp__sha256_init(&sc);
+    ddp__sha256_update(&sc, prefix, strlen(prefix) + 1);
+    for (int r = 0; r < size; r++) {
+        uint8_t l[8];
+        put64(l, recs[r].len);
+        ddp__sha256_update(&sc, l, sizeof l);
+        ddp__sha256_update(&sc, recs[r].data, recs[r].len);
+    }
+    ddp__sha256_final(&sc, hs.group_id);
+
+    /* Phase 2: dial every higher rank, then accept every lower one. */
+    DDP_TRY_OUT(connect_up(t, &hs, recs, deadline));
+    DDP_TRY_OUT(accept_down(t, &hs, lfd, deadline, timeout_s));
+    *out = &t->base;
+    t = NULL;
+out:
+    if (lfd >= 0)
+        close(lfd);
+    if (recs)
+        ddp__rdzv_free(recs, size);
+    free(recs);
+    if (secret) {
+        memset(secret, 0, secret_len);
+        free(secret);
+    }
+    ddp__tcp_destroy(t ? &t->base : NULL);
+    return rc;
+}
+
+int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out)
+{
+    if (!tp || tp->vt != &ddp__tcp_vtable)
+        return -1;
+    *out = ((tcp *)tp)->m.stats;
+    return 0;
+}
+
+int ddp__tcp_debug_fd(ddp__tp *tp, int rank)
+{
+    tcp *t = (tcp *)tp;
+    if (!tp || tp->vt != &ddp__tcp_vtable || rank < 0 || rank >= t->base.size)
+        return -1;
+    return t->peers[rank].fd;
+}
