@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/env.h"
 #include "base/error.h"
 
 #define GZ_IN_BYTES (128u << 10)  /* compressed input chunk */
@@ -437,16 +438,18 @@ static void make_dirs(char *dir)
     mkdir(dir, 0755);
 }
 
-/* The cache file for source path, or 0 when caching is off or impossible. */
+/* The cache file for source path (1), 0 when caching is off or impossible,
+ * or a bad DDP_DATA_CACHE / DDP_DATA_CACHE_DIR's error. */
 static int cache_path(const char *path, char *out, size_t len)
 {
-    const char *off = getenv("DDP_DATA_CACHE");
-    if (off && strcmp(off, "0") == 0)
+    int on = 1;
+    DDP_TRY(ddp__env_bool("DDP_DATA_CACHE", &on));
+    if (!on)
         return 0;
     char dir[PATH_MAX], real[PATH_MAX];
-    const char *d = getenv("DDP_DATA_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (d && *d)
+    const char *d = NULL, *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    DDP_TRY(ddp__env_string("DDP_DATA_CACHE_DIR", &d));
+    if (d)
         snprintf(dir, sizeof dir, "%s", d);
     else if (x && *x)
         snprintf(dir, sizeof dir, "%s/libddp", x);
@@ -515,7 +518,11 @@ static void cache_write(const char *cpath, uint32_t magic, const ddp_idx *idx)
 int ddp_idx_read(const char *path, uint32_t magic, ddp_idx *out)
 {
     char cpath[CACHE_PATH_MAX];
-    int gz = 0, cached = path && out && cache_path(path, cpath, sizeof cpath);
+    int gz = 0, cached = path && out ? cache_path(path, cpath, sizeof cpath) : 0;
+    if (cached < 0) {
+        memset(out, 0, sizeof *out);
+        return cached;
+    }
     if (cached && access(cpath, F_OK) == 0) {
         if (read_idx_file(cpath, magic, out, &gz) == 0 && !gz)
             return 0;
