@@ -16,7 +16,10 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "ddp/data.h"
 #include "ddp/pg.h"
+#include "ddp/store.h"
+#include "ddp/tensor.h"
 #include "fork_children.h"
 #include "pg_util.h"
 
@@ -517,9 +520,82 @@ static void test_bad_chunk_fails_group_creation(void **state)
     job_cleanup(&J);
 }
 
+
+/* ---- readers that cannot fail their call: a warning, never silence ----- */
+
+static char logged[1024];
+
+static void keep_log(int level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == DDP_LOG_WARN)
+        snprintf(logged, sizeof logged, "%s", msg);
+}
+
+/* A bad DDP_LOG_LEVEL turns warnings on and says why; the caller's last
+ * error stays.  (The level is read once per process: a child.) */
+static int bad_log_level(int rank, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    setenv("DDP_LOG_LEVEL", "loud", 1);
+    ddp_log_set_callback(keep_log, NULL);
+    ddp_clear_error();
+    CHILD_CHECK(ddp_log_get_level() == DDP_LOG_WARN);
+    CHILD_CHECK(contains(logged, "DDP_LOG_LEVEL=loud: expected off, error, warn, info, debug or "
+                                 "warning (logging warnings)"));
+    CHILD_CHECK(ddp_last_error()[0] == '\0');
+    return 0;
+}
+
+/* A bad DDP_NUM_THREADS: one thread, and a warning naming it. */
+static int bad_num_threads(int rank, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    setenv("DDP_NUM_THREADS", "4x", 1);
+    unsetenv("OPENBLAS_NUM_THREADS");
+    ddp_log_set_callback(keep_log, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    CHILD_CHECK(ddp_get_num_threads() == 1);
+    CHILD_CHECK(contains(logged, "DDP_NUM_THREADS=4x: expected an integer from 1 to 4096 "
+                                 "(using OPENBLAS_NUM_THREADS, else 1)"));
+    return 0;
+}
+
+static void test_warnings_name_the_value(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(1, bad_log_level, NULL, 30), 0);
+    assert_int_equal(run_children(1, bad_num_threads, NULL, 30), 0);
+}
+
+/* The store and data readers fail their call. */
+static void test_store_and_data_calls_fail(void **state)
+{
+    (void)state;
+    job_init(&J);
+    setenv("DDP_FILESTORE_COMPACT_BYTES", "-1", 1);
+    ddp_store_t *st = NULL;
+    int rc = ddp_store_file_create(J.path, 1, &st);
+    unsetenv("DDP_FILESTORE_COMPACT_BYTES");
+    assert_int_equal(rc, DDP_ERR_INVALID_ARG);
+    assert_null(st);
+    assert_non_null(strstr(ddp_last_error(), "DDP_FILESTORE_COMPACT_BYTES=-1: expected a size in "
+                                             "bytes from 0 to 1 TiB"));
+    job_cleanup(&J);
+    setenv("DDP_DATA_CACHE", "no", 1);
+    ddp_idx idx;
+    rc = ddp_idx_read("tests/test_env.c", 0x803, &idx);
+    unsetenv("DDP_DATA_CACHE");
+    assert_int_equal(rc, DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "DDP_DATA_CACHE=no: expected 0 or 1"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_warnings_name_the_value), /* first: no log level read yet */
         cmocka_unit_test(test_readme_and_table_agree),
         cmocka_unit_test(test_table_entries),
         cmocka_unit_test(test_sources_read_only_listed_variables),
@@ -531,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_string),
         cmocka_unit_test(test_unlisted_names_are_refused),
         cmocka_unit_test(test_bad_chunk_fails_group_creation),
+        cmocka_unit_test(test_store_and_data_calls_fail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
