@@ -64,6 +64,45 @@ static const char *name_at(const char *p, char *out, size_t len)
     return p + n;
 }
 
+/* Reads name, set to value (unset when NULL), with its type's getter,
+ * from a caller's value of init; the result as a number in *num (a string:
+ * 1 when there is one).  Returns the getter's code. */
+static int read_var(const char *name, const char *value, double init, double *num)
+{
+    const ddp__env_var *v = ddp__env_find(name);
+    assert_non_null(v);
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    int iv = (int)init;
+    size_t sv = (size_t)init;
+    double dv = init;
+    const char *str = NULL;
+    int rc = 0;
+    switch (v->type) {
+    case DDP__ENV_BOOL: rc = ddp__env_bool(name, &iv); dv = iv; break;
+    case DDP__ENV_INT: rc = ddp__env_int(name, &iv); dv = iv; break;
+    case DDP__ENV_SIZE: rc = ddp__env_size(name, &sv); dv = (double)sv; break;
+    case DDP__ENV_USEC: rc = ddp__env_usec(name, &dv); break;
+    case DDP__ENV_WORD: rc = ddp__env_word(name, &iv); dv = iv; break;
+    case DDP__ENV_STRING:
+    case DDP__ENV_PATH: rc = ddp__env_string(name, &str); dv = str != NULL; break;
+    }
+    unsetenv(name);
+    *num = dv;
+    return rc;
+}
+
+/* name=value's number (read_var), which must be accepted. */
+static double value_of(const char *name, const char *value, double init)
+{
+    double d = 0;
+    if (read_var(name, value, init, &d) != 0)
+        fail_msg("%s=%s: %s", name, value ? value : "(unset)", ddp_last_error());
+    return d;
+}
+
 /* ---- (a) README.md's table and the sources ------------------------------ */
 
 /* The README's "Configuration (environment)" table: its rows. */
@@ -147,25 +186,11 @@ static void test_table_entries(void **state)
         assert_ptr_equal(ddp__env_find(name), &t[i]);
         if (t[i].type == DDP__ENV_WORD)
             assert_non_null(t[i].words[1]);
-        unsetenv(name);
-        int iv = -7;
-        size_t sv = 7;
-        double dv = -7;
-        const char *str = "x";
-        int rc = 0;
-        switch (t[i].type) {
-        case DDP__ENV_BOOL: rc = ddp__env_bool(name, &iv); break;
-        case DDP__ENV_INT: rc = ddp__env_int(name, &iv); break;
-        case DDP__ENV_SIZE: rc = ddp__env_size(name, &sv); break;
-        case DDP__ENV_USEC: rc = ddp__env_usec(name, &dv); break;
-        case DDP__ENV_WORD: rc = ddp__env_word(name, &iv); break;
-        case DDP__ENV_STRING:
-        case DDP__ENV_PATH: rc = ddp__env_string(name, &str); break;
-        }
-        if (rc != 0)
+        double d = 0;
+        if (read_var(name, NULL, 7, &d) != 0)
             fail_msg("%s: its default does not read: %s", name, ddp_last_error());
         if (t[i].dflt == NULL && t[i].type != DDP__ENV_STRING && t[i].type != DDP__ENV_PATH)
-            assert_true(iv == -7 && sv == 7 && dv == -7); /* left as the caller set it */
+            assert_true(d == 7); /* left as the caller set it */
     }
 }
 
@@ -245,24 +270,8 @@ static void test_sources_read_only_listed_variables(void **state)
 /* name=value must fail with msg (exactly, after the file:line prefix). */
 static void rejects(const char *name, const char *value, const char *msg)
 {
-    const ddp__env_var *v = ddp__env_find(name);
-    assert_non_null(v);
-    setenv(name, value, 1);
-    int iv;
-    size_t sv;
-    double dv;
-    const char *str;
-    int rc = 0;
-    switch (v->type) {
-    case DDP__ENV_BOOL: rc = ddp__env_bool(name, &iv); break;
-    case DDP__ENV_INT: rc = ddp__env_int(name, &iv); break;
-    case DDP__ENV_SIZE: rc = ddp__env_size(name, &sv); break;
-    case DDP__ENV_USEC: rc = ddp__env_usec(name, &dv); break;
-    case DDP__ENV_WORD: rc = ddp__env_word(name, &iv); break;
-    case DDP__ENV_STRING:
-    case DDP__ENV_PATH: rc = ddp__env_string(name, &str); break;
-    }
-    unsetenv(name);
+    double unused;
+    int rc = read_var(name, value, 0, &unused);
     if (rc != DDP_ERR_INVALID_ARG)
         fail_msg("%s=%s was accepted (rc %d)", name, value, rc);
     const char *got = strstr(ddp_last_error(), ": DDP_");
@@ -279,20 +288,6 @@ static void rejects_junk(const char *name, const char *accepted)
         snprintf(msg, sizeof msg, "%s=%s: expected %s", name, junk[i], accepted);
         rejects(name, junk[i], msg);
     }
-}
-
-static size_t size_of(const char *name, const char *value)
-{
-    size_t v = 0;
-    if (value)
-        setenv(name, value, 1);
-    else
-        unsetenv(name);
-    int rc = ddp__env_size(name, &v);
-    unsetenv(name);
-    if (rc != 0)
-        fail_msg("%s=%s: %s", name, value ? value : "(unset)", ddp_last_error());
-    return v;
 }
 
 static void test_size(void **state)
@@ -314,16 +309,16 @@ static void test_size(void **state)
     rejects("DDP_TCP_SOCKBUF", "1e30",
             "DDP_TCP_SOCKBUF=1e30: expected a size in bytes from 0 to 2147483647");
     /* Unset and empty read as the default; the spellings of today's parsers. */
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", NULL), 262144);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", ""), 262144);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", "65536"), 65536);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", "1"), 1);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", "1099511627776"), (size_t)1 << 40);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", "1e6"), 1000000);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", "2E3"), 2000);
-    assert_int_equal(size_of("DDP_CHUNK_BYTES", "1.5e3"), 1500);
-    assert_int_equal(size_of("DDP_SHM_WINDOW_BYTES", "0"), 0);
-    assert_int_equal(size_of("DDP_TCP_SOCKBUF", "0"), 0);
+    assert_true(value_of("DDP_CHUNK_BYTES", NULL, 0) == 262144);
+    assert_true(value_of("DDP_CHUNK_BYTES", "", 0) == 262144);
+    assert_true(value_of("DDP_CHUNK_BYTES", "65536", 0) == 65536);
+    assert_true(value_of("DDP_CHUNK_BYTES", "1", 0) == 1);
+    assert_true(value_of("DDP_CHUNK_BYTES", "1099511627776", 0) == 1099511627776.0);
+    assert_true(value_of("DDP_CHUNK_BYTES", "1e6", 0) == 1000000);
+    assert_true(value_of("DDP_CHUNK_BYTES", "2E3", 0) == 2000);
+    assert_true(value_of("DDP_CHUNK_BYTES", "1.5e3", 0) == 1500);
+    assert_true(value_of("DDP_SHM_WINDOW_BYTES", "0", 0) == 0);
+    assert_true(value_of("DDP_TCP_SOCKBUF", "0", 0) == 0);
 }
 
 static void test_int(void **state)
@@ -335,20 +330,11 @@ static void test_int(void **state)
     rejects("DDP_NUM_THREADS", "2.0", "DDP_NUM_THREADS=2.0: expected an integer from 1 to 4096");
     rejects("DDP_NUM_THREADS", "1e3", "DDP_NUM_THREADS=1e3: expected an integer from 1 to 4096");
     rejects("DDP_TAIL_CHUNKS", "3x", "DDP_TAIL_CHUNKS=3x: expected an integer from 0 to 1024");
-    int v = -3;
-    unsetenv("DDP_NUM_THREADS");
-    assert_int_equal(ddp__env_int("DDP_NUM_THREADS", &v), 0);
-    assert_int_equal(v, -3); /* no default: the caller's value stays */
-    setenv("DDP_NUM_THREADS", "", 1);
-    assert_int_equal(ddp__env_int("DDP_NUM_THREADS", &v), 0);
-    assert_int_equal(v, -3);
-    setenv("DDP_NUM_THREADS", "8", 1);
-    assert_int_equal(ddp__env_int("DDP_NUM_THREADS", &v), 0);
-    assert_int_equal(v, 8);
-    setenv("DDP_NUM_THREADS", "4096", 1);
-    assert_int_equal(ddp__env_int("DDP_NUM_THREADS", &v), 0);
-    assert_int_equal(v, 4096);
-    unsetenv("DDP_NUM_THREADS");
+    assert_true(value_of("DDP_NUM_THREADS", NULL, -3) == -3); /* no default: the caller's stays */
+    assert_true(value_of("DDP_NUM_THREADS", "", -3) == -3);
+    assert_true(value_of("DDP_NUM_THREADS", "8", -3) == 8);
+    assert_true(value_of("DDP_NUM_THREADS", "4096", -3) == 4096);
+    assert_true(value_of("DDP_TAIL_CHUNKS", "0", -1) == 0);
 }
 
 static void test_usec(void **state)
@@ -363,19 +349,10 @@ static void test_usec(void **state)
         double want;
     } ok[] = {{NULL, 20}, {"", 20}, {"0", 0}, {"0.5", 0.5}, {".5", 0.5}, {"2e3", 2000},
               {"2000", 2000}, {"10000000", 1e7}};
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        if (ok[i].value)
-            setenv("DDP_SHM_SPIN_US", ok[i].value, 1);
-        else
-            unsetenv("DDP_SHM_SPIN_US");
-        double v = -1;
-        assert_int_equal(ddp__env_usec("DDP_SHM_SPIN_US", &v), 0);
-        assert_true(v == ok[i].want);
-    }
-    unsetenv("DDP_SHM_SPIN_US");
-    double v = -1;
-    assert_int_equal(ddp__env_usec("DDP_MPI_SPIN_US", &v), 0);
-    assert_true(v == 20000);
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        assert_true(value_of("DDP_SHM_SPIN_US", ok[i].value, -1) == ok[i].want);
+    assert_true(value_of("DDP_MPI_SPIN_US", NULL, -1) == 20000);
+    assert_true(value_of("DDP_TCP_SPIN_US", NULL, -1) == 20);
 }
 
 static void test_bool(void **state)
@@ -385,24 +362,11 @@ static void test_bool(void **state)
     rejects("DDP_SHM_CMA", "yes", "DDP_SHM_CMA=yes: expected 0 or 1");
     rejects("DDP_SYMMETRIC_MEMORY", "2", "DDP_SYMMETRIC_MEMORY=2: expected 0 or 1");
     rejects("DDP_DATA_CACHE", "off", "DDP_DATA_CACHE=off: expected 0 or 1");
-    int v = -1;
-    unsetenv("DDP_SHM_CMA");
-    assert_int_equal(ddp__env_bool("DDP_SHM_CMA", &v), 0);
-    assert_int_equal(v, 0);
-    unsetenv("DDP_SYMMETRIC_MEMORY");
-    assert_int_equal(ddp__env_bool("DDP_SYMMETRIC_MEMORY", &v), 0);
-    assert_int_equal(v, 1);
-    setenv("DDP_SYMMETRIC_MEMORY", "0", 1);
-    assert_int_equal(ddp__env_bool("DDP_SYMMETRIC_MEMORY", &v), 0);
-    assert_int_equal(v, 0);
-    setenv("DDP_SYMMETRIC_MEMORY", "", 1);
-    assert_int_equal(ddp__env_bool("DDP_SYMMETRIC_MEMORY", &v), 0);
-    assert_int_equal(v, 1);
-    setenv("DDP_SHM_CMA", "1", 1);
-    assert_int_equal(ddp__env_bool("DDP_SHM_CMA", &v), 0);
-    assert_int_equal(v, 1);
-    unsetenv("DDP_SHM_CMA");
-    unsetenv("DDP_SYMMETRIC_MEMORY");
+    assert_true(value_of("DDP_SHM_CMA", NULL, -1) == 0);
+    assert_true(value_of("DDP_SHM_CMA", "1", -1) == 1);
+    assert_true(value_of("DDP_SYMMETRIC_MEMORY", NULL, -1) == 1);
+    assert_true(value_of("DDP_SYMMETRIC_MEMORY", "", -1) == 1);
+    assert_true(value_of("DDP_SYMMETRIC_MEMORY", "0", -1) == 0);
 }
 
 static void test_word(void **state)
@@ -415,20 +379,11 @@ static void test_word(void **state)
     rejects("DDP_HIERARCHICAL", "yes", "DDP_HIERARCHICAL=yes: expected auto, 0 or 1");
     rejects("DDP_LOG_LEVEL", "loud",
             "DDP_LOG_LEVEL=loud: expected off, error, warn, info, debug or warning");
-    int v = -1;
-    unsetenv("DDP_TRANSPORT");
-    assert_int_equal(ddp__env_word("DDP_TRANSPORT", &v), 0);
-    assert_int_equal(v, 0);
-    setenv("DDP_TRANSPORT", "shm", 1);
-    assert_int_equal(ddp__env_word("DDP_TRANSPORT", &v), 0);
-    assert_int_equal(v, 2);
-    setenv("DDP_TRANSPORT", "TCP", 1); /* letter case ignored (DDP_LOG_LEVEL always did) */
-    assert_int_equal(ddp__env_word("DDP_TRANSPORT", &v), 0);
-    assert_int_equal(v, 1);
-    unsetenv("DDP_TRANSPORT");
-    unsetenv("DDP_MPI_THREAD");
-    assert_int_equal(ddp__env_word("DDP_MPI_THREAD", &v), 0);
-    assert_int_equal(v, 0); /* serialized */
+    assert_true(value_of("DDP_TRANSPORT", NULL, -1) == 0);
+    assert_true(value_of("DDP_TRANSPORT", "shm", -1) == 2);
+    assert_true(value_of("DDP_TRANSPORT", "TCP", -1) == 1); /* case ignored, as DDP_LOG_LEVEL's */
+    assert_true(value_of("DDP_MPI_THREAD", NULL, -1) == 0);  /* serialized */
+    assert_true(value_of("DDP_MPI_THREAD", "multiple", -1) == 1);
 }
 
 static void test_string(void **state)

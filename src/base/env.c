@@ -263,50 +263,21 @@ static int number(const char *name, ddp__env_type type, double *out)
     return parse(v, s, out);
 }
 
-int ddp__env_bool(const char *name, int *out)
-{
-    double d;
-    int rc = number(name, DDP__ENV_BOOL, &d);
-    if (rc == 0)
-        *out = (int)d;
-    return rc < 0 ? rc : 0;
-}
-
-int ddp__env_int(const char *name, int *out)
-{
-    double d;
-    int rc = number(name, DDP__ENV_INT, &d);
-    if (rc == 0)
-        *out = (int)d;
-    return rc < 0 ? rc : 0;
-}
-
-int ddp__env_size(const char *name, size_t *out)
-{
-    double d;
-    int rc = number(name, DDP__ENV_SIZE, &d);
-    if (rc == 0)
-        *out = (size_t)d;
-    return rc < 0 ? rc : 0;
-}
-
-int ddp__env_usec(const char *name, double *out)
-{
-    double d;
-    int rc = number(name, DDP__ENV_USEC, &d);
-    if (rc == 0)
-        *out = d;
-    return rc < 0 ? rc : 0;
-}
-
-int ddp__env_word(const char *name, int *out)
-{
-    double d;
-    int rc = number(name, DDP__ENV_WORD, &d);
-    if (rc == 0)
-        *out = (int)d;
-    return rc < 0 ? rc : 0;
-}
+/* The numeric getters: the number, converted to the caller's type. */
+#define NUMBER_GETTER(fn, ctype, etype)                      \
+    int fn(const char *name, ctype *out)                     \
+    {                                                        \
+        double d;                                            \
+        int rc = number(name, etype, &d);                    \
+        if (rc == 0)                                         \
+            *out = (ctype)d;                                 \
+        return rc < 0 ? rc : 0;                              \
+    }
+NUMBER_GETTER(ddp__env_bool, int, DDP__ENV_BOOL)
+NUMBER_GETTER(ddp__env_int, int, DDP__ENV_INT)
+NUMBER_GETTER(ddp__env_size, size_t, DDP__ENV_SIZE)
+NUMBER_GETTER(ddp__env_usec, double, DDP__ENV_USEC)
+NUMBER_GETTER(ddp__env_word, int, DDP__ENV_WORD)
 
 int ddp__env_string(const char *name, const char **out)
 {
