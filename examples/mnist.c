@@ -280,7 +280,8 @@ typedef struct job {
     ddp_optim_t *opt;
     ddp_train_state st;   /* where training starts (after a resume) */
     char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
-    int profile;          /* DDP_MNIST_PROFILE set */
+    int profile;          /* DDP_MNIST_PROFILE=1 */
+    int timestamps;       /* DDP_MNIST_TIMESTAMPS=1 */
     double phase[PH_N];   /* seconds spent in each phase (with profile) */
 } job;
 
@@ -401,7 +402,7 @@ static int train(job *j, ddp_loader_t *dl)
             steps++;
             samples += b.size;
             j->st.global_step++;
-            if (samples == b.size && j->rank == 0 && getenv("DDP_MNIST_TIMESTAMPS"))
+            if (samples == b.size && j->rank == 0 && j->timestamps)
                 printf("First step at: %.6f\n", wall_clock()); /* for bench/ddp_mnist.sh */
             maybe_crash(j);
             if (j->rank == 0 && (b.index + 1) % 100 == 0)
@@ -548,10 +549,15 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen */
 
     int status = 1, rc = 0;
-    job j = {.a = &a, .profile = getenv("DDP_MNIST_PROFILE") != NULL};
+    job j = {.a = &a};
     ddp_dataset_t *train_ds = NULL, *test_ds = NULL;
     ddp_loader_t *dl = NULL;
     ddp_sampler_t *sampler = NULL;
+    if (ddp_env_bool("DDP_MNIST_PROFILE", &j.profile) < 0 ||
+        ddp_env_bool("DDP_MNIST_TIMESTAMPS", &j.timestamps) < 0) {
+        fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+        return 2;
+    }
 
     if ((rc = join_job(&j)) < 0) {
         status = rc == DDP_ERR_INVALID_ARG ? 2 : 1;

@@ -171,7 +171,7 @@ static void test_bad_environment(void **state)
     setenv("DDP_HIERARCHICAL", "yes", 1);
     ddp_pg_t *pg = NULL;
     assert_true(ddp_init_process_group("tcp", J.url, 0, 1, 5.0, &pg) < 0);
-    if (!contains(ddp_last_error(), "DDP_HIERARCHICAL='yes': expected auto, 0 or 1"))
+    if (!contains(ddp_last_error(), "DDP_HIERARCHICAL=yes: expected auto, 0 or 1"))
         fail_msg("unexpected: %s", ddp_last_error());
     unsetenv("DDP_HIERARCHICAL");
     job_cleanup(&J);

@@ -246,8 +246,8 @@ static void test_bad_max_bytes(void **state)
                          DDP_ERR_INVALID_ARG);
         assert_null(idx.data);
         char want[128];
-        snprintf(want, sizeof want, "DDP_DATA_CACHE_MAX_BYTES='%s': expected a positive byte "
-                 "count", bad[i]);
+        snprintf(want, sizeof want, "DDP_DATA_CACHE_MAX_BYTES=%s: expected a size in bytes",
+                 bad[i]);
         if (!strstr(ddp_last_error(), want))
             fail_msg("message lacks \"%s\": %s", want, ddp_last_error());
     }

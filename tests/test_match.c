@@ -196,8 +196,8 @@ static void test_held_length_mismatch_shm(void **state)
 {
     (void)state;
     /* No copying a held message out of the way while rank 0 waits: only
-     * a stuck wait does that, after DDP_SHM_YIELD_US. */
-    run_case("shm", 3, held_mismatch_rank, "DDP_SHM_YIELD_US", "30000000");
+     * a stuck wait does that, after DDP_SHM_YIELD_US (10 s, the most it takes). */
+    run_case("shm", 3, held_mismatch_rank, "DDP_SHM_YIELD_US", "10000000");
 }
 
 /* ---- a pull from a sender that died ----------------------------------- */

@@ -151,13 +151,17 @@ static void test_env_caps_the_table(void **state)
     assert_true(child_picks("auto", best));
     assert_true(child_picks("sse9", best)); /* here: auto; init reports it (below) */
     int isa = -1;
-    assert_int_equal(ddp__reduce_isa_parse(NULL, &isa), 0);
+    unsetenv("DDP_REDUCE_ISA");
+    assert_int_equal(ddp__reduce_isa_from_env(&isa), 0);
     assert_int_equal(isa, best);
-    assert_int_equal(ddp__reduce_isa_parse("portable", &isa), 0);
+    setenv("DDP_REDUCE_ISA", "portable", 1);
+    assert_int_equal(ddp__reduce_isa_from_env(&isa), 0);
     assert_int_equal(isa, DDP__ISA_PORTABLE);
-    assert_true(ddp__reduce_isa_parse("sse9", &isa) < 0);
+    setenv("DDP_REDUCE_ISA", "sse9", 1);
+    assert_true(ddp__reduce_isa_from_env(&isa) < 0);
+    unsetenv("DDP_REDUCE_ISA");
     assert_non_null(strstr(ddp_last_error(),
-                           "DDP_REDUCE_ISA='sse9': expected auto, avx512, avx2 or portable"));
+                           "DDP_REDUCE_ISA=sse9: expected auto, avx512, avx2 or portable"));
 }
 
 /* AVG's division: a power-of-two divisor multiplies by its reciprocal;

@@ -307,7 +307,7 @@ static void test_rs_window_env(void **state)
     setenv("DDP_RING_WINDOW_BYTES", "0", 1);
     ddp_pg_t *pg = NULL;
     assert_int_equal(ddp_init_process_group("tcp", j.url, 0, 1, 5.0, &pg), DDP_ERR_INVALID_ARG);
-    const char *msg = "DDP_RING_WINDOW_BYTES='0': expected a positive byte count";
+    const char *msg = "DDP_RING_WINDOW_BYTES=0: expected a size in bytes from 1 to 1 TiB";
     if (!contains(ddp_last_error(), msg))
         fail_msg("expected '%s' in '%s'", msg, ddp_last_error());
     ddp__coll_ctx c;

@@ -155,17 +155,21 @@ static void init_fails(const char *name, const char *value, const char *msg)
 static void test_bad_environment(void **state)
 {
     (void)state;
-    init_fails("DDP_TRANSPORT", "infiniband", "DDP_TRANSPORT='infiniband': expected auto, tcp or shm");
-    init_fails("DDP_HOST_ID", "a b", "DDP_HOST_ID='a b'");
-    init_fails("DDP_SHM_RING_BYTES", "12", "DDP_SHM_RING_BYTES=12: expected 4096 to 1 GiB");
-    init_fails("DDP_SHM_SPIN_US", "fast", "DDP_SHM_SPIN_US='fast': expected a number >= 0");
-    init_fails("DDP_SHM_WINDOW_BYTES", "2e9", "DDP_SHM_WINDOW_BYTES=2000000000: expected 0 to 1 GiB");
+    init_fails("DDP_TRANSPORT", "infiniband", "DDP_TRANSPORT=infiniband: expected auto, tcp or shm");
+    init_fails("DDP_HOST_ID", "a b", "DDP_HOST_ID=a b: expected at most");
+    init_fails("DDP_SHM_RING_BYTES", "12",
+               "DDP_SHM_RING_BYTES=12: expected a size in bytes from 4 KiB to 1 GiB");
+    init_fails("DDP_SHM_SPIN_US", "fast", "DDP_SHM_SPIN_US=fast: expected microseconds from 0 to 1e+07");
+    init_fails("DDP_SHM_YIELD_US", "nan", "DDP_SHM_YIELD_US=nan: expected microseconds from 0 to 1e+07");
+    init_fails("DDP_SHM_CMA", "yes", "DDP_SHM_CMA=yes: expected 0 or 1");
+    init_fails("DDP_SHM_WINDOW_BYTES", "2e9",
+               "DDP_SHM_WINDOW_BYTES=2e9: expected a size in bytes from 0 to 1 GiB");
     init_fails("DDP_SHARED_CHUNK_BYTES", "0",
-               "DDP_SHARED_CHUNK_BYTES='0': expected a positive byte count");
+               "DDP_SHARED_CHUNK_BYTES=0: expected a size in bytes from 1 to 1 TiB");
     init_fails("DDP_ALLREDUCE_SHARED_BYTES", "64k",
-               "DDP_ALLREDUCE_SHARED_BYTES='64k': expected a positive byte count");
+               "DDP_ALLREDUCE_SHARED_BYTES=64k: expected a size in bytes from 1 to 1 TiB");
     init_fails("DDP_REDUCE_ISA", "sse9",
-               "DDP_REDUCE_ISA='sse9': expected auto, avx512, avx2 or portable");
+               "DDP_REDUCE_ISA=sse9: expected auto, avx512, avx2 or portable");
 }
 
 /* Ranks that disagree on the window's size: the segment's size gives it

@@ -89,6 +89,13 @@ typedef struct ddp_launch_info {
  * message names it and quotes its value). */
 DDP_API int ddp_launch_info_from_env(ddp_launch_info *out);
 
+/* A 0/1 DDP_* variable of libddp's table of environment variables (README's
+ * "Configuration"; programs built on libddp, such as ddp-mnist, have their
+ * own DDP_<PROGRAM>_* entries there): its default when unset or empty, else
+ * 0 or 1; DDP_ERR_INVALID_ARG for any other value or a name not in the table,
+ * with a message naming the variable and its value. */
+DDP_API int ddp_env_bool(const char *name, int *out);
+
 /* Library version string, "MAJOR.MINOR.PATCH". */
 DDP_API const char *ddp_version(void);
 

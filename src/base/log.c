@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+
+#include "base/env.h"
+#include "base/error.h"
 
 #define LEVEL_UNSET (-2)
 
@@ -16,26 +18,31 @@ static _Atomic int log_level = LEVEL_UNSET;
 static _Atomic(ddp_log_fn) log_fn;
 static void *_Atomic log_user;
 
-static int level_from_env(void)
+/* DDP_LOG_LEVEL's level.  A bad value cannot fail the call that logs, so it
+ * turns warnings on and says so: never silently off. */
+static int level_from_env(char *bad, size_t len)
 {
-    const char *s = getenv("DDP_LOG_LEVEL");
-    if (!s || !*s)
-        return DDP_LOG_OFF;
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    for (int i = 0; i < 4; i++)
-        if (strcasecmp(s, names[i]) == 0)
-            return i;
-    if (strcasecmp(s, "warning") == 0)
-        return DDP_LOG_WARN;
-    return DDP_LOG_OFF;
+    /* off, error, warn, info, debug, warning (src/base/env.c) */
+    static const int levels[] = {DDP_LOG_OFF,  DDP_LOG_ERROR, DDP_LOG_WARN,
+                                 DDP_LOG_INFO, DDP_LOG_DEBUG, DDP_LOG_WARN};
+    char saved[1024]; /* error.c keeps 1024 bytes */
+    snprintf(saved, sizeof saved, "%s", ddp_last_error()); /* logging keeps the caller's error */
+    int w = 0, rc = ddp__env_word("DDP_LOG_LEVEL", &w);
+    if (rc < 0)
+        snprintf(bad, len, "%s", ddp_last_error());
+    ddp__error_restore(saved);
+    return rc < 0 ? DDP_LOG_WARN : levels[w];
 }
 
 int ddp_log_get_level(void)
 {
     int level = atomic_load_explicit(&log_level, memory_order_relaxed);
     if (level == LEVEL_UNSET) {
-        level = level_from_env();
+        char bad[512] = "";
+        level = level_from_env(bad, sizeof bad);
         atomic_store(&log_level, level);
+        if (bad[0])
+            ddp__log(DDP_LOG_WARN, "%s (logging warnings)", bad);
     }
     return level;
 }

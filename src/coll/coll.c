@@ -7,18 +7,8 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/env.h"
 #include "base/error.h"
-
-#define DEFAULT_CHUNK (256u << 10)
-#define DEFAULT_DIRECT_MAX (64u << 10)
-#define DEFAULT_RD_MAX (16u << 10)
-#define DEFAULT_SHARED_MIN (64u << 10)
-#define DEFAULT_SHARED_CHUNK (256u << 10)
-#define DEFAULT_RING_WINDOW (4u << 20)
-/* Symmetric memory pays from about here: below it the peers' buffers are
- * still in the caches, and reading them across cores measured slower than
- * staging through the small hot window (bench/RESULTS.md, issue 5). */
-#define DEFAULT_SYMMETRIC_MIN (32u << 20)
 
 static const char *const coll_names[DDP__NUM_COLL] = {
     "all_reduce", "broadcast",  "reduce",         "all_gather", "gather", "scatter",
@@ -29,26 +19,13 @@ const char *ddp__coll_name(int kind)
     return kind >= 0 && kind < DDP__NUM_COLL ? coll_names[kind] : "unknown";
 }
 
-static int env_size(const char *name, size_t dflt, size_t *out)
-{
-    const char *s = getenv(name);
-    *out = dflt;
-    if (!s || !*s)
-        return 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    DDP_FAIL_IF(*end || v == 0, DDP_ERR_INVALID_ARG, "%s='%s': expected a positive byte count",
-                name, s);
-    *out = (size_t)v;
-    return 0;
-}
-
 int ddp__coll_algo_parse(const char *name)
 {
-    static const char *const names[] = {"auto", "ring", "rd", "direct", "shared"};
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
-        if (strcmp(name, names[i]) == 0)
-            return i; /* DDP__AR_* order */
+    /* The words of DDP_ALLREDUCE_ALGO, in DDP__AR_* order. */
+    const ddp__env_var *v = ddp__env_find("DDP_ALLREDUCE_ALGO");
+    for (int i = 0; v && i < DDP__ENV_MAX_WORDS && v->words[i]; i++)
+        if (strcmp(name, v->words[i]) == 0)
+            return i;
     return -1;
 }
 
@@ -57,21 +34,22 @@ int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
     memset(c, 0, sizeof *c);
     c->rank = rank;
     c->size = size;
-    const char *algo = getenv("DDP_ALLREDUCE_ALGO");
-    c->allreduce_algo = algo && *algo ? ddp__coll_algo_parse(algo) : DDP__AR_AUTO;
-    DDP_FAIL_IF(c->allreduce_algo < 0, DDP_ERR_INVALID_ARG,
-                "DDP_ALLREDUCE_ALGO='%s': expected ring, rd, direct, shared or auto", algo);
-    DDP_TRY(env_size("DDP_CHUNK_BYTES", DEFAULT_CHUNK, &c->chunk));
-    DDP_TRY(env_size("DDP_ALLREDUCE_DIRECT_BYTES", DEFAULT_DIRECT_MAX, &c->direct_max));
-    DDP_TRY(env_size("DDP_ALLREDUCE_RD_BYTES", DEFAULT_RD_MAX, &c->rd_max));
-    DDP_TRY(env_size("DDP_ALLREDUCE_SHARED_BYTES", DEFAULT_SHARED_MIN, &c->shared_min));
-    DDP_TRY(env_size("DDP_SHARED_CHUNK_BYTES", DEFAULT_SHARED_CHUNK, &c->shared_chunk));
-    DDP_TRY(env_size("DDP_RING_WINDOW_BYTES", DEFAULT_RING_WINDOW, &c->ring_window));
-    DDP_TRY(env_size("DDP_ALLREDUCE_SYMMETRIC_BYTES", DEFAULT_SYMMETRIC_MIN, &c->symmetric_min));
+    /* Defaults and ranges: src/base/env.c.  DDP_ALLREDUCE_SYMMETRIC_BYTES's
+     * 32 MiB: below it the peers' buffers are still in the caches, and
+     * reading them across cores measured slower than staging through the
+     * small hot window (bench/RESULTS.md, issue 5). */
+    DDP_TRY(ddp__env_word("DDP_ALLREDUCE_ALGO", &c->allreduce_algo)); /* DDP__AR_* order */
+    DDP_TRY(ddp__env_size("DDP_CHUNK_BYTES", &c->chunk));
+    DDP_TRY(ddp__env_size("DDP_ALLREDUCE_DIRECT_BYTES", &c->direct_max));
+    DDP_TRY(ddp__env_size("DDP_ALLREDUCE_RD_BYTES", &c->rd_max));
+    DDP_TRY(ddp__env_size("DDP_ALLREDUCE_SHARED_BYTES", &c->shared_min));
+    DDP_TRY(ddp__env_size("DDP_SHARED_CHUNK_BYTES", &c->shared_chunk));
+    DDP_TRY(ddp__env_size("DDP_RING_WINDOW_BYTES", &c->ring_window));
+    DDP_TRY(ddp__env_size("DDP_ALLREDUCE_SYMMETRIC_BYTES", &c->symmetric_min));
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->cpus = cpus > 0 ? (int)cpus : 1;
     int isa; /* the kernels read it themselves; a bad value is reported here */
-    DDP_TRY(ddp__reduce_isa_parse(getenv("DDP_REDUCE_ISA"), &isa));
+    DDP_TRY(ddp__reduce_isa_from_env(&isa));
     return 0;
 }
 

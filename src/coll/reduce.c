@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/error.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -253,19 +254,16 @@ int ddp__reduce_isa_best(void)
     return isa;
 }
 
-int ddp__reduce_isa_parse(const char *value, int *isa)
+int ddp__reduce_isa_from_env(int *isa)
 {
     *isa = ddp__reduce_isa_best();
-    if (!value || !*value || strcmp(value, "auto") == 0)
-        return 0;
-    for (int i = 0; i < DDP__ISA_COUNT; i++)
-        if (strcmp(value, isa_names[i]) == 0) {
-            if (i < *isa) /* a cap: never more than the CPU has */
-                *isa = i;
-            return 0;
-        }
-    return DDP_ERROR(DDP_ERR_INVALID_ARG,
-                     "DDP_REDUCE_ISA='%s': expected auto, avx512, avx2 or portable", value);
+    int w = 0; /* auto, avx512, avx2, portable (src/base/env.c) */
+    DDP_TRY(ddp__env_word("DDP_REDUCE_ISA", &w));
+    static const int word_isa[] = {DDP__ISA_COUNT, DDP__ISA_AVX512, DDP__ISA_AVX2,
+                                   DDP__ISA_PORTABLE};
+    if (word_isa[w] < *isa) /* a cap: never more than the CPU has */
+        *isa = word_isa[w];
+    return 0;
 }
 
 ddp__reduce_fn ddp__reduce_kernel_isa(ddp_dtype dtype, ddp_reduce_op op, int isa)
@@ -283,7 +281,7 @@ ddp__reduce_fn ddp__reduce_kernel(ddp_dtype dtype, ddp_reduce_op op)
     static _Atomic int chosen = -1;
     int isa = atomic_load_explicit(&chosen, memory_order_relaxed);
     if (isa < 0) {
-        if (ddp__reduce_isa_parse(getenv("DDP_REDUCE_ISA"), &isa) < 0)
+        if (ddp__reduce_isa_from_env(&isa) < 0)
             isa = ddp__reduce_isa_best();
         atomic_store_explicit(&chosen, isa, memory_order_relaxed);
     }

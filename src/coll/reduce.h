@@ -28,10 +28,9 @@ enum { DDP__ISA_PORTABLE, DDP__ISA_AVX2, DDP__ISA_AVX512, DDP__ISA_COUNT };
 ddp__reduce_fn ddp__reduce_kernel_isa(ddp_dtype dtype, ddp_reduce_op op, int isa);
 /* The best table this CPU runs. */
 int ddp__reduce_isa_best(void);
-/* DDP_REDUCE_ISA's value (NULL, "", "auto", "avx512", "avx2", "portable")
- * into *isa: the best table, capped by the value.  Sets the error on
- * anything else. */
-int ddp__reduce_isa_parse(const char *value, int *isa);
+/* DDP_REDUCE_ISA (unset, auto, avx512, avx2, portable) into *isa: the best
+ * table, capped by the value.  Sets the error on anything else. */
+int ddp__reduce_isa_from_env(int *isa);
 const char *ddp__reduce_isa_name(int isa);
 /* Checks dtype and op (and that op applies to dtype); sets the error. */
 int ddp__check_dtype_op(ddp_dtype dtype, ddp_reduce_op op);

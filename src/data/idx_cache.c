@@ -35,9 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
 
-#define DEFAULT_MAX_BYTES (1ull << 30)
 #define TMP_MAX_AGE_S (15 * 60)   /* writing an entry takes about a second */
 #define WRITE_CHUNK (1u << 30)    /* largest single write() */
 
@@ -96,22 +96,16 @@ static void make_dirs(const char *path)
 
 int ddp__idx_cache_lookup(const char *path, ddp__idx_cache *c)
 {
-    const char *off = getenv("DDP_DATA_CACHE");
-    if (off && strcmp(off, "0") == 0)
+    int on = 1;
+    DDP_TRY(ddp__env_bool("DDP_DATA_CACHE", &on));
+    if (!on)
         return 0;
-    const char *max = getenv("DDP_DATA_CACHE_MAX_BYTES");
-    c->max_bytes = DEFAULT_MAX_BYTES;
-    if (max && *max) {
-        char *end;
-        errno = 0;
-        c->max_bytes = strtoull(max, &end, 10);
-        DDP_FAIL_IF(errno || *end || end == max || c->max_bytes == 0 || *max == '-',
-                    DDP_ERR_INVALID_ARG, "DDP_DATA_CACHE_MAX_BYTES='%s': expected a positive "
-                    "byte count (DDP_DATA_CACHE=0 turns the cache off)", max);
-    }
-    const char *d = getenv("DDP_DATA_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (d && *d)
+    size_t max = 0;
+    DDP_TRY(ddp__env_size("DDP_DATA_CACHE_MAX_BYTES", &max));
+    c->max_bytes = max;
+    const char *d = NULL, *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    DDP_TRY(ddp__env_string("DDP_DATA_CACHE_DIR", &d));
+    if (d)
         snprintf(c->dir, sizeof c->dir, "%s", d);
     else if (x && *x)
         snprintf(c->dir, sizeof c->dir, "%s/libddp", x);

@@ -43,13 +43,12 @@
 
 #include <mpi.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "coll/coll.h"
 #include "coll/reduce.h"
 #include "pg/backend.h"
-
-#define DEFAULT_SPIN_US 20000
 
 /* ------------------------------------------------------------------ */
 /* Process-wide MPI state                                               */
@@ -92,14 +91,10 @@ static int mpi_ensure_init(void)
                 "MPI is already finalised (it cannot be initialised twice in a process; keep "
                 "one mpi process group alive for the whole program)");
     int provided = MPI_THREAD_SINGLE, want = MPI_THREAD_SERIALIZED;
-    const char *lv = getenv("DDP_MPI_THREAD");
-    if (lv && *lv) {
-        DDP_FAIL_IF(strcmp(lv, "multiple") != 0 && strcmp(lv, "serialized") != 0,
-                    DDP_ERR_INVALID_ARG, "DDP_MPI_THREAD='%s': expected multiple or serialized",
-                    lv);
-        if (strcmp(lv, "multiple") == 0)
-            want = MPI_THREAD_MULTIPLE;
-    }
+    int multiple = 0; /* serialized, multiple */
+    DDP_TRY(ddp__env_word("DDP_MPI_THREAD", &multiple));
+    if (multiple)
+        want = MPI_THREAD_MULTIPLE;
     if (!inited) {
         int rc = MPI_Init_thread(NULL, NULL, want, &provided);
         if (rc != MPI_SUCCESS)
@@ -571,16 +566,12 @@ static int backend_new(MPI_Comm comm, int sub, double timeout_s, void **impl)
                 goto out;
             }
         }
-    const char *p = getenv("DDP_MPI_PROGRESS");
-    if (p && *p) {
-        DDP_FAIL_OUT(strcmp(p, "poll") != 0 && strcmp(p, "blocking") != 0, DDP_ERR_INVALID_ARG,
-                     "DDP_MPI_PROGRESS='%s': expected blocking or poll", p);
-        b->poll |= strcmp(p, "poll") == 0;
-    }
-    const char *s = getenv("DDP_MPI_SPIN_US");
-    long spin = s && *s ? atol(s) : DEFAULT_SPIN_US;
-    DDP_FAIL_OUT(spin < 0, DDP_ERR_INVALID_ARG, "DDP_MPI_SPIN_US='%s' must be >= 0", s);
-    b->spin_s = (double)spin * 1e-6;
+    int poll = 0; /* blocking, poll */
+    DDP_TRY_OUT(ddp__env_word("DDP_MPI_PROGRESS", &poll));
+    b->poll |= poll;
+    double spin_us = 0;
+    DDP_TRY_OUT(ddp__env_usec("DDP_MPI_SPIN_US", &spin_us));
+    b->spin_s = spin_us * 1e-6;
     DDP_TRY_OUT(agree_on_mode(b, ddp_time_now() + timeout_s));
     *impl = b;
     b = NULL;

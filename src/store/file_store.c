@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "store/kv.h"
@@ -42,7 +43,6 @@
 #define REC_DELETE 2
 #define POLL_MAX_S 0.010
 #define LOCK_POLL_MAX_S 0.002
-#define DEFAULT_COMPACT_BYTES (1u << 20)
 #define GEN_SUPERSEDED UINT64_MAX /* header generation of a file compacted away */
 #define SUPERSEDED 1              /* refresh(): reopen the path and retry */
 
@@ -701,11 +701,10 @@ int ddp_store_file_create(const char *path, int world_size, ddp_store_t **out)
     ddp__kv_init(&fs->cache);
     fs->fd = -1;
     fs->world_size = world_size;
-    fs->compact_bytes = DEFAULT_COMPACT_BYTES;
-    const char *env = getenv("DDP_FILESTORE_COMPACT_BYTES");
-    if (env && *env)
-        fs->compact_bytes = strtoull(env, NULL, 10);
     int rc = 0;
+    size_t compact = 0; /* default 1 MiB: src/base/env.c */
+    DDP_TRY_OUT(ddp__env_size("DDP_FILESTORE_COMPACT_BYTES", &compact));
+    fs->compact_bytes = compact;
     fs->path = strdup(path);
     DDP_FAIL_OUT(!fs->path, DDP_ERR_NOMEM, "file store %s: out of memory", path);
     DDP_TRY_OUT(join(fs));

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/sha256.h"
 
@@ -173,15 +174,16 @@ int ddp__store_load_secret(char **secret, size_t *len)
 {
     *secret = NULL;
     *len = 0;
-    const char *s = getenv("DDP_SECRET");
-    if (s && *s) {
+    const char *s = NULL, *path = NULL;
+    DDP_TRY(ddp__env_string("DDP_SECRET", &s));
+    DDP_TRY(ddp__env_string("DDP_SECRET_FILE", &path));
+    if (s) {
         *secret = strdup(s);
         DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
         *len = strlen(s);
         return 0;
     }
-    const char *path = getenv("DDP_SECRET_FILE");
-    if (!path || !*path)
+    if (!path)
         return 0;
     FILE *f = fopen(path, "rb");
     if (!f)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/env.h"
 #include "base/error.h"
 
 #define URL_MAX 8192
@@ -328,8 +329,10 @@ int ddp_store_from_url(const char *url, int rank, int world_size, double timeout
         /* DDP_STORE_BIND: where rank 0 listens when HOST is not an address
          * of its own that the others can reach (a name that resolves to
          * loopback on the master, say); "0.0.0.0" listens everywhere. */
-        rc = ddp__store_tcp_open(host, getenv("DDP_STORE_BIND"), port, r == 0, ws, timeout_s,
-                                 out);
+        const char *bind = NULL;
+        rc = ddp__env_string("DDP_STORE_BIND", &bind);
+        if (rc == 0)
+            rc = ddp__store_tcp_open(host, bind, port, r == 0, ws, timeout_s, out);
     }
     if (rc < 0)
         return ddp__error_context(rc, "rendezvous at '%.300s' as rank %d of %d", url, r, ws);

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/env.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "tensor/shape.h"
 
 /* ---- shapes --------------------------------------------------------------- */
@@ -142,9 +144,10 @@ int ddp_tensor_same_shape(const ddp_tensor *a, const ddp_tensor *b)
  * its initial value, once, from the environment (one thread per rank). */
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 
-static int env_threads(const char *name)
+/* OPENBLAS_NUM_THREADS is OpenBLAS's own (1-4096, else ignored). */
+static int openblas_threads(void)
 {
-    const char *v = getenv(name);
+    const char *v = getenv("OPENBLAS_NUM_THREADS");
     if (!v || !*v)
         return 0;
     char *end;
@@ -152,11 +155,18 @@ static int env_threads(const char *name)
     return (*end == '\0' && n >= 1 && n <= 4096) ? (int)n : 0;
 }
 
+/* A bad DDP_NUM_THREADS cannot fail the GEMM that first reads it: it is
+ * logged as a warning and the thread count falls back as when unset. */
 static void threads_init(void)
 {
-    int n = env_threads("DDP_NUM_THREADS");
+    char saved[1024]; /* the caller's error stays (error.c keeps 1024 bytes) */
+    snprintf(saved, sizeof saved, "%s", ddp_last_error());
+    int n = 0;
+    if (ddp__env_int("DDP_NUM_THREADS", &n) < 0)
+        DDP_WARN("%s (using OPENBLAS_NUM_THREADS, else 1)", ddp_last_error());
+    ddp__error_restore(saved);
     if (n == 0)
-        n = env_threads("OPENBLAS_NUM_THREADS");
+        n = openblas_threads();
     openblas_set_num_threads(n ? n : 1);
 }
 

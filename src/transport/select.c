@@ -16,11 +16,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "transport/rendezvous.h"
 #include "transport/select.h"
 #include "transport/shm.h"
 
+/* The words of the rank's record, in the order of the variables' words in
+ * src/base/env.c (which reads them). */
 enum { MODE_AUTO, MODE_TCP, MODE_SHM };
 static const char *const mode_names[] = {"auto", "tcp", "shm"};
 /* DDP_HIERARCHICAL, in the same order: auto, off, on. */
@@ -29,11 +32,12 @@ static const char *const hier_names[] = {"auto", "0", "1"};
 
 int ddp__host_id(char *out, size_t len)
 {
-    const char *env = getenv("DDP_HOST_ID");
-    if (env && *env) {
+    const char *env = NULL;
+    DDP_TRY(ddp__env_string("DDP_HOST_ID", &env));
+    if (env) {
         DDP_FAIL_IF(strlen(env) >= len || strchr(env, ' ') || strchr(env, '\n'),
                     DDP_ERR_INVALID_ARG,
-                    "DDP_HOST_ID='%s': expected at most %zu characters, no spaces", env, len - 1);
+                    "DDP_HOST_ID=%s: expected at most %zu characters, no spaces", env, len - 1);
         snprintf(out, len, "%s", env);
         return 0;
     }
@@ -52,23 +56,6 @@ int ddp__host_id(char *out, size_t len)
             *c = '_';
     snprintf(out, len, "%.200s/%.40s", host, boot[0] ? boot : "no-boot-id");
     return 0;
-}
-
-static int word_index(const char *v, size_t len, const char *const names[3]);
-
-static int read_mode(const char *var, const char *const names[3], int *mode)
-{
-    const char *env = getenv(var);
-    *mode = MODE_AUTO;
-    if (!env || !*env)
-        return 0;
-    int i = word_index(env, strlen(env), names);
-    if (i >= 0) {
-        *mode = i;
-        return 0;
-    }
-    return DDP_ERROR(DDP_ERR_INVALID_ARG, "%s='%s': expected %s, %s or %s", var, env, names[0],
-                     names[1], names[2]);
 }
 
 /* The index of the word [v, v + len) in names[3], or -1. */
@@ -136,8 +123,8 @@ int ddp__transport_layout(ddp_store_t *store, const char *prefix, int rank, int 
     rec_view *v = NULL;
     memset(out, 0, sizeof *out);
     out->kind = DDP__LAYOUT_TCP;
-    DDP_TRY(read_mode("DDP_TRANSPORT", mode_names, &mode));
-    DDP_TRY(read_mode("DDP_HIERARCHICAL", hier_names, &hier));
+    DDP_TRY(ddp__env_word("DDP_TRANSPORT", &mode));
+    DDP_TRY(ddp__env_word("DDP_HIERARCHICAL", &hier));
     int n = snprintf(rec, sizeof rec, "%s %s ", mode_names[mode], hier_names[hier]);
     DDP_TRY(ddp__host_id(rec + n, sizeof rec - (size_t)n));
     snprintf(key, sizeof key, "%s/transport", prefix);

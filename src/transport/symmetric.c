@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
 
 typedef struct region {
@@ -93,8 +94,9 @@ int ddp__sym_make(ddp__sym_set *set, size_t len, void **mine)
 {
     *mine = NULL;
     unsigned id = ++set->made; /* first: whatever fails, ids stay equal on every rank */
-    const char *off = getenv("DDP_SYMMETRIC_MEMORY");
-    DDP_FAIL_IF(off && strcmp(off, "0") == 0, DDP_ERR_UNSUPPORTED,
+    int on = 1;
+    DDP_TRY(ddp__env_bool("DDP_SYMMETRIC_MEMORY", &on));
+    DDP_FAIL_IF(!on, DDP_ERR_UNSUPPORTED,
                 "symmetric memory is off here (DDP_SYMMETRIC_MEMORY=0)");
     DDP_FAIL_IF(len == 0 || len > ((size_t)1 << 40), DDP_ERR_INVALID_ARG,
                 "symmetric memory: %zu bytes: expected 1 byte to 1 TiB", len);

@@ -18,8 +18,7 @@
  * slower than the two copies through the ring. */
 int ddp__shm_probe_cma(shm *s)
 {
-    const char *env = getenv("DDP_SHM_CMA");
-    if (!env || strcmp(env, "1") != 0)
+    if (!s->cma_on)
         return 0;
     for (int r = 0; r < s->base.size; r++) {
         if (r == s->base.rank)

@@ -104,7 +104,8 @@ typedef struct shm {
     seg_slot *slots;
     seg_bell *bells;
     uint64_t ring_bytes, mask;
-    size_t cma_min;
+    size_t cma_min; /* RTS (one copy) from this many bytes: DDP_SHM_CMA_BYTES */
+    int cma_on;     /* DDP_SHM_CMA=1 */
     /* the shared window (transport.h): views into the segment */
     ddp__window win;
     uint8_t **win_slot;

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "transport/handshake.h"
@@ -25,11 +26,6 @@
 
 #define SEG_MAGIC 0x4d485344u /* "DSHM" */
 #define SEG_VERSION 2
-#define DEFAULT_RING (1u << 20)
-#define DEFAULT_WINDOW (1u << 20)
-#define DEFAULT_CMA_MIN (32u << 10) /* RTS (one copy) from this many bytes */
-#define DEFAULT_SPIN_US 20.0
-#define DEFAULT_YIELD_US 200.0
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -49,41 +45,25 @@ static size_t seg_layout(int n, size_t ring, size_t window, seg_off *o)
     return o->win + (size_t)n * window;
 }
 
-static int env_double(const char *name, double dflt, double *out)
-{
-    const char *v = getenv(name);
-    *out = dflt;
-    if (!v || !*v)
-        return 0;
-    char *end;
-    double d = strtod(v, &end);
-    DDP_FAIL_IF(*end || d < 0, DDP_ERR_INVALID_ARG, "%s='%s': expected a number >= 0", name, v);
-    *out = d;
-    return 0;
-}
-
-/* Ring bytes: a power of two, at least 4 KiB. */
+/* Ring bytes: a power of two, 4 KiB to 1 GiB (src/base/env.c checks the
+ * range; default 1 MiB). */
 static int ring_size(size_t *out)
 {
-    double v;
-    DDP_TRY(env_double("DDP_SHM_RING_BYTES", DEFAULT_RING, &v));
-    size_t want = (size_t)v, r = 4096;
-    DDP_FAIL_IF(want < 4096 || want > ((size_t)1 << 30), DDP_ERR_INVALID_ARG,
-                "DDP_SHM_RING_BYTES=%zu: expected 4096 to 1 GiB", want);
+    size_t want = 0, r = 4096;
+    DDP_TRY(ddp__env_size("DDP_SHM_RING_BYTES", &want));
     while (r < want)
         r <<= 1;
     *out = r;
     return 0;
 }
 
-/* Window bytes per rank: 0 (no window) or whole pages, at most 1 GiB. */
+/* Window bytes per rank: 0 (no window) or whole pages, at most 1 GiB
+ * (src/base/env.c; default 1 MiB). */
 static int window_size(size_t *out)
 {
-    double v;
-    DDP_TRY(env_double("DDP_SHM_WINDOW_BYTES", DEFAULT_WINDOW, &v));
-    DDP_FAIL_IF(v > (double)((size_t)1 << 30), DDP_ERR_INVALID_ARG,
-                "DDP_SHM_WINDOW_BYTES=%.0f: expected 0 to 1 GiB", v);
-    *out = align_up((size_t)v, 4096);
+    size_t v = 0;
+    DDP_TRY(ddp__env_size("DDP_SHM_WINDOW_BYTES", &v));
+    *out = align_up(v, 4096);
     return 0;
 }
 
@@ -241,13 +221,14 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
     s->base.vt = &ddp__shm_vtable;
     s->base.rank = rank;
     s->base.size = size;
-    double v;
-    DDP_TRY_OUT(env_double("DDP_SHM_SPIN_US", DEFAULT_SPIN_US, &s->spin_s));
-    DDP_TRY_OUT(env_double("DDP_SHM_YIELD_US", DEFAULT_YIELD_US, &s->yield_s));
+    DDP_TRY_OUT(ddp__env_usec("DDP_SHM_SPIN_US", &s->spin_s));
+    DDP_TRY_OUT(ddp__env_usec("DDP_SHM_YIELD_US", &s->yield_s));
     s->spin_s *= 1e-6;
     s->yield_s *= 1e-6;
-    DDP_TRY_OUT(env_double("DDP_SHM_CMA_BYTES", DEFAULT_CMA_MIN, &v));
-    s->cma_min = v < 1 ? 1 : (size_t)v;
+    DDP_TRY_OUT(ddp__env_bool("DDP_SHM_CMA", &s->cma_on));
+    size_t cma_min = 0;
+    DDP_TRY_OUT(ddp__env_size("DDP_SHM_CMA_BYTES", &cma_min));
+    s->cma_min = cma_min < 1 ? 1 : cma_min;
     size_t ring = 0, window = 0;
     DDP_TRY_OUT(ring_size(&ring));
     DDP_TRY_OUT(window_size(&window));

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/sha256.h"
@@ -19,7 +20,6 @@
 #include "transport/rendezvous.h"
 
 #define HANDSHAKE_S 2.0                /* per-connection bound while accepting */
-#define DEFAULT_SPIN_US 20.0
 
 void ddp__tcp_destroy(ddp__tp *tp)
 {
@@ -181,8 +181,9 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     t->base.rank = rank;
     t->base.size = size;
     t->epfd = -1;
-    const char *spin = getenv("DDP_TCP_SPIN_US");
-    t->spin_max = (spin && *spin ? atof(spin) : DEFAULT_SPIN_US) * 1e-6;
+    double spin_us = 0; /* default 20 us: src/base/env.c */
+    DDP_TRY_OUT(ddp__env_usec("DDP_TCP_SPIN_US", &spin_us));
+    t->spin_max = spin_us * 1e-6;
     t->spin_s = t->spin_max;
     DDP_TRY_OUT(ddp__match_init(&t->m, &ddp__tcp_match_ops, rank, size, sizeof(peer)));
     t->peers = t->m.peers;
