@@ -166,7 +166,7 @@ static int secret_file_rank(int rank, void *arg)
     setenv("DDP_SECRET_FILE", "/nonexistent/ddp-secret", 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5.0, &pg) == DDP_ERR_IO);
-    CHILD_CHECK(contains(ddp_last_error(), "DDP_SECRET_FILE /nonexistent/ddp-secret"));
+    CHILD_CHECK(contains(ddp_last_error(), "DDP_SECRET_FILE=/nonexistent/ddp-secret: No such file or directory"));
     setenv("DDP_SECRET_FILE", path, 1);
     ddp_store_t *st = NULL;
     CHILD_CHECK(ddp_store_file_create(J.path, 2, &st) == 0);

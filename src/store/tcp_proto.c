@@ -169,45 +169,7 @@ const uint8_t *ddp__ts_get_bytes(ddp__ts_reader *r, size_t max, size_t *n)
 
 /* ---- secret and handshake ----------------------------------------------- */
 
-int ddp__store_load_secret(char **secret, size_t *len)
-{
-    *secret = NULL;
-    *len = 0;
-    const char *s = getenv("DDP_SECRET");
-    if (s && *s) {
-        *secret = strdup(s);
-        DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-        *len = strlen(s);
-        return 0;
-    }
-    const char *path = getenv("DDP_SECRET_FILE");
-    if (!path || !*path)
-        return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "DDP_SECRET_FILE=%s", path);
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int bad = ferror(f), more = !feof(f);
-    fclose(f);
-    DDP_FAIL_IF(bad, DDP_ERR_IO, "DDP_SECRET_FILE=%s: read error", path);
-    DDP_FAIL_IF(more, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE=%s: secret longer than %zu bytes",
-                path, sizeof buf - 1);
-    if (n && buf[n - 1] == '\n')
-        n--;
-    if (n && buf[n - 1] == '\r')
-        n--;
-    DDP_FAIL_IF(n == 0, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE=%s: the secret is empty", path);
-    *secret = malloc(n + 1);
-    DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-    memcpy(*secret, buf, n);
-    (*secret)[n] = '\0';
-    *len = n;
-    memset(buf, 0, sizeof buf);
-    return 0;
-}
-
-void ddp__ts_auth_mac(const char *secret, size_t slen, int from_server,
+void ddp__ts_auth_mac(const uint8_t *secret, size_t slen, int from_server,
                       const uint8_t server_nonce[DDP__TS_NONCE],
                       const uint8_t client_nonce[DDP__TS_NONCE], uint8_t mac[32])
 {

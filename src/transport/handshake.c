@@ -94,38 +94,6 @@ static void compute_mac(const ddp__hs_ctx *ctx, const char *label, const uint8_t
                      sizeof msg, out);
 }
 
-int ddp__hs_load_secret(uint8_t **secret, size_t *len)
-{
-    *secret = NULL;
-    *len = 0;
-    const char *env = getenv("DDP_SECRET");
-    if (env && *env) {
-        *len = strlen(env);
-        *secret = malloc(*len);
-        DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-        memcpy(*secret, env, *len);
-        return 0;
-    }
-    const char *path = getenv("DDP_SECRET_FILE");
-    if (!path || !*path)
-        return 0;
-    FILE *f = fopen(path, "rb");
-    DDP_FAIL_IF(!f, DDP_ERR_IO, "DDP_SECRET_FILE %s: %s", path, strerror(errno));
-    uint8_t buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int bad = ferror(f);
-    fclose(f);
-    DDP_FAIL_IF(bad, DDP_ERR_IO, "DDP_SECRET_FILE %s: read error", path);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        n--;
-    DDP_FAIL_IF(n == 0, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE %s is empty", path);
-    *secret = malloc(n);
-    DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-    memcpy(*secret, buf, n);
-    *len = n;
-    return 0;
-}
-
 int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what)
 {
     uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
