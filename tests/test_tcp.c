@@ -25,7 +25,7 @@
 #include "pg_util.h"
 #include "fork_children.h"
 #include "transport/handshake.h"
-#include "transport/net.h"
+#include "base/sock.h"
 #include "transport/tcp.h"
 
 static job J;
@@ -72,7 +72,7 @@ static int hostile_rank(int rank, void *arg)
 static int connect_to(int port)
 {
     int fd = -1;
-    if (ddp__net_connect("127.0.0.1", port, ddp_time_now() + 5, &fd) != 0)
+    if (ddp__sock_connect("127.0.0.1", port, ddp_time_now() + 5, "rank 1", &fd) != 0)
         return -1;
     return fd;
 }
@@ -108,7 +108,7 @@ static void test_strangers_are_rejected(void **state)
     ddp__rng_seed(&rng, 7);
     for (size_t i = 0; i < sizeof junk; i++)
         junk[i] = (uint8_t)ddp__rng_next(&rng);
-    assert_int_equal(ddp__net_write_full(fd, junk, sizeof junk, ddp_time_now() + 2, "rank 1"), 0);
+    assert_int_equal(ddp__sock_send_all(fd, junk, sizeof junk, ddp_time_now() + 2, "rank 1"), 0);
     /* 2: a connection that says nothing (bounded by the 2 s handshake limit) */
     int fd3 = connect_to(port);
     assert_true(fd3 >= 0);

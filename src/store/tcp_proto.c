@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "base/error.h"
 #include "base/sha256.h"
@@ -178,19 +177,4 @@ void ddp__ts_auth_mac(const uint8_t *secret, size_t slen, int from_server,
     memcpy(msg + 20, server_nonce, DDP__TS_NONCE);
     memcpy(msg + 20 + DDP__TS_NONCE, client_nonce, DDP__TS_NONCE);
     ddp__hmac_sha256(secret, slen, msg, sizeof msg, mac);
-}
-
-int ddp__random_bytes(void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t got = getrandom(p, n, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "getrandom");
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
 }

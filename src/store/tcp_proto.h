@@ -88,7 +88,5 @@ const uint8_t *ddp__ts_get_bytes(ddp__ts_reader *r, size_t max, size_t *n);
 void ddp__ts_auth_mac(const uint8_t *secret, size_t slen, int from_server,
                       const uint8_t server_nonce[DDP__TS_NONCE],
                       const uint8_t client_nonce[DDP__TS_NONCE], uint8_t mac[32]);
-/* Fills buf with random bytes from the kernel. */
-int ddp__random_bytes(void *buf, size_t n);
 
 #endif

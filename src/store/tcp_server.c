@@ -30,9 +30,10 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
 #include "base/sha256.h"
 #include "store/kv.h"
-#include "store/sock.h"
+#include "base/sock.h"
 #include "store/tcp_proto.h"
 
 #define MAX_CONNS 65536

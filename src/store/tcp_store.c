@@ -20,9 +20,10 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
 #include "base/secret.h"
 #include "base/sha256.h"
-#include "store/sock.h"
+#include "base/sock.h"
 #include "store/tcp_proto.h"
 #include "store/tcp_server.h"
 

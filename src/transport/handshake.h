@@ -32,7 +32,7 @@ typedef struct ddp__hs_ctx {
 #include "base/secret.h"
 #define ddp__hs_load_secret ddp__secret_load
 
-/* Client side on a connected blocking socket: proves itself to rank `peer`.
+/* Client side on a connected socket: proves itself to rank `peer`.
  * what names the peer in messages. */
 int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what);
 /* Server side: reads a HELLO and runs the exchange.  On success *peer is the
