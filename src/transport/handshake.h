@@ -26,12 +26,6 @@ typedef struct ddp__hs_ctx {
     size_t secret_len;
 } ddp__hs_ctx;
 
-/* The secret comes from base/secret.h's ddp__secret_load.  Transitional:
- * tcp.c and shm.c still call it by its old name until the commit
- * "transport: call sites of base/sock" renames their calls. */
-#include "base/secret.h"
-#define ddp__hs_load_secret ddp__secret_load
-
 /* Client side on a connected socket: proves itself to rank `peer`.
  * what names the peer in messages. */
 int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what);
