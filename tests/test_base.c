@@ -1,4 +1,5 @@
-/* Tests of base/: error codes and messages, RNG statistics, allocation. */
+/* Tests of base/: error codes and messages, RNG statistics, allocation,
+ * the shared-secret loader (every rule and message of base/secret.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,11 +7,16 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/rng.h"
+#include "base/secret.h"
 
 static int fails_with_timeout(int rank)
 {
@@ -91,6 +97,133 @@ static void test_alloc_aligned(void **state)
     ddp__free_aligned(NULL);
 }
 
+/* ---- shared secret ------------------------------------------------------ */
+
+static char secret_path[64];
+
+/* Writes n bytes to the test's secret file and points DDP_SECRET_FILE at it. */
+static void secret_file(const void *bytes, size_t n)
+{
+    snprintf(secret_path, sizeof secret_path, "/tmp/ddp-test-base-secret-%d", (int)getpid());
+    FILE *f = fopen(secret_path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    unsetenv("DDP_SECRET");
+    setenv("DDP_SECRET_FILE", secret_path, 1);
+}
+
+/* Loads the secret and checks it is want (NULL: none). */
+static void expect_secret(const char *want, size_t want_len)
+{
+    uint8_t *sec = (uint8_t *)&sec;
+    size_t len = 99;
+    assert_int_equal(ddp__secret_load(&sec, &len), 0);
+    if (!want) {
+        assert_null(sec);
+        assert_int_equal(len, 0);
+        return;
+    }
+    assert_non_null(sec);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(sec, want, want_len);
+    free(sec);
+}
+
+/* Loading fails with code and a message that contains msg (and no secret). */
+static void expect_secret_error(int code, const char *msg)
+{
+    uint8_t *sec = (uint8_t *)&sec;
+    size_t len = 99;
+    assert_int_equal(ddp__secret_load(&sec, &len), code);
+    assert_null(sec);
+    assert_int_equal(len, 0);
+    if (!strstr(ddp_last_error(), msg))
+        fail_msg("expected '%s' in '%s'", msg, ddp_last_error());
+}
+
+static void test_secret_sources(void **state)
+{
+    (void)state;
+    unsetenv("DDP_SECRET");
+    unsetenv("DDP_SECRET_FILE");
+    expect_secret(NULL, 0);
+    /* Empty variables count as unset. */
+    setenv("DDP_SECRET", "", 1);
+    setenv("DDP_SECRET_FILE", "", 1);
+    expect_secret(NULL, 0);
+    /* The variable's bytes as they are, trailing newline included. */
+    setenv("DDP_SECRET", "horse battery\n", 1);
+    expect_secret("horse battery\n", 14);
+    unsetenv("DDP_SECRET");
+
+    /* A file: one final "\n" or "\r\n" dropped, nothing else. */
+    secret_file("horse battery", 13);
+    expect_secret("horse battery", 13);
+    secret_file("horse battery\n", 14);
+    expect_secret("horse battery", 13);
+    secret_file("horse battery\r\n", 15);
+    expect_secret("horse battery", 13);
+    secret_file("horse battery\n\n", 15);
+    expect_secret("horse battery\n", 14);
+    secret_file("horse battery\r", 14);
+    expect_secret("horse battery\r", 14);
+    secret_file("a\0b", 3); /* any bytes */
+    expect_secret("a\0b", 3);
+
+    /* Both set: refused, whichever would have won. */
+    setenv("DDP_SECRET", "horse battery", 1);
+    expect_secret_error(DDP_ERR_INVALID_ARG, "DDP_SECRET and DDP_SECRET_FILE=");
+    assert_non_null(strstr(ddp_last_error(), "are both set: set only one"));
+    unsetenv("DDP_SECRET");
+    unlink(secret_path);
+    unsetenv("DDP_SECRET_FILE");
+}
+
+static void test_secret_file_errors(void **state)
+{
+    (void)state;
+    char msg[160];
+    /* The limit is the file's size: at the limit it loads, one byte over it
+     * is refused (never cut). */
+    static uint8_t big[DDP__SECRET_MAX + 1];
+    memset(big, 'x', sizeof big);
+    secret_file(big, DDP__SECRET_MAX);
+    expect_secret((const char *)big, DDP__SECRET_MAX);
+    big[DDP__SECRET_MAX - 1] = '\n';
+    secret_file(big, DDP__SECRET_MAX);
+    expect_secret((const char *)big, DDP__SECRET_MAX - 1);
+    secret_file(big, DDP__SECRET_MAX + 1);
+    snprintf(msg, sizeof msg,
+             "DDP_SECRET_FILE=%s: the file is larger than 4096 bytes, the limit for a secret",
+             secret_path);
+    expect_secret_error(DDP_ERR_INVALID_ARG, msg);
+
+    /* Empty, or only a line ending. */
+    snprintf(msg, sizeof msg, "DDP_SECRET_FILE=%s: the secret is empty", secret_path);
+    secret_file("", 0);
+    expect_secret_error(DDP_ERR_INVALID_ARG, msg);
+    secret_file("\n", 1);
+    expect_secret_error(DDP_ERR_INVALID_ARG, msg);
+    secret_file("\r\n", 2);
+    expect_secret_error(DDP_ERR_INVALID_ARG, msg);
+
+    /* Missing, unreadable, a directory. */
+    unlink(secret_path);
+    snprintf(msg, sizeof msg, "DDP_SECRET_FILE=%s: No such file or directory", secret_path);
+    expect_secret_error(DDP_ERR_IO, msg);
+    if (geteuid() != 0) { /* root reads anything */
+        secret_file("horse", 5);
+        chmod(secret_path, 0);
+        snprintf(msg, sizeof msg, "DDP_SECRET_FILE=%s: Permission denied", secret_path);
+        expect_secret_error(DDP_ERR_IO, msg);
+        unlink(secret_path);
+    }
+    setenv("DDP_SECRET_FILE", "/tmp", 1);
+    expect_secret_error(DDP_ERR_IO, "DDP_SECRET_FILE=/tmp: read: Is a directory");
+    unsetenv("DDP_SECRET_FILE");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -98,6 +231,8 @@ int main(void)
         cmocka_unit_test(test_rng_reference_vector),
         cmocka_unit_test(test_rng_reproducible_and_uniform),
         cmocka_unit_test(test_alloc_aligned),
+        cmocka_unit_test(test_secret_sources),
+        cmocka_unit_test(test_secret_file_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -270,6 +270,15 @@ static void test_secret(void **state)
     assert_int_equal(open_store(1, 2, &c), DDP_ERR_IO);
     assert_non_null(strstr(ddp_last_error(), "DDP_SECRET_FILE="));
     assert_non_null(strstr(ddp_last_error(), "No such file or directory"));
+    /* Too large: refused (the transports refuse it too), never cut. */
+    f = fopen(path, "w");
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f);
+    fclose(f);
+    assert_int_equal(open_store(1, 2, &c), DDP_ERR_INVALID_ARG);
+    assert_non_null(
+        strstr(ddp_last_error(), "the file is larger than 4096 bytes, the limit for a secret"));
+    unlink(path);
     unsetenv("DDP_SECRET_FILE");
     stop_server();
 

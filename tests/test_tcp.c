@@ -20,12 +20,12 @@
 #include <unistd.h>
 
 #include "base/rng.h"
+#include "base/sock.h"
 #include "ddp/pg.h"
 #include "pg/internal.h"
 #include "pg_util.h"
 #include "fork_children.h"
 #include "transport/handshake.h"
-#include "transport/net.h"
 #include "transport/tcp.h"
 
 static job J;
@@ -72,7 +72,7 @@ static int hostile_rank(int rank, void *arg)
 static int connect_to(int port)
 {
     int fd = -1;
-    if (ddp__net_connect("127.0.0.1", port, ddp_time_now() + 5, &fd) != 0)
+    if (ddp__sock_connect("127.0.0.1", port, ddp_time_now() + 5, "rank 1", &fd) != 0)
         return -1;
     return fd;
 }
@@ -108,7 +108,7 @@ static void test_strangers_are_rejected(void **state)
     ddp__rng_seed(&rng, 7);
     for (size_t i = 0; i < sizeof junk; i++)
         junk[i] = (uint8_t)ddp__rng_next(&rng);
-    assert_int_equal(ddp__net_write_full(fd, junk, sizeof junk, ddp_time_now() + 2, "rank 1"), 0);
+    assert_int_equal(ddp__sock_send_all(fd, junk, sizeof junk, ddp_time_now() + 2, "rank 1"), 0);
     /* 2: a connection that says nothing (bounded by the 2 s handshake limit) */
     int fd3 = connect_to(port);
     assert_true(fd3 >= 0);
@@ -166,7 +166,16 @@ static int secret_file_rank(int rank, void *arg)
     setenv("DDP_SECRET_FILE", "/nonexistent/ddp-secret", 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5.0, &pg) == DDP_ERR_IO);
-    CHILD_CHECK(contains(ddp_last_error(), "DDP_SECRET_FILE /nonexistent/ddp-secret"));
+    CHILD_CHECK(contains(ddp_last_error(),
+                         "DDP_SECRET_FILE=/nonexistent/ddp-secret: No such file or directory"));
+    /* Too large: refused as the store refuses it, never cut to a prefix. */
+    char big[256];
+    snprintf(big, sizeof big, "%s-big", path);
+    setenv("DDP_SECRET_FILE", big, 1);
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5.0, &pg) == DDP_ERR_INVALID_ARG);
+    CHILD_CHECK(
+        contains(ddp_last_error(), "the file is larger than 4096 bytes, the limit for a secret"));
+    CHILD_CHECK(contains(ddp_last_error(), big));
     setenv("DDP_SECRET_FILE", path, 1);
     ddp_store_t *st = NULL;
     CHILD_CHECK(ddp_store_file_create(J.path, 2, &st) == 0);
@@ -187,7 +196,15 @@ static void test_secret_file(void **state)
     assert_non_null(f);
     fputs("file secret\n", f);
     fclose(f);
+    char big[256];
+    snprintf(big, sizeof big, "%s-big", path);
+    f = fopen(big, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f);
+    fclose(f);
     assert_int_equal(run_children(2, secret_file_rank, path, 30), 0);
+    unlink(big);
     unlink(path);
     job_cleanup(&J);
 }

@@ -1,4 +1,4 @@
-/* libddp base: error codes, last-error messages, logging, time.
+/* libddp base: error codes, last-error messages, logging, time, element types.
  *
  * Every call that can fail returns an int: 0 on success or a negative DDP_E*
  * code.  The human-readable reason ("file.c:212: what failed, with whom") is
@@ -88,6 +88,28 @@ typedef struct ddp_launch_info {
  * DDP_ERR_INVALID_ARG when a variable is malformed or out of range (the
  * message names it and quotes its value). */
 DDP_API int ddp_launch_info_from_env(ddp_launch_info *out);
+
+/* Element types of buffers (collectives, communication hooks).  float16 is
+ * IEEE binary16, bfloat16 the top half of a float32; the collectives reduce
+ * both in float32 and round to nearest even after every step. */
+typedef enum ddp_dtype {
+    DDP_FLOAT32 = 0,
+    DDP_FLOAT64 = 1,
+    DDP_INT32 = 2,
+    DDP_INT64 = 3,
+    DDP_UINT8 = 4,
+    DDP_FLOAT16 = 5,
+    DDP_BFLOAT16 = 6,
+} ddp_dtype;
+#define DDP_NUM_DTYPES 7
+
+/* Size in bytes of one element (0 for an unknown type). */
+DDP_API size_t ddp_dtype_size(ddp_dtype dtype);
+/* "float32", ...; "unknown" for an unknown type.  Static string. */
+DDP_API const char *ddp_dtype_name(ddp_dtype dtype);
+/* Parse "float32" or "f32", "bfloat16" or "bf16", ...; DDP_ERR_INVALID_ARG
+ * (naming the choices) if unknown. */
+DDP_API int ddp_dtype_parse(const char *name, ddp_dtype *out);
 
 /* A 0/1 DDP_* variable of libddp's table of environment variables (README's
  * "Configuration"; programs built on libddp, such as ddp-mnist, have their

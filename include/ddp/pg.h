@@ -32,22 +32,13 @@ extern "C" {
 typedef struct ddp_pg ddp_pg_t;
 typedef struct ddp_work ddp_work_t;
 
-/* Element types.  float16/bfloat16 are reduced in float32 and rounded to
- * nearest even after every step. */
-typedef enum ddp_dtype {
-    DDP_FLOAT32 = 0,
-    DDP_FLOAT64 = 1,
-    DDP_INT32 = 2,
-    DDP_INT64 = 3,
-    DDP_UINT8 = 4,
-    DDP_FLOAT16 = 5,
-    DDP_BFLOAT16 = 6,
-} ddp_dtype;
-#define DDP_NUM_DTYPES 7
-
 /* Reduction operators.  AVG divides the sum by the group size (integer
  * division for integer types); BAND/BOR/BXOR apply to integer types only.
- * Integer SUM/PRODUCT wrap around (two's complement). */
+ * Integer SUM/PRODUCT wrap around (two's complement).
+ * They live here, not in base.h beside ddp_dtype: an element type describes
+ * any buffer (base/ converts float16/bfloat16 for DDP's communication hooks
+ * as well as for the kernels), but an operator means something only to a
+ * collective (AVG needs the group's size) and only coll/'s kernels apply it. */
 typedef enum ddp_reduce_op {
     DDP_SUM = 0,
     DDP_AVG = 1,
@@ -60,12 +51,9 @@ typedef enum ddp_reduce_op {
 } ddp_reduce_op;
 #define DDP_NUM_REDUCE_OPS 8
 
-/* Size in bytes of one element (0 for an unknown type). */
-DDP_API size_t ddp_dtype_size(ddp_dtype dtype);
-DDP_API const char *ddp_dtype_name(ddp_dtype dtype);
+/* "sum", ...; "unknown" for an unknown operator.  Static string. */
 DDP_API const char *ddp_reduce_op_name(ddp_reduce_op op);
-/* Parse "float32", "f32", "sum", ...; DDP_ERR_INVALID_ARG if unknown. */
-DDP_API int ddp_dtype_parse(const char *name, ddp_dtype *out);
+/* Parse "sum", "prod", ...; DDP_ERR_INVALID_ARG if unknown. */
 DDP_API int ddp_reduce_op_parse(const char *name, ddp_reduce_op *out);
 
 /* ------------------------------------------------------------------ */

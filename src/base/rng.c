@@ -1,5 +1,11 @@
-/* xoshiro256** with splitmix64 seeding; see rng.h. */
+/* xoshiro256** with splitmix64 seeding, and getrandom; see rng.h. */
 #include "base/rng.h"
+
+#include <errno.h>
+#include <sys/random.h>
+#include <sys/types.h>
+
+#include "base/error.h"
 
 static uint64_t splitmix64(uint64_t *x)
 {
@@ -45,4 +51,19 @@ uint64_t ddp__rng_below(ddp__rng *r, uint64_t n)
         x = ddp__rng_next(r);
     while (x >= limit);
     return x % n;
+}
+
+int ddp__random_bytes(void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "getrandom");
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
 }

@@ -1,9 +1,11 @@
 /* Seeded pseudo-random numbers: xoshiro256** seeded through splitmix64
  * (Blackman & Vigna).  Fast, small state, reproducible across platforms;
- * each user (init, dropout, shuffling) owns its own generator. */
+ * each user (init, dropout, shuffling) owns its own generator.  And the
+ * kernel's randomness, for what must not be reproducible (nonces, names). */
 #ifndef DDP_BASE_RNG_H
 #define DDP_BASE_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct ddp__rng {
@@ -16,5 +18,8 @@ uint64_t ddp__rng_next(ddp__rng *r);
 double ddp__rng_uniform(ddp__rng *r);
 /* Uniform integer in [0, n) without modulo bias; n > 0. */
 uint64_t ddp__rng_below(ddp__rng *r, uint64_t n);
+
+/* Fills buf with n bytes from the kernel's random source (getrandom). */
+int ddp__random_bytes(void *buf, size_t n);
 
 #endif

@@ -47,62 +47,6 @@
 #endif
 
 /* ------------------------------------------------------------------ */
-/* half and bfloat16                                                    */
-/* ------------------------------------------------------------------ */
-
-static inline uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static inline float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float ddp__half_to_float(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e == 0) {
-        float f = (float)m * 0x1p-24f; /* zero or subnormal */
-        return s ? -f : f;
-    }
-    if (e == 31)
-        return u2f(s | 0x7f800000u | m << 13);
-    return u2f(s | (e + 112) << 23 | m << 13);
-}
-
-uint16_t ddp__float_to_half(float f)
-{
-    uint32_t x = f2u(f), s = (x >> 16) & 0x8000;
-    x &= 0x7fffffffu;
-    if (x >= 0x7f800000u) /* inf, or NaN made quiet keeping its payload's top (as F16C) */
-        return (uint16_t)(s | 0x7c00 | (x > 0x7f800000u ? 0x200 | (x & 0x7fffffu) >> 13 : 0));
-    if (x >= 0x477ff000u) /* rounds to 65520 or more: overflow */
-        return (uint16_t)(s | 0x7c00);
-    if (x < 0x38800000u) /* below the smallest normal half: subnormal */
-        return (uint16_t)(s | (uint32_t)lrintf(u2f(x) * 0x1p24f));
-    x += 0xfffu + ((x >> 13) & 1u);
-    return (uint16_t)(s | (x - 0x38000000u) >> 13);
-}
-
-/* bfloat16: widening is a shift; rounding to nearest even is branch-free
- * (a NaN stays a quiet NaN), so that the kernels' loops vectorise. */
-static inline float bf2f(uint16_t h) { return u2f((uint32_t)h << 16); }
-static inline uint16_t f2bf(float f)
-{
-    uint32_t x = f2u(f), r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40 : r);
-}
-
-float ddp__bf16_to_float(uint16_t h) { return bf2f(h); }
-uint16_t ddp__float_to_bf16(float f) { return f2bf(f); }
-
-/* ------------------------------------------------------------------ */
 /* Kernels                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -151,11 +95,13 @@ INT_KERNELS(i32, int32_t, uint32_t)
 INT_KERNELS(i64, int64_t, uint64_t)
 INT_KERNELS(u8, uint8_t, unsigned)
 
-/* bfloat16: widen, combine in float32, round back (f2bf above). */
-KERNEL(sum_bf16, uint16_t, f2bf(bf2f(x) + bf2f(y)))
-KERNEL(prod_bf16, uint16_t, f2bf(bf2f(x) * bf2f(y)))
-KERNEL(min_bf16, uint16_t, f2bf(MIN_(bf2f(x), bf2f(y))))
-KERNEL(max_bf16, uint16_t, f2bf(MAX_(bf2f(x), bf2f(y))))
+/* bfloat16: widen, combine in float32, round back (base/dtype.h). */
+#define BF(v) ddp__bf16_to_float(v)
+#define TO_BF(v) ddp__float_to_bf16(v)
+KERNEL(sum_bf16, uint16_t, TO_BF(BF(x) + BF(y)))
+KERNEL(prod_bf16, uint16_t, TO_BF(BF(x) * BF(y)))
+KERNEL(min_bf16, uint16_t, TO_BF(MIN_(BF(x), BF(y))))
+KERNEL(max_bf16, uint16_t, TO_BF(MAX_(BF(x), BF(y))))
 
 /* float16: the portable loop converts element by element; the AVX ones
  * convert 8 or 16 at a time with F16C (round to nearest even), the tail
@@ -364,44 +310,15 @@ void ddp__reduce_divide(void *buf, size_t n, ddp_dtype dtype, int divisor)
 }
 
 /* ------------------------------------------------------------------ */
-/* Names                                                                */
+/* Operator names                                                       */
 /* ------------------------------------------------------------------ */
 
-static const char *const dtype_names[DDP_NUM_DTYPES] = {
-    "float32", "float64", "int32", "int64", "uint8", "float16", "bfloat16"};
-static const char *const dtype_alias[DDP_NUM_DTYPES] = {"f32", "f64", "i32", "i64",
-                                                        "u8",  "f16", "bf16"};
-static const size_t dtype_sizes[DDP_NUM_DTYPES] = {4, 8, 4, 8, 1, 2, 2};
 static const char *const op_names[DDP_NUM_REDUCE_OPS] = {"sum", "avg", "product", "min",
                                                          "max", "band", "bor", "bxor"};
-
-size_t ddp_dtype_size(ddp_dtype dtype)
-{
-    return (unsigned)dtype < DDP_NUM_DTYPES ? dtype_sizes[dtype] : 0;
-}
-
-const char *ddp_dtype_name(ddp_dtype dtype)
-{
-    return (unsigned)dtype < DDP_NUM_DTYPES ? dtype_names[dtype] : "unknown";
-}
 
 const char *ddp_reduce_op_name(ddp_reduce_op op)
 {
     return (unsigned)op < DDP_NUM_REDUCE_OPS ? op_names[op] : "unknown";
-}
-
-int ddp_dtype_parse(const char *name, ddp_dtype *out)
-{
-    for (int i = 0; name && i < DDP_NUM_DTYPES; i++) {
-        if (strcmp(name, dtype_names[i]) == 0 || strcmp(name, dtype_alias[i]) == 0) {
-            *out = (ddp_dtype)i;
-            return 0;
-        }
-    }
-    return DDP_ERROR(DDP_ERR_INVALID_ARG,
-                     "unknown dtype '%s' (float32, float64, int32, int64, uint8, float16, "
-                     "bfloat16)",
-                     name ? name : "(null)");
 }
 
 int ddp_reduce_op_parse(const char *name, ddp_reduce_op *out)

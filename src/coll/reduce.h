@@ -1,5 +1,6 @@
-/* Element-wise reduction kernels for every (dtype, op) pair, and the dtype
- * helpers the collectives share.
+/* Element-wise reduction kernels for every (dtype, op) pair, and the
+ * operator helpers the collectives share (element types and the float16 /
+ * bfloat16 conversions are base/'s: base/dtype.h).
  *
  * A kernel computes dst[i] = a[i] (op) b[i]; dst may be a or b (in place).
  * The operand order is part of the contract: the algorithms always pass the
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/dtype.h"
 #include "ddp/pg.h"
 
 typedef void (*ddp__reduce_fn)(void *dst, const void *a, const void *b, size_t n);
@@ -36,11 +38,5 @@ const char *ddp__reduce_isa_name(int isa);
 int ddp__check_dtype_op(ddp_dtype dtype, ddp_reduce_op op);
 /* Divides n elements by divisor in place (AVG's last step). */
 void ddp__reduce_divide(void *buf, size_t n, ddp_dtype dtype, int divisor);
-
-/* IEEE half and bfloat16 conversions, round to nearest even. */
-float ddp__half_to_float(uint16_t h);
-uint16_t ddp__float_to_half(float f);
-float ddp__bf16_to_float(uint16_t h);
-uint16_t ddp__float_to_bf16(float f);
 
 #endif

@@ -23,7 +23,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "coll/reduce.h"
+#include "base/dtype.h"
 #include "ddp/bucket.h"
 #include "ddp/ext.h"
 

@@ -46,29 +46,6 @@ void ddp__store_init(ddp_store_t *s, const ddp__store_ops *ops, const char *fmt,
     va_end(ap);
 }
 
-/* ---- back-off ----------------------------------------------------------- */
-
-void ddp__backoff_init(ddp__backoff *b, double timeout_s, double max_s)
-{
-    b->sleep_s = 50e-6;
-    b->max_s = max_s;
-    b->deadline = ddp_time_now() + timeout_s;
-}
-
-int ddp__backoff_sleep(ddp__backoff *b)
-{
-    double left = b->deadline - ddp_time_now();
-    if (left <= 0)
-        return DDP_ERR_TIMEOUT;
-    double t = b->sleep_s < left ? b->sleep_s : left;
-    struct timespec ts = {(time_t)t, (long)((t - floor(t)) * 1e9)};
-    nanosleep(&ts, NULL); /* EINTR: an early wake-up only means one more poll */
-    b->sleep_s *= 2;
-    if (b->sleep_s > b->max_s)
-        b->sleep_s = b->max_s;
-    return 0;
-}
-
 /* ---- messages ----------------------------------------------------------- */
 
 int ddp__store_timeout_error(const ddp_store_t *s, const char *const *keys, size_t n,

@@ -9,6 +9,7 @@
 #ifndef DDP_STORE_IMPL_H
 #define DDP_STORE_IMPL_H
 
+#include "base/time.h"
 #include "ddp/store.h"
 
 #define DDP__STORE_MAX_KEY 4096
@@ -47,14 +48,6 @@ void ddp__store_init(ddp_store_t *s, const ddp__store_ops *ops, const char *fmt,
 
 /* 1 when the handle was inherited through fork (owned by the parent). */
 int ddp__store_foreign(const ddp_store_t *s);
-
-/* Back-off for polling waits: sleeps 50 us, doubling up to max_s, never past
- * the deadline.  Returns 0 after sleeping, DDP_ERR_TIMEOUT at the deadline. */
-typedef struct ddp__backoff {
-    double sleep_s, max_s, deadline;
-} ddp__backoff;
-void ddp__backoff_init(ddp__backoff *b, double timeout_s, double max_s);
-int ddp__backoff_sleep(ddp__backoff *b);
 
 /* Formats the timeout message of a wait: "<desc>: waited 1.0 s for key 'a'
  * (of 'a', 'b')", listing the keys still missing.  present[i] (may be NULL)

@@ -6,9 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
-#include "base/env.h"
 #include "base/error.h"
 #include "base/sha256.h"
 
@@ -170,46 +168,7 @@ const uint8_t *ddp__ts_get_bytes(ddp__ts_reader *r, size_t max, size_t *n)
 
 /* ---- secret and handshake ----------------------------------------------- */
 
-int ddp__store_load_secret(char **secret, size_t *len)
-{
-    *secret = NULL;
-    *len = 0;
-    const char *s = NULL, *path = NULL;
-    DDP_TRY(ddp__env_string("DDP_SECRET", &s));
-    DDP_TRY(ddp__env_string("DDP_SECRET_FILE", &path));
-    if (s) {
-        *secret = strdup(s);
-        DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-        *len = strlen(s);
-        return 0;
-    }
-    if (!path)
-        return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "DDP_SECRET_FILE=%s", path);
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int bad = ferror(f), more = !feof(f);
-    fclose(f);
-    DDP_FAIL_IF(bad, DDP_ERR_IO, "DDP_SECRET_FILE=%s: read error", path);
-    DDP_FAIL_IF(more, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE=%s: secret longer than %zu bytes",
-                path, sizeof buf - 1);
-    if (n && buf[n - 1] == '\n')
-        n--;
-    if (n && buf[n - 1] == '\r')
-        n--;
-    DDP_FAIL_IF(n == 0, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE=%s: the secret is empty", path);
-    *secret = malloc(n + 1);
-    DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-    memcpy(*secret, buf, n);
-    (*secret)[n] = '\0';
-    *len = n;
-    memset(buf, 0, sizeof buf);
-    return 0;
-}
-
-void ddp__ts_auth_mac(const char *secret, size_t slen, int from_server,
+void ddp__ts_auth_mac(const uint8_t *secret, size_t slen, int from_server,
                       const uint8_t server_nonce[DDP__TS_NONCE],
                       const uint8_t client_nonce[DDP__TS_NONCE], uint8_t mac[32])
 {
@@ -218,19 +177,4 @@ void ddp__ts_auth_mac(const char *secret, size_t slen, int from_server,
     memcpy(msg + 20, server_nonce, DDP__TS_NONCE);
     memcpy(msg + 20 + DDP__TS_NONCE, client_nonce, DDP__TS_NONCE);
     ddp__hmac_sha256(secret, slen, msg, sizeof msg, mac);
-}
-
-int ddp__random_bytes(void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t got = getrandom(p, n, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "getrandom");
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
 }

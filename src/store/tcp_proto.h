@@ -83,16 +83,10 @@ const uint8_t *ddp__ts_get_raw(ddp__ts_reader *r, size_t n);
 /* A byte string of at most max bytes; *n gets its length. */
 const uint8_t *ddp__ts_get_bytes(ddp__ts_reader *r, size_t max, size_t *n);
 
-/* The shared secret from DDP_SECRET, or the file named by DDP_SECRET_FILE
- * (one trailing newline dropped).  *secret is malloc'ed (caller frees), NULL
- * when neither variable is set.  Errors: unreadable or empty secret. */
-int ddp__store_load_secret(char **secret, size_t *len);
 /* Proofs of the secret for the handshake: HMAC-SHA256(secret, label ||
  * server_nonce || client_nonce), label "ddp-store-v1 client" or "... server". */
-void ddp__ts_auth_mac(const char *secret, size_t slen, int from_server,
+void ddp__ts_auth_mac(const uint8_t *secret, size_t slen, int from_server,
                       const uint8_t server_nonce[DDP__TS_NONCE],
                       const uint8_t client_nonce[DDP__TS_NONCE], uint8_t mac[32]);
-/* Fills buf with random bytes from the kernel. */
-int ddp__random_bytes(void *buf, size_t n);
 
 #endif

@@ -30,9 +30,10 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
 #include "base/sha256.h"
 #include "store/kv.h"
-#include "store/sock.h"
+#include "base/sock.h"
 #include "store/tcp_proto.h"
 
 #define MAX_CONNS 65536
@@ -66,7 +67,7 @@ struct ddp__ts_server {
     int listen_fd, epfd, wake_fd;
     pthread_t thread;
     char where[320];
-    char *secret;
+    uint8_t *secret;
     size_t slen;
     ddp__kv kv;
     conn *conns;
@@ -649,7 +650,7 @@ static void free_server(ddp__ts_server *s)
     free(s);
 }
 
-int ddp__ts_server_start(const char *host, int port, const char *secret, size_t slen,
+int ddp__ts_server_start(const char *host, int port, const uint8_t *secret, size_t slen,
                          double timeout_s, ddp__ts_server **out, int *port_out)
 {
     ddp__ts_server *s = calloc(1, sizeof *s);
@@ -659,10 +660,9 @@ int ddp__ts_server_start(const char *host, int port, const char *secret, size_t 
     ddp__kv_init(&s->kv);
     int rc = 0;
     if (secret) {
-        s->secret = malloc(slen + 1);
+        s->secret = malloc(slen);
         DDP_FAIL_OUT(!s->secret, DDP_ERR_NOMEM, "tcp store server: out of memory");
         memcpy(s->secret, secret, slen);
-        s->secret[slen] = 0;
         s->slen = slen;
     }
     DDP_TRY_OUT(ddp__sock_listen(host, port, 1024, &s->listen_fd, port_out));

@@ -4,6 +4,7 @@
 #define DDP_STORE_TCP_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ddp__ts_server ddp__ts_server;
 
@@ -11,7 +12,7 @@ typedef struct ddp__ts_server ddp__ts_server;
  * starts the thread.  secret (may be NULL: no authentication) is copied.
  * Clients that have not authenticated within min(timeout_s, 30 s) are
  * dropped. */
-int ddp__ts_server_start(const char *host, int port, const char *secret, size_t slen,
+int ddp__ts_server_start(const char *host, int port, const uint8_t *secret, size_t slen,
                          double timeout_s, ddp__ts_server **out, int *port_out);
 /* Stops the thread, closes every connection (clients see it closed) and
  * frees the server.  NULL is a no-op. */

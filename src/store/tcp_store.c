@@ -20,8 +20,10 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
+#include "base/secret.h"
 #include "base/sha256.h"
-#include "store/sock.h"
+#include "base/sock.h"
 #include "store/tcp_proto.h"
 #include "store/tcp_server.h"
 
@@ -34,7 +36,7 @@ typedef struct tcp_store {
     int port;
     int world_size;
     ddp__ts_server *server; /* on the server's handle */
-    char *secret;
+    uint8_t *secret; /* base/secret.h; NULL: none */
     size_t slen;
     ddp__ts_writer req;
     uint8_t *ans;
@@ -416,7 +418,7 @@ int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int
     ts->base.timeout_s = timeout_s;
     double deadline = ddp_time_now() + timeout_s;
     int rc = 0;
-    DDP_TRY_OUT(ddp__store_load_secret(&ts->secret, &ts->slen));
+    DDP_TRY_OUT(ddp__secret_load(&ts->secret, &ts->slen));
     const char *connect_host = host;
     if (is_server) {
         if (!listen_host || !*listen_host)

@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/rng.h"
 #include "base/sha256.h"
-#include "transport/net.h"
+#include "base/sock.h"
 
 enum { HS_HELLO = 1, HS_CHALLENGE = 2, HS_AUTH = 3, HS_WELCOME = 4 };
 enum {
@@ -94,38 +95,6 @@ static void compute_mac(const ddp__hs_ctx *ctx, const char *label, const uint8_t
                      sizeof msg, out);
 }
 
-int ddp__hs_load_secret(uint8_t **secret, size_t *len)
-{
-    *secret = NULL;
-    *len = 0;
-    const char *env = getenv("DDP_SECRET");
-    if (env && *env) {
-        *len = strlen(env);
-        *secret = malloc(*len);
-        DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-        memcpy(*secret, env, *len);
-        return 0;
-    }
-    const char *path = getenv("DDP_SECRET_FILE");
-    if (!path || !*path)
-        return 0;
-    FILE *f = fopen(path, "rb");
-    DDP_FAIL_IF(!f, DDP_ERR_IO, "DDP_SECRET_FILE %s: %s", path, strerror(errno));
-    uint8_t buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    int bad = ferror(f);
-    fclose(f);
-    DDP_FAIL_IF(bad, DDP_ERR_IO, "DDP_SECRET_FILE %s: read error", path);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        n--;
-    DDP_FAIL_IF(n == 0, DDP_ERR_INVALID_ARG, "DDP_SECRET_FILE %s is empty", path);
-    *secret = malloc(n);
-    DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
-    memcpy(*secret, buf, n);
-    *len = n;
-    return 0;
-}
-
 int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what)
 {
     uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
@@ -136,10 +105,10 @@ int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, co
     put32(hello + 20, (uint32_t)peer);
     put32(hello + 24, 0);
     memcpy(hello + 28, ctx->group_id, DDP__HS_ID_LEN);
-    DDP_TRY(ddp__net_random(hello + 28 + DDP__HS_ID_LEN, 32));
-    DDP_TRY(ddp__net_write_full(fd, hello, sizeof hello, deadline, what));
+    DDP_TRY(ddp__random_bytes(hello + 28 + DDP__HS_ID_LEN, 32));
+    DDP_TRY(ddp__sock_send_all(fd, hello, sizeof hello, deadline, what));
 
-    DDP_TRY(ddp__net_read_full(fd, chal, sizeof chal, deadline, what));
+    DDP_TRY(ddp__sock_recv_all(fd, chal, sizeof chal, deadline, what));
     DDP_TRY(check_head(chal, HS_CHALLENGE, what, NULL));
     uint32_t st = get32(chal + 8);
     DDP_FAIL_IF(st != ST_OK, st == ST_BAD_AUTH ? DDP_ERR_AUTH : DDP_ERR_PROTOCOL,
@@ -151,8 +120,8 @@ int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, co
 
     put_head(auth, HS_AUTH, 0);
     compute_mac(ctx, "ddp-cli", hello, chal + 12, auth + 12);
-    DDP_TRY(ddp__net_write_full(fd, auth, sizeof auth, deadline, what));
-    DDP_TRY(ddp__net_read_full(fd, welcome, sizeof welcome, deadline, what));
+    DDP_TRY(ddp__sock_send_all(fd, auth, sizeof auth, deadline, what));
+    DDP_TRY(ddp__sock_recv_all(fd, welcome, sizeof welcome, deadline, what));
     DDP_TRY(check_head(welcome, HS_WELCOME, what, NULL));
     st = get32(welcome + 8);
     DDP_FAIL_IF(st != ST_OK, st == ST_BAD_AUTH ? DDP_ERR_AUTH : DDP_ERR_PROTOCOL,
@@ -167,7 +136,7 @@ static void refuse(int fd, int type, uint32_t st, double deadline)
     uint8_t msg[CHALLENGE_LEN];
     memset(msg, 0, sizeof msg);
     put_head(msg, type, st);
-    int rc = ddp__net_write_full(fd, msg, type == HS_CHALLENGE ? CHALLENGE_LEN : WELCOME_LEN,
+    int rc = ddp__sock_send_all(fd, msg, type == HS_CHALLENGE ? CHALLENGE_LEN : WELCOME_LEN,
                                  deadline, "refused client");
     (void)rc;
 }
@@ -178,7 +147,7 @@ int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connecte
     uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
     uint8_t mac[DDP__SHA256_LEN];
     int version_bad = 0;
-    DDP_TRY(ddp__net_read_full(fd, hello, sizeof hello, deadline, what));
+    DDP_TRY(ddp__sock_recv_all(fd, hello, sizeof hello, deadline, what));
     int rc = check_head(hello, HS_HELLO, what, &version_bad);
     if (rc < 0) {
         if (version_bad)
@@ -202,11 +171,11 @@ int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connecte
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: rank %u is already connected", what, src);
     }
     put_head(chal, HS_CHALLENGE, ST_OK);
-    DDP_TRY(ddp__net_random(chal + 12, 32));
+    DDP_TRY(ddp__random_bytes(chal + 12, 32));
     compute_mac(ctx, "ddp-srv", hello, chal + 12, chal + 12 + 32);
-    DDP_TRY(ddp__net_write_full(fd, chal, sizeof chal, deadline, what));
+    DDP_TRY(ddp__sock_send_all(fd, chal, sizeof chal, deadline, what));
 
-    DDP_TRY(ddp__net_read_full(fd, auth, sizeof auth, deadline, what));
+    DDP_TRY(ddp__sock_recv_all(fd, auth, sizeof auth, deadline, what));
     DDP_TRY(check_head(auth, HS_AUTH, what, NULL));
     compute_mac(ctx, "ddp-cli", hello, chal + 12, mac);
     if (!ddp__ct_equal(mac, auth + 12, sizeof mac)) {
@@ -214,7 +183,7 @@ int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connecte
         return DDP_ERROR(DDP_ERR_AUTH, "%s (claiming rank %u): wrong shared secret", what, src);
     }
     put_head(welcome, HS_WELCOME, ST_OK);
-    DDP_TRY(ddp__net_write_full(fd, welcome, sizeof welcome, deadline, what));
+    DDP_TRY(ddp__sock_send_all(fd, welcome, sizeof welcome, deadline, what));
     *peer = (int)src;
     return 0;
 }

@@ -26,12 +26,7 @@ typedef struct ddp__hs_ctx {
     size_t secret_len;
 } ddp__hs_ctx;
 
-/* Reads the job's shared secret: DDP_SECRET (the bytes of the value) or the
- * contents of the file named by DDP_SECRET_FILE (a trailing newline is
- * dropped).  *secret is malloc'ed, NULL when neither is set. */
-int ddp__hs_load_secret(uint8_t **secret, size_t *len);
-
-/* Client side on a connected blocking socket: proves itself to rank `peer`.
+/* Client side on a connected socket: proves itself to rank `peer`.
  * what names the peer in messages. */
 int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what);
 /* Server side: reads a HELLO and runs the exchange.  On success *peer is the

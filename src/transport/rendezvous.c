@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/error.h"
+#include "base/time.h"
 
 void ddp__format_ranks(char *out, size_t len, const unsigned char *missing, int size)
 {
@@ -92,8 +92,11 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     DDP_FAIL_OUT(!missing, DDP_ERR_NOMEM, "out of memory");
     memset(missing, 1, (size_t)size);
     int left = size;
-    double start = ddp_time_now(), deadline = start + timeout_s;
-    useconds_t nap = 1000;
+    /* Polls from 1 ms up to 20 ms: the records usually come within a few
+     * ms of each other, and a slow rank should not cost a poll per ms. */
+    ddp__backoff b;
+    ddp__backoff_init(&b, timeout_s, 0.02);
+    b.sleep_s = 0.001;
     for (;;) {
         for (int r = 0; r < size; r++) {
             if (!missing[r])
@@ -113,15 +116,12 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
         }
         if (left == 0)
             break;
-        if (ddp_time_now() >= deadline) {
+        if (ddp__backoff_sleep(&b) < 0) {
             char who[256];
             ddp__format_ranks(who, sizeof who, missing, size);
             rc = DDP_ERROR(DDP_ERR_TIMEOUT, "%s did not join within %.1f s", who, timeout_s);
             goto out;
         }
-        usleep(nap);
-        if (nap < 20000)
-            nap += nap / 2;
     }
 out:
     if (rc < 0)

@@ -16,8 +16,9 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
+#include "base/secret.h"
 #include "transport/handshake.h"
-#include "transport/net.h"
 #include "transport/rendezvous.h"
 
 #ifndef SYS_pidfd_open
@@ -154,7 +155,7 @@ void ddp__shm_destroy(ddp__tp *tp)
 static int seg_create(shm *s, size_t len, int *fd)
 {
     uint8_t rnd[8];
-    DDP_TRY(ddp__net_random(rnd, sizeof rnd));
+    DDP_TRY(ddp__random_bytes(rnd, sizeof rnd));
     int n = snprintf(s->name, sizeof s->name, "/ddp-%d-", (int)getpid());
     for (int i = 0; i < 8; i++)
         n += snprintf(s->name + n, sizeof s->name - (size_t)n, "%02x", rnd[i]);
@@ -237,7 +238,7 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
      * would over TCP: configuration errors must not depend on placement. */
     uint8_t *secret = NULL;
     size_t secret_len = 0;
-    DDP_TRY_OUT(ddp__hs_load_secret(&secret, &secret_len));
+    DDP_TRY_OUT(ddp__secret_load(&secret, &secret_len));
     if (secret) {
         memset(secret, 0, secret_len);
         free(secret);
@@ -313,7 +314,7 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
 
     /* Phase 2: announce ourselves, wait for everyone, unlink the name. */
     uint8_t rnd[8];
-    DDP_TRY_OUT(ddp__net_random(rnd, sizeof rnd));
+    DDP_TRY_OUT(ddp__random_bytes(rnd, sizeof rnd));
     memcpy((void *)&s->probe, rnd, sizeof rnd);
     seg_slot *me = &s->slots[rank];
     me->probe_addr = (uint64_t)(uintptr_t)&s->probe;

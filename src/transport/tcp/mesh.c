@@ -14,9 +14,11 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
+#include "base/secret.h"
+#include "base/sock.h"
 #include "base/sha256.h"
 #include "transport/handshake.h"
-#include "transport/net.h"
 #include "transport/rendezvous.h"
 
 #define HANDSHAKE_S 2.0                /* per-connection bound while accepting */
@@ -34,7 +36,7 @@ void ddp__tcp_destroy(ddp__tp *tp)
             if (p->m.state == DDP__PEER_LIVE && !p->m.sq_head) {
                 uint8_t h[HDR_LEN];
                 build_header(h, OP_BYE, 0, 0);
-                (void)ddp__net_write_full(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
+                (void)ddp__sock_send_all(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
                 shutdown(p->fd, SHUT_WR);
                 /* Drain what is unread so that close sends FIN, not RST
                  * (an RST could destroy our BYE before the peer reads it). */
@@ -77,7 +79,7 @@ static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen
 static int add_peer(tcp *t, int r, int fd)
 {
     peer *p = &t->peers[r];
-    DDP_TRY(ddp__net_tune(fd, 1));
+    DDP_TRY(ddp__sock_tune(fd, 1));
     p->fd = fd;
     p->ev = EPOLLIN | EPOLLRDHUP;
     struct epoll_event e = {.events = p->ev, .data.ptr = p};
@@ -95,7 +97,7 @@ static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, 
         DDP_TRY(parse_record(&recs[r], r, host, sizeof host, &port));
         peer *p = &t->peers[r];
         snprintf(p->m.what, sizeof p->m.what, "rank %d (%s:%d)", r, host, port);
-        int rc = ddp__net_connect(host, port, deadline, &fd);
+        int rc = ddp__sock_connect(host, port, deadline, p->m.what, &fd);
         if (rc == 0)
             rc = ddp__hs_client(fd, hs, r, deadline, p->m.what);
         if (rc == 0)
@@ -118,7 +120,7 @@ static int accept_down(tcp *t, const ddp__hs_ctx *hs, int lfd, double deadline,
     while (want > 0) {
         int fd = -1;
         char addr[80];
-        int got = ddp__net_accept(lfd, deadline, &fd, addr, sizeof addr);
+        int got = ddp__sock_accept(lfd, deadline, &fd, addr, sizeof addr);
         if (got < 0) {
             rc = got;
             goto out;
@@ -197,16 +199,16 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     }
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     DDP_FAIL_OUT(t->epfd < 0, DDP_ERR_SYSTEM, "epoll_create1: %s", strerror(errno));
-    DDP_TRY_OUT(ddp__hs_load_secret(&secret, &secret_len));
+    DDP_TRY_OUT(ddp__secret_load(&secret, &secret_len));
 
     /* Phase 1: listen, publish "host port nonce", gather everyone's. */
     char host[256], rec[400];
     int port = 0;
     uint8_t nonce[16];
-    DDP_TRY_OUT(ddp__net_local_host(host, sizeof host));
+    DDP_TRY_OUT(ddp__sock_local_host(host, sizeof host));
     if (size > 1)
-        DDP_TRY_OUT(ddp__net_listen(host, &lfd, &port));
-    DDP_TRY_OUT(ddp__net_random(nonce, sizeof nonce));
+        DDP_TRY_OUT(ddp__sock_listen(host, 0, 128, &lfd, &port));
+    DDP_TRY_OUT(ddp__random_bytes(nonce, sizeof nonce));
     int n = snprintf(rec, sizeof rec, "%s %d ", host, port);
     for (int i = 0; i < 16; i++)
         n += snprintf(rec + n, sizeof rec - (size_t)n, "%02x", nonce[i]);

@@ -1,5 +1,6 @@
-/* Socket helpers for the TCPStore (see sock.h). */
-#include "store/sock.h"
+/* The socket library; see sock.h.  Waits go through poll() with the time
+ * left to the deadline; syscalls are retried on EINTR where they happen. */
+#include "base/sock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -9,27 +10,45 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
-#include "store/store_impl.h"
+#include "base/time.h"
 
-int ddp__sock_set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "fcntl O_NONBLOCK");
-    return 0;
-}
+/* 4 MiB: the kernel caps at net.core.[rw]mem_max (4 MiB here); a 64 MiB
+ * ring step then needs few wakeups per direction. */
 
 int ddp__sock_set_nodelay(int fd)
 {
     int one = 1;
-    /* Store messages are small request/response pairs: Nagle would hold
-     * each one back for an ACK. */
+    /* Store requests and handshake messages are small request/response
+     * pairs, and a transport frame's header goes out before its payload:
+     * Nagle would hold each back for an ACK. */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "setsockopt TCP_NODELAY");
+    return 0;
+}
+
+int ddp__sock_tune(int fd, int nonblocking)
+{
+    size_t sockbuf = 0; /* default 4 MiB, 0: kernel autotuning (src/base/env.c) */
+    DDP_TRY(ddp__env_size("DDP_TCP_SOCKBUF", &sockbuf));
+    int buf = (int)sockbuf;
+    DDP_TRY(ddp__sock_set_nodelay(fd));
+    /* Best effort: a smaller kernel cap is not an error. */
+    if (buf > 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "fcntl(F_GETFL)");
+    fl = nonblocking ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    if (fcntl(fd, F_SETFL, fl) < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "fcntl(F_SETFL)");
     return 0;
 }
 
@@ -203,22 +222,51 @@ int ddp__sock_connect(const char *host, int port, double deadline, const char *w
     }
 }
 
+int ddp__sock_accept(int lfd, double deadline, int *fd_out, char *addr, size_t addr_len)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+            ddp__sock_addr_str((struct sockaddr *)&ss, addr, addr_len);
+            int rc = ddp__sock_set_nodelay(fd);
+            if (rc < 0) {
+                close(fd);
+                return rc;
+            }
+            *fd_out = fd;
+            return 1;
+        }
+        /* ECONNABORTED: the client gave up while queued; wait for the next. */
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "accept");
+        if (!wait_fd(lfd, POLLIN, deadline))
+            return 0;
+    }
+}
+
 int ddp__sock_send_all(int fd, const void *buf, size_t len, double deadline, const char *what)
 {
     const char *p = buf;
-    while (len) {
-        /* MSG_NOSIGNAL: a closed peer is an error to report, not SIGPIPE. */
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    size_t left = len;
+    while (left) {
+        /* MSG_NOSIGNAL: a closed peer is an error to report, not SIGPIPE.
+         * MSG_DONTWAIT: a blocking socket must not block past the deadline. */
+        ssize_t n = send(fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             p += n;
-            len -= (size_t)n;
+            left -= (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (!wait_fd(fd, POLLOUT, deadline))
-                return DDP_ERROR(DDP_ERR_TIMEOUT, "%s: send timed out", what);
+                return DDP_ERROR(DDP_ERR_TIMEOUT, "%s: send timed out (%zu of %zu bytes sent)",
+                                 what, len - left, len);
             continue;
         }
         return DDP_ERROR_ERRNO(DDP_ERR_CONNECTION, errno, "%s: send", what);
@@ -234,7 +282,7 @@ int ddp__sock_recv_some(int fd, void *buf, size_t cap, double deadline, const ch
          * there yet, and a speculative recv would only return EAGAIN. */
         if (!wait_fd(fd, POLLIN, deadline))
             return DDP_ERROR(DDP_ERR_TIMEOUT, "%s: no answer in time", what);
-        ssize_t n = recv(fd, buf, cap, 0);
+        ssize_t n = recv(fd, buf, cap, MSG_DONTWAIT);
         if (n > 0) {
             *got = (size_t)n;
             return 0;
@@ -256,5 +304,33 @@ int ddp__sock_recv_all(int fd, void *buf, size_t len, double deadline, const cha
         p += got;
         len -= got;
     }
+    return 0;
+}
+
+int ddp__sock_local_host(char *out, size_t len)
+{
+    const char *env = NULL;
+    DDP_TRY(ddp__env_string("DDP_TCP_HOST", &env));
+    if (env) {
+        snprintf(out, len, "%s", env);
+        return 0;
+    }
+    char name[256];
+    snprintf(out, len, "127.0.0.1");
+    if (gethostname(name, sizeof name) != 0)
+        return 0;
+    name[sizeof name - 1] = '\0';
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(name, NULL, &hints, &res) != 0)
+        return 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
+        if (inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)len))
+            break;
+    }
+    freeaddrinfo(res);
     return 0;
 }
