@@ -1,5 +1,6 @@
-/* Autograd ops: each forward appends one var to the tape; ddp__op_backward
- * holds every op's backward (one switch, llm.c's _forward/_backward pairs).
+/* Autograd ops: each forward appends one var to the tape and is followed by
+ * its backward (llm.c's _forward/_backward pairs); ddp__op_backward, at the
+ * end, dispatches on the op.
  * Gradients are written on first contribution and added (+=) after that
  * (ddp__grad_target's acc flag), so no gradient buffer is ever cleared. */
 #include <limits.h>
@@ -74,7 +75,13 @@ static int copy_labels(ddp_tape_t *tape, ddp_var_t *v, const int64_t *labels, in
     return 0;
 }
 
-/* ==== forward ============================================================= */
+/* g = the gradient buffer of var, acc = add (1) or write (0). */
+#define TARGET(g, var)                              \
+    float *g = ddp__grad_target(tape, (var), &acc); \
+    if (!g)                                         \
+        return DDP_ERR_NOMEM
+
+/* ==== ops: each forward, then its backward ================================ */
 
 int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b, ddp_var_t **y)
 {
@@ -110,301 +117,6 @@ int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b, dd
     *y = v;
     return 0;
 }
-
-int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "matmul: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "matmul", "a"));
-    DDP_TRY(check_var(tape, b, "matmul", "b"));
-    DDP_FAIL_IF(a->t.ndim != 2 || b->t.ndim != 2 || a->t.shape[1] != b->t.shape[0],
-                DDP_ERR_INVALID_ARG, "matmul: shapes %s and %s cannot be multiplied", SHAPE(a, 0),
-                SHAPE(b, 1));
-    int64_t m = a->t.shape[0], k = a->t.shape[1], n = b->t.shape[1];
-    DDP_FAIL_IF(m > INT_MAX || k > INT_MAX || n > INT_MAX, DDP_ERR_UNSUPPORTED,
-                "matmul: shapes %s and %s exceed BLAS's int dimensions", SHAPE(a, 0),
-                SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_MATMUL, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
-    ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
-              v->t.data, (int)n);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "add: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "add", "a"));
-    DDP_TRY(check_var(tape, b, "add", "b"));
-    int rows = !ddp_tensor_same_shape(&a->t, &b->t);
-    DDP_FAIL_IF(rows && !(b->t.ndim == 1 && a->t.ndim >= 1 && b->t.shape[0] == last_dim(a)),
-                DDP_ERR_INVALID_ARG,
-                "add: shapes %s and %s differ (b must have a's shape or be a row of its last "
-                "dimension)", SHAPE(a, 0), SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, rows ? DDP_OP_ADD_ROWS : DDP_OP_ADD, a->t.ndim, a->t.shape, 1, a, b,
-                    NULL, &v));
-    if (rows)
-        ddp__rows_add(v->t.data, a->t.data, b->t.data, (size_t)(a->t.numel / b->t.numel),
-                      (size_t)b->t.numel);
-    else
-        ddp__vec_add(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mul: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "mul", "a"));
-    DDP_TRY(check_var(tape, b, "mul", "b"));
-    DDP_FAIL_IF(!ddp_tensor_same_shape(&a->t, &b->t), DDP_ERR_INVALID_ARG,
-                "mul: shapes %s and %s differ", SHAPE(a, 0), SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_MUL, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
-    ddp__vec_mul_to(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel, 0);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "scale: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "scale", "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_SCALE, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    v->f = s;
-    ddp__vec_scale_to(v->t.data, s, a->t.data, (size_t)a->t.numel, 0);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "relu: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "relu", "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_RELU, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    ddp__vec_relu(v->t.data, a->t.data, (size_t)a->t.numel);
-    *y = v;
-    return 0;
-}
-
-static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
-    DDP_TRY(check_var(tape, a, name, "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, op, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    const float *x = a->t.data;
-    float *o = v->t.data;
-    size_t n = (size_t)a->t.numel;
-    if (op == DDP_OP_SIGMOID)
-        for (size_t i = 0; i < n; i++)
-            o[i] = 1.0f / (1.0f + expf(-x[i]));
-    else
-        for (size_t i = 0; i < n; i++)
-            o[i] = tanhf(x[i]);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return unary_op(tape, a, DDP_OP_SIGMOID, "sigmoid", y);
-}
-
-int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return unary_op(tape, a, DDP_OP_TANH, "tanh", y);
-}
-
-int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64_t seed,
-                   ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "dropout: NULL tape or output");
-    DDP_TRY(check_var(tape, x, "dropout", "input"));
-    DDP_FAIL_IF(!(p >= 0.0f && p <= 1.0f), DDP_ERR_INVALID_ARG,
-                "dropout: probability %g is not in [0, 1]", (double)p);
-    if (!training || p == 0.0f) {
-        *y = x;
-        return 0;
-    }
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_DROPOUT, x->t.ndim, x->t.shape, 1, x, NULL, NULL, &v));
-    size_t n = (size_t)x->t.numel;
-    v->aux = ddp__tape_alloc(tape, n * sizeof(float));
-    if (!v->aux)
-        return DDP_ERR_NOMEM;
-    ddp__rng rng;
-    ddp__rng_seed(&rng, seed);
-    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    for (size_t i = 0; i < n; i++)
-        v->aux[i] = ddp__rng_uniform(&rng) >= (double)p ? keep_scale : 0.0f;
-    ddp__vec_mul_to(v->t.data, x->t.data, v->aux, n, 0);
-    *y = v;
-    return 0;
-}
-
-static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
-    DDP_TRY(check_var(tape, a, name, "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, op, 0, NULL, 1, a, NULL, NULL, &v));
-    double s = ddp__vec_sum(a->t.data, (size_t)a->t.numel);
-    v->t.data[0] = (float)(op == DDP_OP_MEAN ? s / (double)a->t.numel : s);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_sum(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return reduce_op(tape, a, DDP_OP_SUM, "sum", y);
-}
-
-int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return reduce_op(tape, a, DDP_OP_MEAN, "mean", y);
-}
-
-int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shape,
-                   ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "reshape: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "reshape", "input"));
-    ddp_tensor view;
-    DDP_TRY(ddp_tensor_view(&a->t, ndim, shape, &view));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_RESHAPE, view.ndim, view.shape, 0, a, NULL, NULL, &v));
-    v->t.data = a->t.data; /* a view: no copy */
-    *y = v;
-    return 0;
-}
-
-int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "flatten: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "flatten", "input"));
-    DDP_FAIL_IF(a->t.ndim < 1, DDP_ERR_INVALID_ARG,
-                "flatten: input of shape %s has no batch dimension", SHAPE(a, 0));
-    if (a->t.ndim == 2) {
-        *y = a; /* already (B, features) */
-        return 0;
-    }
-    return ddp_op_reshape(tape, a, 2, (int64_t[]){a->t.shape[0], -1}, y);
-}
-
-int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "log_softmax: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "log_softmax", "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_LOG_SOFTMAX, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    int64_t c = last_dim(a), rows = a->t.numel / c;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = a->t.data + r * c;
-        float *o = v->t.data + r * c;
-        float mx = x[0];
-        for (int64_t j = 1; j < c; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        double s = 0.0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp((double)(x[j] - mx));
-        float lse = mx + (float)log(s);
-        for (int64_t j = 0; j < c; j++)
-            o[j] = x[j] - lse;
-    }
-    *y = v;
-    return 0;
-}
-
-int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "nll_loss: NULL tape or output");
-    DDP_TRY(check_logits(tape, logp, labels, "nll_loss"));
-    int64_t rows = logp->t.shape[0], c = logp->t.shape[1];
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_NLL, 0, NULL, 1, logp, NULL, NULL, &v));
-    DDP_TRY(copy_labels(tape, v, labels, rows));
-    double s = 0.0;
-    for (int64_t r = 0; r < rows; r++)
-        s -= logp->t.data[r * c + labels[r]];
-    v->t.data[0] = (float)(s / (double)rows);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mse_loss: NULL tape or output");
-    DDP_TRY(check_var(tape, input, "mse_loss", "input"));
-    DDP_TRY(check_var(tape, target, "mse_loss", "target"));
-    DDP_FAIL_IF(!ddp_tensor_same_shape(&input->t, &target->t), DDP_ERR_INVALID_ARG,
-                "mse_loss: input of shape %s and target of shape %s differ", SHAPE(input, 0),
-                SHAPE(target, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_MSE, 0, NULL, 1, input, target, NULL, &v));
-    double s = 0.0;
-    for (int64_t i = 0; i < input->t.numel; i++) {
-        double d = (double)input->t.data[i] - target->t.data[i];
-        s += d * d;
-    }
-    v->t.data[0] = (float)(s / (double)input->t.numel);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *labels,
-                         ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "cross_entropy: NULL tape or output");
-    DDP_TRY(check_logits(tape, logits, labels, "cross_entropy"));
-    int64_t rows = logits->t.shape[0], c = logits->t.shape[1];
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_CROSS_ENTROPY, 0, NULL, 1, logits, NULL, NULL, &v));
-    DDP_TRY(copy_labels(tape, v, labels, rows));
-    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B
-     * (without grad, one row of scratch is enough). */
-    int save = v->requires_grad;
-    v->aux = ddp__tape_alloc(tape, (size_t)(save ? logits->t.numel : c) * sizeof(float));
-    if (!v->aux)
-        return DDP_ERR_NOMEM;
-    double loss = 0.0;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits->t.data + r * c;
-        float *p = v->aux + (save ? r * c : 0);
-        float mx = x[0];
-        for (int64_t j = 1; j < c; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        double s = 0.0;
-        for (int64_t j = 0; j < c; j++) {
-            float e = expf(x[j] - mx);
-            p[j] = e;
-            s += e;
-        }
-        float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < c; j++)
-            p[j] *= inv;
-        loss += log(s) + (double)(mx - x[labels[r]]);
-    }
-    v->t.data[0] = (float)(loss / (double)rows);
-    *y = v;
-    return 0;
-}
-
-/* ==== backward ============================================================ */
-
-/* g = the gradient buffer of var, acc = add (1) or write (0). */
-#define TARGET(g, var)                              \
-    float *g = ddp__grad_target(tape, (var), &acc); \
-    if (!g)                                         \
-        return DDP_ERR_NOMEM
 
 /* The chunk hook that applies to weight w of linear op v, or NULL: w is a
  * parameter of the model being differentiated, this is its last reachable
@@ -489,6 +201,27 @@ static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
     return 0;
 }
 
+int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
+{
+    SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "matmul: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "matmul", "a"));
+    DDP_TRY(check_var(tape, b, "matmul", "b"));
+    DDP_FAIL_IF(a->t.ndim != 2 || b->t.ndim != 2 || a->t.shape[1] != b->t.shape[0],
+                DDP_ERR_INVALID_ARG, "matmul: shapes %s and %s cannot be multiplied", SHAPE(a, 0),
+                SHAPE(b, 1));
+    int64_t m = a->t.shape[0], k = a->t.shape[1], n = b->t.shape[1];
+    DDP_FAIL_IF(m > INT_MAX || k > INT_MAX || n > INT_MAX, DDP_ERR_UNSUPPORTED,
+                "matmul: shapes %s and %s exceed BLAS's int dimensions", SHAPE(a, 0),
+                SHAPE(b, 1));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_MATMUL, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
+    ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
+              v->t.data, (int)n);
+    *y = v;
+    return 0;
+}
+
 static int matmul_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     ddp_var_t *a = v->in[0], *b = v->in[1];
@@ -506,41 +239,444 @@ static int matmul_backward(ddp_tape_t *tape, ddp_var_t *v)
     return 0;
 }
 
-static int softmax_like_backward(ddp_tape_t *tape, ddp_var_t *v)
+int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
+{
+    SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "add: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "add", "a"));
+    DDP_TRY(check_var(tape, b, "add", "b"));
+    int rows = !ddp_tensor_same_shape(&a->t, &b->t);
+    DDP_FAIL_IF(rows && !(b->t.ndim == 1 && a->t.ndim >= 1 && b->t.shape[0] == last_dim(a)),
+                DDP_ERR_INVALID_ARG,
+                "add: shapes %s and %s differ (b must have a's shape or be a row of its last "
+                "dimension)", SHAPE(a, 0), SHAPE(b, 1));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, rows ? DDP_OP_ADD_ROWS : DDP_OP_ADD, a->t.ndim, a->t.shape, 1, a, b,
+                    NULL, &v));
+    if (rows)
+        ddp__rows_add(v->t.data, a->t.data, b->t.data, (size_t)(a->t.numel / b->t.numel),
+                      (size_t)b->t.numel);
+    else
+        ddp__vec_add(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel);
+    *y = v;
+    return 0;
+}
+
+static int add_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0], *b = v->in[1];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    if (a->requires_grad) {
+        TARGET(da, a);
+        ddp__vec_acc_to(da, dy, n, acc);
+    }
+    if (b->requires_grad) {
+        TARGET(db, b);
+        if (v->op == DDP_OP_ADD)
+            ddp__vec_acc_to(db, dy, n, acc);
+        else /* a row broadcast over a's rows: its gradient sums them */
+            ddp__rows_sum_to(db, dy, n / (size_t)b->t.numel, (size_t)b->t.numel, acc);
+    }
+    return 0;
+}
+
+int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
+{
+    SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mul: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "mul", "a"));
+    DDP_TRY(check_var(tape, b, "mul", "b"));
+    DDP_FAIL_IF(!ddp_tensor_same_shape(&a->t, &b->t), DDP_ERR_INVALID_ARG,
+                "mul: shapes %s and %s differ", SHAPE(a, 0), SHAPE(b, 1));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_MUL, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
+    ddp__vec_mul_to(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel, 0);
+    *y = v;
+    return 0;
+}
+
+static int mul_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0], *b = v->in[1];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    if (a->requires_grad) {
+        TARGET(da, a);
+        ddp__vec_mul_to(da, dy, b->t.data, n, acc);
+    }
+    if (b->requires_grad) {
+        TARGET(db, b);
+        ddp__vec_mul_to(db, dy, a->t.data, n, acc);
+    }
+    return 0;
+}
+
+int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "scale: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "scale", "input"));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_SCALE, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    v->f = s;
+    ddp__vec_scale_to(v->t.data, s, a->t.data, (size_t)a->t.numel, 0);
+    *y = v;
+    return 0;
+}
+
+static int scale_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    TARGET(da, a); /* the output requires grad, so a does */
+    ddp__vec_scale_to(da, v->f, dy, n, acc);
+    return 0;
+}
+
+int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "relu: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "relu", "input"));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_RELU, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    ddp__vec_relu(v->t.data, a->t.data, (size_t)a->t.numel);
+    *y = v;
+    return 0;
+}
+
+static int relu_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    TARGET(da, a); /* the output requires grad, so a does */
+    ddp__vec_relu_backward_to(da, dy, v->t.data, n, acc);
+    return 0;
+}
+
+static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
+    DDP_TRY(check_var(tape, a, name, "input"));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, op, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    const float *x = a->t.data;
+    float *o = v->t.data;
+    size_t n = (size_t)a->t.numel;
+    if (op == DDP_OP_SIGMOID)
+        for (size_t i = 0; i < n; i++)
+            o[i] = 1.0f / (1.0f + expf(-x[i]));
+    else
+        for (size_t i = 0; i < n; i++)
+            o[i] = tanhf(x[i]);
+    *y = v;
+    return 0;
+}
+
+int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return unary_op(tape, a, DDP_OP_SIGMOID, "sigmoid", y);
+}
+
+int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return unary_op(tape, a, DDP_OP_TANH, "tanh", y);
+}
+
+/* sigmoid: dy * y (1 - y); tanh: dy * (1 - y^2) */
+static int unary_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    TARGET(da, a); /* the output requires grad, so a does */
+    for (size_t i = 0; i < n; i++) {
+        float yi = v->t.data[i];
+        float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
+        da[i] = acc ? da[i] + g : g;
+    }
+    return 0;
+}
+
+int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64_t seed,
+                   ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "dropout: NULL tape or output");
+    DDP_TRY(check_var(tape, x, "dropout", "input"));
+    DDP_FAIL_IF(!(p >= 0.0f && p <= 1.0f), DDP_ERR_INVALID_ARG,
+                "dropout: probability %g is not in [0, 1]", (double)p);
+    if (!training || p == 0.0f) {
+        *y = x;
+        return 0;
+    }
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_DROPOUT, x->t.ndim, x->t.shape, 1, x, NULL, NULL, &v));
+    size_t n = (size_t)x->t.numel;
+    v->aux = ddp__tape_alloc(tape, n * sizeof(float));
+    if (!v->aux)
+        return DDP_ERR_NOMEM;
+    ddp__rng rng;
+    ddp__rng_seed(&rng, seed);
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    for (size_t i = 0; i < n; i++)
+        v->aux[i] = ddp__rng_uniform(&rng) >= (double)p ? keep_scale : 0.0f;
+    ddp__vec_mul_to(v->t.data, x->t.data, v->aux, n, 0);
+    *y = v;
+    return 0;
+}
+
+static int dropout_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    TARGET(da, a); /* the output requires grad, so a does */
+    ddp__vec_mul_to(da, dy, v->aux, n, acc);
+    return 0;
+}
+
+static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
+    DDP_TRY(check_var(tape, a, name, "input"));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, op, 0, NULL, 1, a, NULL, NULL, &v));
+    double s = ddp__vec_sum(a->t.data, (size_t)a->t.numel);
+    v->t.data[0] = (float)(op == DDP_OP_MEAN ? s / (double)a->t.numel : s);
+    *y = v;
+    return 0;
+}
+
+int ddp_op_sum(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return reduce_op(tape, a, DDP_OP_SUM, "sum", y);
+}
+
+int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return reduce_op(tape, a, DDP_OP_MEAN, "mean", y);
+}
+
+static int reduce_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    TARGET(da, a); /* the output requires grad, so a does */
+    if (v->op == DDP_OP_SUM)
+        ddp__vec_fill_to(da, dy[0], n, acc);
+    else /* mean */
+        ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
+    return 0;
+}
+
+int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shape,
+                   ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "reshape: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "reshape", "input"));
+    ddp_tensor view;
+    DDP_TRY(ddp_tensor_view(&a->t, ndim, shape, &view));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_RESHAPE, view.ndim, view.shape, 0, a, NULL, NULL, &v));
+    v->t.data = a->t.data; /* a view: no copy */
+    *y = v;
+    return 0;
+}
+
+int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "flatten: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "flatten", "input"));
+    DDP_FAIL_IF(a->t.ndim < 1, DDP_ERR_INVALID_ARG,
+                "flatten: input of shape %s has no batch dimension", SHAPE(a, 0));
+    if (a->t.ndim == 2) {
+        *y = a; /* already (B, features) */
+        return 0;
+    }
+    return ddp_op_reshape(tape, a, 2, (int64_t[]){a->t.shape[0], -1}, y);
+}
+
+int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "log_softmax: NULL tape or output");
+    DDP_TRY(check_var(tape, a, "log_softmax", "input"));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_LOG_SOFTMAX, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    int64_t c = last_dim(a), rows = a->t.numel / c;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = a->t.data + r * c;
+        float *o = v->t.data + r * c;
+        float mx = x[0];
+        for (int64_t j = 1; j < c; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        double s = 0.0;
+        for (int64_t j = 0; j < c; j++)
+            s += exp((double)(x[j] - mx));
+        float lse = mx + (float)log(s);
+        for (int64_t j = 0; j < c; j++)
+            o[j] = x[j] - lse;
+    }
+    *y = v;
+    return 0;
+}
+
+/* dx = dy - softmax * sum(dy), softmax = exp(y) */
+static int log_softmax_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     ddp_var_t *a = v->in[0];
     int64_t c = last_dim(a), rows = a->t.numel / c;
     int acc;
     TARGET(da, a);
-    if (v->op == DDP_OP_LOG_SOFTMAX) {
-        /* dx = dy - softmax * sum(dy), softmax = exp(y) */
-        for (int64_t r = 0; r < rows; r++) {
-            const float *dy = v->grad + r * c, *y = v->t.data + r * c;
-            float *dx = da + r * c;
-            double s = 0.0;
-            for (int64_t j = 0; j < c; j++)
-                s += dy[j];
-            for (int64_t j = 0; j < c; j++) {
-                float g = dy[j] - expf(y[j]) * (float)s;
-                dx[j] = acc ? dx[j] + g : g;
-            }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dy = v->grad + r * c, *y = v->t.data + r * c;
+        float *dx = da + r * c;
+        double s = 0.0;
+        for (int64_t j = 0; j < c; j++)
+            s += dy[j];
+        for (int64_t j = 0; j < c; j++) {
+            float g = dy[j] - expf(y[j]) * (float)s;
+            dx[j] = acc ? dx[j] + g : g;
         }
-        return 0;
     }
+    return 0;
+}
+
+int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "nll_loss: NULL tape or output");
+    DDP_TRY(check_logits(tape, logp, labels, "nll_loss"));
+    int64_t rows = logp->t.shape[0], c = logp->t.shape[1];
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_NLL, 0, NULL, 1, logp, NULL, NULL, &v));
+    DDP_TRY(copy_labels(tape, v, labels, rows));
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        s -= logp->t.data[r * c + labels[r]];
+    v->t.data[0] = (float)(s / (double)rows);
+    *y = v;
+    return 0;
+}
+
+static int nll_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    int64_t c = last_dim(a), rows = a->t.numel / c;
+    int acc;
+    TARGET(da, a);
     float scale = v->grad[0] / (float)rows;
-    if (v->op == DDP_OP_NLL) {
-        if (!acc)
-            ddp__vec_fill_to(da, 0.0f, (size_t)a->t.numel, 0);
-        for (int64_t r = 0; r < rows; r++)
-            da[r * c + v->labels[r]] -= scale;
-        return 0;
+    if (!acc)
+        ddp__vec_fill_to(da, 0.0f, (size_t)a->t.numel, 0);
+    for (int64_t r = 0; r < rows; r++)
+        da[r * c + v->labels[r]] -= scale;
+    return 0;
+}
+
+int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target, ddp_var_t **y)
+{
+    SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mse_loss: NULL tape or output");
+    DDP_TRY(check_var(tape, input, "mse_loss", "input"));
+    DDP_TRY(check_var(tape, target, "mse_loss", "target"));
+    DDP_FAIL_IF(!ddp_tensor_same_shape(&input->t, &target->t), DDP_ERR_INVALID_ARG,
+                "mse_loss: input of shape %s and target of shape %s differ", SHAPE(input, 0),
+                SHAPE(target, 1));
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_MSE, 0, NULL, 1, input, target, NULL, &v));
+    double s = 0.0;
+    for (int64_t i = 0; i < input->t.numel; i++) {
+        double d = (double)input->t.data[i] - target->t.data[i];
+        s += d * d;
     }
-    /* cross-entropy: (p - onehot) * dloss / B */
+    v->t.data[0] = (float)(s / (double)input->t.numel);
+    *y = v;
+    return 0;
+}
+
+/* d/da = 2 (a - b) / n, d/db = -d/da */
+static int mse_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0], *b = v->in[1];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    float k = 2.0f * dy[0] / (float)n;
+    for (int side = 0; side < 2; side++) {
+        ddp_var_t *t = side ? b : a;
+        if (!t->requires_grad)
+            continue;
+        TARGET(dt, t);
+        float ks = side ? -k : k;
+        for (size_t i = 0; i < n; i++) {
+            float g = ks * (a->t.data[i] - b->t.data[i]);
+            dt[i] = acc ? dt[i] + g : g;
+        }
+    }
+    return 0;
+}
+
+int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *labels,
+                         ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "cross_entropy: NULL tape or output");
+    DDP_TRY(check_logits(tape, logits, labels, "cross_entropy"));
+    int64_t rows = logits->t.shape[0], c = logits->t.shape[1];
+    ddp_var_t *v;
+    DDP_TRY(push_op(tape, DDP_OP_CROSS_ENTROPY, 0, NULL, 1, logits, NULL, NULL, &v));
+    DDP_TRY(copy_labels(tape, v, labels, rows));
+    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B
+     * (without grad, one row of scratch is enough). */
+    int save = v->requires_grad;
+    v->aux = ddp__tape_alloc(tape, (size_t)(save ? logits->t.numel : c) * sizeof(float));
+    if (!v->aux)
+        return DDP_ERR_NOMEM;
+    double loss = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = logits->t.data + r * c;
+        float *p = v->aux + (save ? r * c : 0);
+        float mx = x[0];
+        for (int64_t j = 1; j < c; j++)
+            mx = x[j] > mx ? x[j] : mx;
+        double s = 0.0;
+        for (int64_t j = 0; j < c; j++) {
+            float e = expf(x[j] - mx);
+            p[j] = e;
+            s += e;
+        }
+        float inv = (float)(1.0 / s);
+        for (int64_t j = 0; j < c; j++)
+            p[j] *= inv;
+        loss += log(s) + (double)(mx - x[labels[r]]);
+    }
+    v->t.data[0] = (float)(loss / (double)rows);
+    *y = v;
+    return 0;
+}
+
+/* (p - onehot) * dloss / B */
+static int cross_entropy_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0];
+    int64_t c = last_dim(a), rows = a->t.numel / c;
+    int acc;
+    TARGET(da, a);
+    float scale = v->grad[0] / (float)rows;
     ddp__vec_scale_to(da, scale, v->aux, (size_t)a->t.numel, acc);
     for (int64_t r = 0; r < rows; r++)
         da[r * c + v->labels[r]] -= scale;
     return 0;
 }
+
+/* ==== backward dispatch =================================================== */
 
 int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
@@ -549,78 +685,33 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
         return linear_backward(tape, v);
     case DDP_OP_MATMUL:
         return matmul_backward(tape, v);
-    case DDP_OP_LOG_SOFTMAX:
-    case DDP_OP_NLL:
-    case DDP_OP_CROSS_ENTROPY:
-        return softmax_like_backward(tape, v);
+    case DDP_OP_ADD:
+    case DDP_OP_ADD_ROWS:
+        return add_backward(tape, v);
+    case DDP_OP_MUL:
+        return mul_backward(tape, v);
+    case DDP_OP_SCALE:
+        return scale_backward(tape, v);
+    case DDP_OP_RELU:
+        return relu_backward(tape, v);
+    case DDP_OP_SIGMOID:
+    case DDP_OP_TANH:
+        return unary_backward(tape, v);
+    case DDP_OP_DROPOUT:
+        return dropout_backward(tape, v);
+    case DDP_OP_SUM:
+    case DDP_OP_MEAN:
+        return reduce_backward(tape, v);
     case DDP_OP_RESHAPE: /* its gradient already is its input's (ddp__grad_target) */
         return 0;
-    default:
-        break;
-    }
-    ddp_var_t *a = v->in[0], *b = v->nin > 1 ? v->in[1] : NULL;
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    if (v->op == DDP_OP_MSE) { /* d/da = 2 (a - b) / n, d/db = -d/da */
-        float k = 2.0f * dy[0] / (float)n;
-        for (int side = 0; side < 2; side++) {
-            ddp_var_t *t = side ? b : a;
-            if (!t->requires_grad)
-                continue;
-            TARGET(dt, t);
-            float ks = side ? -k : k;
-            for (size_t i = 0; i < n; i++) {
-                float g = ks * (a->t.data[i] - b->t.data[i]);
-                dt[i] = acc ? dt[i] + g : g;
-            }
-        }
-        return 0;
-    }
-    if (v->op == DDP_OP_ADD || v->op == DDP_OP_ADD_ROWS || v->op == DDP_OP_MUL) {
-        if (a->requires_grad) {
-            TARGET(da, a);
-            if (v->op == DDP_OP_MUL)
-                ddp__vec_mul_to(da, dy, b->t.data, n, acc);
-            else
-                ddp__vec_acc_to(da, dy, n, acc);
-        }
-        if (b->requires_grad) {
-            TARGET(db, b);
-            if (v->op == DDP_OP_MUL)
-                ddp__vec_mul_to(db, dy, a->t.data, n, acc);
-            else if (v->op == DDP_OP_ADD)
-                ddp__vec_acc_to(db, dy, n, acc);
-            else
-                ddp__rows_sum_to(db, dy, n / (size_t)b->t.numel, (size_t)b->t.numel, acc);
-        }
-        return 0;
-    }
-    TARGET(da, a); /* single-input ops: the output requires grad, so a does */
-    switch (v->op) {
-    case DDP_OP_SCALE:
-        ddp__vec_scale_to(da, v->f, dy, n, acc);
-        return 0;
-    case DDP_OP_RELU:
-        ddp__vec_relu_backward_to(da, dy, v->t.data, n, acc);
-        return 0;
-    case DDP_OP_DROPOUT:
-        ddp__vec_mul_to(da, dy, v->aux, n, acc);
-        return 0;
-    case DDP_OP_SUM:
-        ddp__vec_fill_to(da, dy[0], n, acc);
-        return 0;
-    case DDP_OP_MEAN:
-        ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
-        return 0;
-    case DDP_OP_SIGMOID: /* dy * y (1 - y) */
-    case DDP_OP_TANH:    /* dy * (1 - y^2) */
-        for (size_t i = 0; i < n; i++) {
-            float yi = v->t.data[i];
-            float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
-            da[i] = acc ? da[i] + g : g;
-        }
-        return 0;
+    case DDP_OP_LOG_SOFTMAX:
+        return log_softmax_backward(tape, v);
+    case DDP_OP_NLL:
+        return nll_backward(tape, v);
+    case DDP_OP_MSE:
+        return mse_backward(tape, v);
+    case DDP_OP_CROSS_ENTROPY:
+        return cross_entropy_backward(tape, v);
     default:
         return DDP_ERROR(DDP_ERR_STATE, "backward: unknown op %d on the tape", v->op);
     }
