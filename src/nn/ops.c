@@ -299,17 +299,13 @@ int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
 
 static int mul_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
-    ddp_var_t *a = v->in[0], *b = v->in[1];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    if (a->requires_grad) {
-        TARGET(da, a);
-        ddp__vec_mul_to(da, dy, b->t.data, n, acc);
-    }
-    if (b->requires_grad) {
-        TARGET(db, b);
-        ddp__vec_mul_to(db, dy, a->t.data, n, acc);
+    for (int side = 0; side < 2; side++) { /* da = dy * b, then db = dy * a */
+        ddp_var_t *t = v->in[side], *other = v->in[1 - side];
+        if (!t->requires_grad)
+            continue;
+        int acc;
+        TARGET(dt, t);
+        ddp__vec_mul_to(dt, v->grad, other->t.data, (size_t)t->t.numel, acc);
     }
     return 0;
 }
@@ -326,15 +322,9 @@ int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y)
     return 0;
 }
 
-static int scale_backward(ddp_tape_t *tape, ddp_var_t *v)
+static void scale_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
-    ddp_var_t *a = v->in[0];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    TARGET(da, a); /* the output requires grad, so a does */
     ddp__vec_scale_to(da, v->f, dy, n, acc);
-    return 0;
 }
 
 int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
@@ -348,15 +338,9 @@ int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
     return 0;
 }
 
-static int relu_backward(ddp_tape_t *tape, ddp_var_t *v)
+static void relu_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
-    ddp_var_t *a = v->in[0];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    TARGET(da, a); /* the output requires grad, so a does */
     ddp__vec_relu_backward_to(da, dy, v->t.data, n, acc);
-    return 0;
 }
 
 static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
@@ -389,19 +373,13 @@ int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
 }
 
 /* sigmoid: dy * y (1 - y); tanh: dy * (1 - y^2) */
-static int unary_backward(ddp_tape_t *tape, ddp_var_t *v)
+static void unary_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
-    ddp_var_t *a = v->in[0];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    TARGET(da, a); /* the output requires grad, so a does */
     for (size_t i = 0; i < n; i++) {
         float yi = v->t.data[i];
         float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
         da[i] = acc ? da[i] + g : g;
     }
-    return 0;
 }
 
 int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64_t seed,
@@ -431,15 +409,9 @@ int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64
     return 0;
 }
 
-static int dropout_backward(ddp_tape_t *tape, ddp_var_t *v)
+static void dropout_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
-    ddp_var_t *a = v->in[0];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    TARGET(da, a); /* the output requires grad, so a does */
     ddp__vec_mul_to(da, dy, v->aux, n, acc);
-    return 0;
 }
 
 static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
@@ -464,18 +436,12 @@ int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
     return reduce_op(tape, a, DDP_OP_MEAN, "mean", y);
 }
 
-static int reduce_backward(ddp_tape_t *tape, ddp_var_t *v)
+static void reduce_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
-    ddp_var_t *a = v->in[0];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    TARGET(da, a); /* the output requires grad, so a does */
     if (v->op == DDP_OP_SUM)
         ddp__vec_fill_to(da, dy[0], n, acc);
     else /* mean */
         ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
-    return 0;
 }
 
 int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shape,
@@ -567,14 +533,18 @@ int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, dd
     return 0;
 }
 
-static int nll_backward(ddp_tape_t *tape, ddp_var_t *v)
+/* nll: dx = -dloss / B at the labels; with probs (cross-entropy, its saved
+ * softmax): dx = (p - onehot) dloss / B. */
+static int labels_backward(ddp_tape_t *tape, ddp_var_t *v, const float *probs)
 {
     ddp_var_t *a = v->in[0];
     int64_t c = last_dim(a), rows = a->t.numel / c;
     int acc;
     TARGET(da, a);
     float scale = v->grad[0] / (float)rows;
-    if (!acc)
+    if (probs)
+        ddp__vec_scale_to(da, scale, probs, (size_t)a->t.numel, acc);
+    else if (!acc)
         ddp__vec_fill_to(da, 0.0f, (size_t)a->t.numel, 0);
     for (int64_t r = 0; r < rows; r++)
         da[r * c + v->labels[r]] -= scale;
@@ -662,19 +632,7 @@ int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *lab
     return 0;
 }
 
-/* (p - onehot) * dloss / B */
-static int cross_entropy_backward(ddp_tape_t *tape, ddp_var_t *v)
-{
-    ddp_var_t *a = v->in[0];
-    int64_t c = last_dim(a), rows = a->t.numel / c;
-    int acc;
-    TARGET(da, a);
-    float scale = v->grad[0] / (float)rows;
-    ddp__vec_scale_to(da, scale, v->aux, (size_t)a->t.numel, acc);
-    for (int64_t r = 0; r < rows; r++)
-        da[r * c + v->labels[r]] -= scale;
-    return 0;
-}
+/* Its backward is nll's with the saved probabilities: labels_backward. */
 
 /* ==== backward dispatch =================================================== */
 
@@ -690,28 +648,43 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
         return add_backward(tape, v);
     case DDP_OP_MUL:
         return mul_backward(tape, v);
-    case DDP_OP_SCALE:
-        return scale_backward(tape, v);
-    case DDP_OP_RELU:
-        return relu_backward(tape, v);
-    case DDP_OP_SIGMOID:
-    case DDP_OP_TANH:
-        return unary_backward(tape, v);
-    case DDP_OP_DROPOUT:
-        return dropout_backward(tape, v);
-    case DDP_OP_SUM:
-    case DDP_OP_MEAN:
-        return reduce_backward(tape, v);
     case DDP_OP_RESHAPE: /* its gradient already is its input's (ddp__grad_target) */
         return 0;
     case DDP_OP_LOG_SOFTMAX:
         return log_softmax_backward(tape, v);
     case DDP_OP_NLL:
-        return nll_backward(tape, v);
+        return labels_backward(tape, v, NULL);
     case DDP_OP_MSE:
         return mse_backward(tape, v);
     case DDP_OP_CROSS_ENTROPY:
-        return cross_entropy_backward(tape, v);
+        return labels_backward(tape, v, v->aux);
+    default:
+        break;
+    }
+    /* The single-input element-wise ops (the output requires grad, so the
+     * input does): da (numel of the input) from here. */
+    ddp_var_t *a = v->in[0];
+    size_t n = (size_t)a->t.numel;
+    int acc;
+    TARGET(da, a);
+    switch (v->op) {
+    case DDP_OP_SCALE:
+        scale_backward(da, v->grad, v, n, acc);
+        return 0;
+    case DDP_OP_RELU:
+        relu_backward(da, v->grad, v, n, acc);
+        return 0;
+    case DDP_OP_SIGMOID:
+    case DDP_OP_TANH:
+        unary_backward(da, v->grad, v, n, acc);
+        return 0;
+    case DDP_OP_DROPOUT:
+        dropout_backward(da, v->grad, v, n, acc);
+        return 0;
+    case DDP_OP_SUM:
+    case DDP_OP_MEAN:
+        reduce_backward(da, v->grad, v, n, acc);
+        return 0;
     default:
         return DDP_ERROR(DDP_ERR_STATE, "backward: unknown op %d on the tape", v->op);
     }
