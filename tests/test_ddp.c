@@ -700,6 +700,52 @@ static void test_misuse_and_destroy(void **state)
     assert_int_equal(run_children(2, misuse_rank, NULL, 30), 0);
 }
 
+/* Teardown in either order (PyTorch's DDP holds its ProcessGroup): the
+ * group destroyed first stays whole for the wrapper, which reduces one more
+ * step over it and tears it down in its own destroy; under ASan a freed
+ * group would be a use after free. */
+static int teardown_order_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    ddp_model_t *m;
+    ddp_tape_t *tape;
+    ddp_data_parallel_t *dm;
+    CHILD_CHECK(join_group(rank, 2, "teardown", &pg) == 0);
+    CHILD_CHECK(make_model(HID, 0, &m) == 0);
+    CHILD_CHECK(ddp_tape_create(&tape) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, NULL, &dm) == 0);
+    ddp_var_t *loss;
+    CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)rank * B, B, &loss) == 0);
+    CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
+    ddp_destroy_process_group(pg); /* before the wrapper */
+    ddp_model_zero_grad(m);
+    CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)(2 + rank) * B, B, &loss) == 0);
+    CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
+    size_t n;
+    const float *g = ddp_model_grad_block(m, &n);
+    CHILD_CHECK(write_floats("teardown", rank, g, n) == 0);
+    ddp_data_parallel_destroy(dm); /* tears the group down */
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(m);
+    return 0;
+}
+
+static void test_teardown_order(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, teardown_order_rank, NULL, 30), 0);
+    ddp_model_t *m;
+    size_t n;
+    assert_int_equal(make_model(HID, 0, &m), 0);
+    ddp_model_param_block(m, &n);
+    ddp_model_destroy(m);
+    float *g0 = read_floats("teardown", 0, n), *g1 = read_floats("teardown", 1, n);
+    assert_memory_equal(g0, g1, n * sizeof *g0); /* averaged after the group's destroy */
+    free(g0);
+    free(g1);
+}
+
 static int options_mismatch_rank(int rank, void *arg)
 {
     (void)arg;
@@ -945,6 +991,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mismatched_models, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_rebuild_from_ready_order, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_misuse_and_destroy, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_teardown_order, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_mismatched_options, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_join_uneven_inputs, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_tail_chunks_bitwise, setup_dir, remove_dir),

@@ -25,6 +25,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "ddp/wrapper.h"
+#include "pg/internal.h"
 
 _Static_assert(sizeof(int) == 4, "bucket orders travel as DDP_INT32");
 
@@ -195,6 +196,7 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_data_pa
     DDP_FAIL_OUT(!dm, DDP_ERR_NOMEM, "DDP: out of memory");
     dm->model = model;
     dm->pg = pg;
+    ddp__pg_retain(pg); /* the group outlives the wrapper, whatever the teardown order */
     dm->opts = o;
     dm->no_defer = getenv("DDP_NO_DEFER") != NULL;
     dm->nparams = (int)ddp_model_num_params(model);
@@ -259,6 +261,7 @@ void ddp_data_parallel_destroy(ddp_data_parallel_t *dm)
     free(dm->numel);
     free(dm->ready_order);
     free(dm->order);
+    ddp__pg_release(dm->pg); /* last: the bucket memory above is the group's */
     free(dm);
 }
 
