@@ -87,7 +87,11 @@ DDP_API int ddp_tape_create(ddp_tape_t **out);
 /* Frees the tape, its arena and all its vars; NULL is a no-op. */
 DDP_API void ddp_tape_destroy(ddp_tape_t *tape);
 /* Forgets every var (their pointers become invalid) and keeps the arena for
- * the next iteration.  Call it at the start of each step. */
+ * the next iteration.  Call it at the start of each step: once a backward
+ * has run on a tape, recording on it (an input, a parameter, an op) fails
+ * with DDP_ERR_STATE until it is reset ("call ddp_tape_reset(tape) at the
+ * start of each iteration"), since the tape would otherwise keep every
+ * step's vars and grow. */
 DDP_API void ddp_tape_reset(ddp_tape_t *tape);
 /* torch.no_grad() for this tape (kept across resets until changed): with
  * enabled 0, op outputs do not require grad and ops save nothing for
@@ -171,7 +175,8 @@ DDP_API int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int6
 /* Backpropagates from loss (one element) through the tape, accumulating into
  * the gradients of every var that requires grad (parameters: into p->grad).
  * model may be NULL (then no hook is called).  May be called again on the
- * same tape (gradients accumulate again). */
+ * same tape (gradients accumulate again); the next forward needs a
+ * ddp_tape_reset first. */
 DDP_API int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
 
 /* ==== modules =============================================================
