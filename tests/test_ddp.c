@@ -700,6 +700,66 @@ static void test_misuse_and_destroy(void **state)
     assert_int_equal(run_children(2, misuse_rank, NULL, 30), 0);
 }
 
+/* no_sync left on across an optimizer step (the replicas diverge): the next
+ * forward fails, saying what happened and what to do; so does a backward
+ * after a plain model forward.  Accumulation (no_sync backwards, then a
+ * synchronising one, then the step) goes on working after it. */
+static int nosync_step_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    ddp_model_t *m;
+    ddp_tape_t *tape;
+    ddp_data_parallel_t *dm;
+    ddp_optim_t *opt;
+    ddp_sgd_options so = ddp_sgd_defaults(0.1);
+    CHILD_CHECK(join_group(rank, 2, "nosync-step", &pg) == 0);
+    CHILD_CHECK(make_model(HID, 0, &m) == 0);
+    CHILD_CHECK(ddp_tape_create(&tape) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(m, pg, NULL, &dm) == 0);
+    CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
+    ddp_var_t *loss;
+    const char *what = "the parameters changed (ddp_optim_step?) after a backward under no_sync";
+    for (int via_model = 0; via_model < 2; via_model++) {
+        ddp_data_parallel_set_no_sync(dm, 1);
+        CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)rank * B, B, &loss) == 0);
+        CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
+        CHILD_CHECK(ddp_optim_step(opt) == 0); /* on this rank's gradients alone */
+        ddp_optim_zero_grad(opt);
+        int rc = forward_loss(via_model ? NULL : dm, m, tape, (int64_t)(2 + rank) * B, B, &loss);
+        if (via_model) { /* the plain forward knows nothing: backward notices */
+            CHILD_CHECK(rc == 0);
+            rc = ddp_data_parallel_backward(dm, tape, loss);
+        }
+        CHILD_CHECK(rc == DDP_ERR_STATE);
+        CHILD_CHECK(strstr(ddp_last_error(), what));
+        CHILD_CHECK(strstr(ddp_last_error(), "ddp_data_parallel_set_no_sync(dm, 0)) for the last "
+                                             "backward before each optimizer step"));
+    }
+    /* Accumulation: two no_sync micro-batches, a synchronising one, the step. */
+    for (int s = 0; s < 3; s++) {
+        for (int k = 0; k < 3; k++) {
+            ddp_data_parallel_set_no_sync(dm, k < 2);
+            CHILD_CHECK(forward_loss(dm, m, tape, (int64_t)(6 * s + 2 * k + rank) * B, B, &loss) == 0);
+            CHILD_CHECK(ddp_data_parallel_backward(dm, tape, loss) == 0);
+        }
+        CHILD_CHECK(ddp_optim_step(opt) == 0);
+        ddp_optim_zero_grad(opt);
+    }
+    ddp_optim_destroy(opt);
+    ddp_data_parallel_destroy(dm);
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(m);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_no_sync_step(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, nosync_step_rank, NULL, 30), 0);
+}
+
 /* Teardown in either order (PyTorch's DDP holds its ProcessGroup): the
  * group destroyed first stays whole for the wrapper, which reduces one more
  * step over it and tears it down in its own destroy; under ASan a freed
@@ -992,6 +1052,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rebuild_from_ready_order, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_misuse_and_destroy, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_teardown_order, setup_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_no_sync_step, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_mismatched_options, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_join_uneven_inputs, setup_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_tail_chunks_bitwise, setup_dir, remove_dir),

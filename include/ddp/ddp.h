@@ -115,7 +115,12 @@ DDP_API int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape,
 DDP_API int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss);
 
 /* PyTorch's `with model.no_sync():` — 1 to skip synchronisation (gradients
- * accumulate locally), 0 to resume. */
+ * accumulate locally), 0 to resume.  The last backward before an optimizer
+ * step must synchronise: if the parameters change (their version, nn.h:
+ * ddp_optim_step, a checkpoint load, ...) after a no_sync backward and
+ * before any synchronising one, the step used this rank's gradients alone
+ * and the replicas have diverged, and the next ddp_data_parallel_forward or
+ * _backward fails with DDP_ERR_STATE saying so. */
 DDP_API void ddp_data_parallel_set_no_sync(ddp_data_parallel_t *dm, int no_sync);
 
 /* A user communication hook, called once per bucket per synchronised

@@ -165,15 +165,39 @@ static void missing_names(ddp_data_parallel_t *dm, char *buf, size_t len)
             n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", dm->params[i]->name);
 }
 
+/* no_sync left on across an optimizer step lets the replicas diverge: that
+ * step used this rank's gradients alone.  Caught at the next forward or
+ * backward: the parameters changed (their version, nn.h) since a no_sync
+ * backward whose gradients no synchronising backward has reduced yet.
+ * Reported once. */
+static int check_no_sync_step(ddp_data_parallel_t *dm)
+{
+    if (!dm->unsynced || ddp_model_param_version(dm->model) == dm->unsynced_version)
+        return 0;
+    dm->unsynced = 0;
+    return DDP_ERROR(DDP_ERR_STATE,
+                     "DDP: the parameters changed (ddp_optim_step?) after a backward under "
+                     "no_sync, before any synchronising backward: that step used this rank's "
+                     "gradients alone, never averaged, so the replicas have diverged; turn "
+                     "no_sync off (ddp_data_parallel_set_no_sync(dm, 0)) for the last backward "
+                     "before each optimizer step (PyTorch: run it outside model.no_sync())");
+}
+
 int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
 {
     DDP_FAIL_IF(!dm || !tape || !loss, DDP_ERR_INVALID_ARG, "ddp_data_parallel_backward: NULL argument");
+    DDP_TRY(check_no_sync_step(dm));
     dm->in_backward = 1;
     if (dm->no_sync) {
         int rc = ddp_tape_backward(tape, loss, dm->model);
         dm->in_backward = 0;
+        if (rc == 0 && !dm->unsynced) {
+            dm->unsynced = 1;
+            dm->unsynced_version = ddp_model_param_version(dm->model);
+        }
         return rc;
     }
+    dm->unsynced = 0; /* this backward reduces what no_sync accumulated */
     ddp__bucket_tracker_reset(&dm->tracker);
     dm->nready = 0;
     int rc = ddp_tape_backward(tape, loss, dm->model);
@@ -214,6 +238,7 @@ int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_va
 int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
 {
     DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_forward: NULL module");
+    DDP_TRY(check_no_sync_step(dm));
     if (dm->join_enabled)
         DDP_TRY(ddp__dp_join_forward(dm));
     return ddp_model_forward(dm->model, tape, x, y);

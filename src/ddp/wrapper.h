@@ -38,6 +38,12 @@ struct ddp_data_parallel {
     int *ready_order;             /* (nparams) used parameters in ready order */
     int nready;
     int no_sync;
+    /* A no_sync backward left local gradients that no backward reduced yet,
+     * at this parameter version (ddp_model_param_version): a change of
+     * version before the next synchronising backward is an optimizer step
+     * on unaveraged gradients (step.c, check_no_sync_step). */
+    int unsynced;
+    uint64_t unsynced_version;
     int in_backward;              /* inside ddp_data_parallel_backward (hook calls are expected) */
     int rebuilt;
     ddp_comm_hook user_hook;
