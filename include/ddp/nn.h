@@ -252,9 +252,9 @@ DDP_API float *ddp_model_param_block(ddp_model_t *m, size_t *numel);
 DDP_API float *ddp_model_grad_block(ddp_model_t *m, size_t *numel);
 
 /* The parameters' version: a counter that every in-place writer through
- * the API bumps (ddp_optim_step, ddp_model_reset_parameters, ddp_model_load,
- * ddp_checkpoint_load), so that DDP can tell that the parameters changed
- * under no_sync (ddp.h).  Code that writes p->data or the parameter block
+ * the API bumps (ddp_optim_step, ddp_model_reset_parameters,
+ * ddp_model_load_safetensors, ddp_checkpoint_load), so that DDP can tell
+ * that the parameters changed under no_sync (ddp.h).  Code that writes p->data or the parameter block
  * itself (a hand-written optimizer) calls ddp_model_bump_param_version
  * after each update. */
 DDP_API uint64_t ddp_model_param_version(const ddp_model_t *m);
