@@ -49,8 +49,8 @@ ddp_data_parallel_options ddp_data_parallel_defaults(void)
 static int apply_layout(ddp_data_parallel_t *dm, const int *order)
 {
     ddp__bucket_layout l;
-    size_t first = (size_t)(dm->opts.first_bucket_cap_mb * MIB);
-    size_t cap = (size_t)(dm->opts.bucket_cap_mb * MIB);
+    size_t first = (size_t)(dm->opts.first_bucket_cap_mb * DDP_MIB);
+    size_t cap = (size_t)(dm->opts.bucket_cap_mb * DDP_MIB);
     DDP_TRY(ddp__bucket_layout_build(dm->numel, dm->nparams, order, first, cap, sizeof(float),
                                      &l));
     /* The buckets live in the group's symmetric memory: on one host the

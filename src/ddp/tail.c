@@ -28,7 +28,7 @@ int ddp__dp_plan_pieces(ddp_data_parallel_t *dm)
     int64_t rows = w->shape[0];
     size_t row_len = w->numel / (size_t)rows;
     int want = dm->opts.tail_chunks < rows ? dm->opts.tail_chunks : (int)rows;
-    size_t min_bytes = (size_t)(dm->opts.tail_min_piece_mb * MIB);
+    size_t min_bytes = (size_t)(dm->opts.tail_min_piece_mb * DDP_MIB);
     if (min_bytes && l->bucket_numel[b] * sizeof(float) / min_bytes < (size_t)want)
         want = (int)(l->bucket_numel[b] * sizeof(float) / min_bytes);
     if (want < 2)

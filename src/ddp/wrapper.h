@@ -18,12 +18,12 @@
 #include "ddp/bucket.h"
 #include "ddp/ext.h"
 
-#define MIB (1024.0 * 1024.0)
+#define DDP_MIB (1024.0 * 1024.0)
 #define DDP_TAIL_CHUNKS_MAX 1024
 
 struct ddp_data_parallel {
     ddp_model_t *model;           /* borrowed */
-    ddp_pg_t *pg;                 /* borrowed */
+    ddp_pg_t *pg;                 /* a reference held (ddp__pg_retain): teardown in any order */
     ddp_data_parallel_options opts;
     int nparams;
     ddp_param **params;           /* (nparams) registration order */
