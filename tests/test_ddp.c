@@ -436,7 +436,8 @@ static int hook_grads_rank(int rank, void *arg)
     CHILD_CHECK(ddp_data_parallel_create(k.m, k.pg, &o, &k.dm) == 0);
     CHILD_CHECK(make_model(HID, 0, &plain) == 0);
     size_t n;
-    memcpy(ddp_model_param_block(plain, &n), ddp_model_param_block(k.m, &n), n * sizeof(float));
+    const float *wrapped_params = ddp_model_param_block(k.m, &n);
+    memcpy(ddp_model_param_block(plain, NULL), wrapped_params, n * sizeof(float));
     float *g = malloc(n * sizeof *g);
     CHILD_CHECK(g != NULL);
     char what[32];
