@@ -634,6 +634,7 @@ int main(int argc, char **argv)
                                                      &sampler)) < 0)
                 goto out;
             lo.sampler = sampler;
+            lo.shuffle = 0; /* the sampler shuffles: both is an error, as in PyTorch */
         }
         if ((rc = ddp_loader_create(train_ds, &lo, &dl)) < 0 || (rc = train(&j, dl)) < 0)
             goto out;

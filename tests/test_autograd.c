@@ -568,7 +568,8 @@ static void test_no_grad(void **state)
     ddp_model_destroy(m);
 }
 
-/* Two backward passes without zero_grad sum their gradients (no_sync). */
+/* Two backward passes without zero_grad sum their gradients (no_sync); a
+ * forward needs a reset after backward. */
 static void test_grads_accumulate(void **state)
 {
     (void)state;
@@ -589,6 +590,16 @@ static void test_grads_accumulate(void **state)
     memcpy(once, g, n * sizeof(float));
     /* the same graph again (retain_graph), then a fresh tape */
     assert_int_equal(ddp_tape_backward(tape, loss, m), 0);
+    /* A forgotten reset: the next forward is refused (the tape would keep
+     * every step's vars and grow) and adds nothing. */
+    size_t bytes = ddp_tape_arena_bytes(tape);
+    assert_int_equal(mlp_step(tape, m, xs, labels, &loss, &h), -1);
+    assert_non_null(strstr(ddp_last_error(), "a forward op on a tape whose backward already ran; "
+                                             "call ddp_tape_reset(tape)"));
+    ddp_var_t *y;
+    assert_int_equal(ddp_op_relu(tape, loss, &y), DDP_ERR_STATE);
+    assert_non_null(strstr(ddp_last_error(), "call ddp_tape_reset(tape)"));
+    assert_true(ddp_tape_arena_bytes(tape) == bytes);
     ddp_tape_reset(tape);
     assert_int_equal(mlp_step(tape, m, xs, labels, &loss, &h), 0);
     double maxerr = 0, maxg = 0;

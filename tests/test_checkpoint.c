@@ -89,7 +89,9 @@ static void test_round_trip_resumes_exactly(void **state)
                           .world_size = 4};
     assert_int_equal(ddp_checkpoint_save(path, a, oa, &st), 0);
     ddp_train_state got;
+    uint64_t version = ddp_model_param_version(b);
     assert_int_equal(ddp_checkpoint_load(path, b, ob, &got), 0);
+    assert_true(ddp_model_param_version(b) != version); /* the parameters were written */
     assert_int_equal(got.epoch, st.epoch);
     assert_int_equal(got.step, st.step);
     assert_int_equal(got.global_step, st.global_step);
@@ -125,9 +127,11 @@ static void test_mismatches_change_nothing(void **state)
     const float *p = ddp_model_param_block(wide, &n);
     float *before = malloc(n * sizeof *before);
     memcpy(before, p, n * sizeof *before);
+    uint64_t version = ddp_model_param_version(wide);
     assert_int_equal(ddp_checkpoint_load(path, wide, NULL, NULL), DDP_ERR_MISMATCH);
     assert_non_null(strstr(ddp_last_error(), "0.weight has shape (8, 6) in the file, (9, 6) here"));
     assert_memory_equal(before, p, n * sizeof *before);
+    assert_true(ddp_model_param_version(wide) == version);
     /* Right model, but an optimizer with state the file lacks. */
     ddp_model_t *c = model(8);
     ddp_optim_t *oc = sgd(c, 0.9);

@@ -23,13 +23,6 @@
 #include "fork_children.h"
 #include "pg_util.h"
 
-/* Files that still read DDP_* by getenv: other helpers were restructuring
- * them while the reader was built; the lead converts them (issue 10's
- * report gives each replacement) and empties this list. */
-static const char *const pending[] = {
-    "src/ddp/ddp.c",
-};
-
 static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -193,14 +186,6 @@ static void test_table_entries(void **state)
     }
 }
 
-static int pending_file(const char *path)
-{
-    for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++)
-        if (strcmp(path, pending[i]) == 0)
-            return 1;
-    return 0;
-}
-
 /* No source reads a DDP_* variable past the table: no getenv("DDP_...")
  * outside env.c, and every ddp__env_*("NAME") names a listed variable. */
 static void scan_file(const char *path, int *files)
@@ -212,7 +197,7 @@ static void scan_file(const char *path, int *files)
     if (!s)
         return;
     ++*files;
-    if (strstr(s, "getenv(\"DDP_") && !pending_file(path))
+    if (strstr(s, "getenv(\"DDP_"))
         fail_msg("%s reads a DDP_* variable by getenv: use src/base/env.h", path);
     /* the library's getters, and the public one programs use */
     static const char *const getters[] = {"ddp__env_", "ddp_env_"};
@@ -258,13 +243,6 @@ static void test_sources_read_only_listed_variables(void **state)
     scan_dir("tools", 0, &files);
     scan_dir("examples", 0, &files);
     assert_true(files > 60); /* run from the repository's root (tests/run.sh) */
-    for (size_t i = 0; i < sizeof pending / sizeof pending[0]; i++) {
-        char *s = read_text(pending[i]);
-        assert_non_null(s);
-        if (!strstr(s, "getenv(\"DDP_"))
-            fail_msg("%s is converted: take it out of the pending list", pending[i]);
-        free(s);
-    }
 }
 
 /* ---- (b) each type's values and messages ------------------------------- */

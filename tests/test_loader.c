@@ -318,6 +318,16 @@ static void test_errors(void **state)
     o.timeout_s = 0;
     assert_int_equal(ddp_loader_create(ds, &o, &dl), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "timeout_s must be > 0"));
+    /* shuffle with a sampler: torch raises rather than ignore one of them. */
+    ddp_sampler_t *sm;
+    assert_int_equal(ddp_sampler_sequential_create(40, &sm), 0);
+    o = ddp_loader_defaults();
+    o.sampler = sm;
+    o.shuffle = 1;
+    assert_int_equal(ddp_loader_create(ds, &o, &dl), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "sampler option is mutually exclusive with shuffle"));
+    assert_null(dl);
+    ddp_sampler_destroy(sm);
 
     /* next before epoch_begin. */
     dl = loader(ds, 8, 0, 0, 0, 0);

@@ -198,7 +198,9 @@ static void test_reset_parameters(void **state)
     size_t n;
     float *pa = ddp_model_param_block(a, &n), *pb = ddp_model_param_block(b, NULL);
     assert_memory_not_equal(pa, pb, n * sizeof(float));
+    uint64_t version = ddp_model_param_version(a);
     assert_int_equal(ddp_model_reset_parameters(a, 77), 0);
+    assert_true(ddp_model_param_version(a) != version);
     assert_int_equal(ddp_model_reset_parameters(b, 77), 0);
     assert_memory_equal(pa, pb, n * sizeof(float));
     ddp_param *w = ddp_model_find_param(a, "3.weight");

@@ -179,7 +179,9 @@ static void test_state_access(void **state)
     size_t n;
     assert_int_equal(ddp_optim_num_states(o), 1);
     memcpy(p->grad, G[0], sizeof G[0]);
+    uint64_t version = ddp_model_param_version(m);
     assert_int_equal(ddp_optim_step(o), 0);
+    assert_true(ddp_model_param_version(m) != version); /* DDP's no_sync check reads it */
     assert_int_equal(ddp_optim_state(o, 0, &name, &buf, &n), 0);
     assert_string_equal(name, "momentum_buffer");
     assert_int_equal(n, N);

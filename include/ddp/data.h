@@ -188,7 +188,9 @@ enum ddp_label_type { DDP_LABEL_INT64 = 0, DDP_LABEL_INT32 = 1 };
 
 typedef struct ddp_loader_options {
     size_t batch_size;     /* >= 1 (default 1) */
-    int shuffle;           /* without a sampler: random (1) or sequential (0) */
+    int shuffle;           /* without a sampler: random (1) or sequential (0); with
+                              one it must stay 0 (ddp_loader_create fails, as
+                              PyTorch raises: the sampler does the shuffling) */
     uint64_t seed;         /* the random sampler's seed (default 0) */
     int drop_last;         /* drop the last, incomplete batch */
     int num_workers;       /* 0: batches built in ddp_loader_next; N: N threads */

@@ -76,9 +76,12 @@ typedef struct ddp_data_parallel_options {
 /* PyTorch's defaults. */
 DDP_API ddp_data_parallel_options ddp_data_parallel_defaults(void);
 
-/* Wraps model (borrowed; it must outlive the wrapper) for the group pg
- * (borrowed; it too must outlive the wrapper: the bucket memory is the
- * group's symmetric memory, ddp_pg_symmetric_alloc).  Every rank checks that all ranks hold the same parameters
+/* Wraps model (borrowed; it must outlive the wrapper) for the group pg.
+ * The wrapper holds a reference on pg (its bucket memory is the group's
+ * symmetric memory, ddp_pg_symmetric_alloc): ddp_destroy_process_group
+ * before ddp_data_parallel_destroy is safe, the group then being torn down
+ * by the wrapper's destroy (pg.h), as PyTorch's DDP keeps its ProcessGroup
+ * alive.  Every rank checks that all ranks hold the same parameters
  * (count, names, shapes): if not, every rank fails with DDP_ERR_MISMATCH and a
  * message that names the first difference ("rank 1 differs from rank 0:
  * parameter 2 is 2.weight (10, 128) on rank 1 but 2.weight (10, 256) on rank
@@ -88,8 +91,9 @@ DDP_API ddp_data_parallel_options ddp_data_parallel_defaults(void);
 DDP_API int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_data_parallel_options *opts,
                            ddp_data_parallel_t **out);
 /* Waits for any reduction still in flight (at most the group's timeout),
- * gives the model its own gradient block back (values kept) and removes the
- * hook.  NULL: no-op. */
+ * gives the model its own gradient block back (values kept), removes the
+ * hook and releases the group (tearing it down if ddp_destroy_process_group
+ * was called already).  NULL: no-op. */
 DDP_API void ddp_data_parallel_destroy(ddp_data_parallel_t *dm);
 
 /* The model's forward, with DDP's per-iteration bookkeeping first (the join
@@ -111,7 +115,12 @@ DDP_API int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape,
 DDP_API int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss);
 
 /* PyTorch's `with model.no_sync():` — 1 to skip synchronisation (gradients
- * accumulate locally), 0 to resume. */
+ * accumulate locally), 0 to resume.  The last backward before an optimizer
+ * step must synchronise: if the parameters change (their version, nn.h:
+ * ddp_optim_step, a checkpoint load, ...) after a no_sync backward and
+ * before any synchronising one, the step used this rank's gradients alone
+ * and the replicas have diverged, and the next ddp_data_parallel_forward or
+ * _backward fails with DDP_ERR_STATE saying so. */
 DDP_API void ddp_data_parallel_set_no_sync(ddp_data_parallel_t *dm, int no_sync);
 
 /* A user communication hook, called once per bucket per synchronised

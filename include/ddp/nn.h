@@ -87,7 +87,11 @@ DDP_API int ddp_tape_create(ddp_tape_t **out);
 /* Frees the tape, its arena and all its vars; NULL is a no-op. */
 DDP_API void ddp_tape_destroy(ddp_tape_t *tape);
 /* Forgets every var (their pointers become invalid) and keeps the arena for
- * the next iteration.  Call it at the start of each step. */
+ * the next iteration.  Call it at the start of each step: once a backward
+ * has run on a tape, recording on it (an input, a parameter, an op) fails
+ * with DDP_ERR_STATE until it is reset ("call ddp_tape_reset(tape) at the
+ * start of each iteration"), since the tape would otherwise keep every
+ * step's vars and grow. */
 DDP_API void ddp_tape_reset(ddp_tape_t *tape);
 /* torch.no_grad() for this tape (kept across resets until changed): with
  * enabled 0, op outputs do not require grad and ops save nothing for
@@ -171,7 +175,8 @@ DDP_API int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int6
 /* Backpropagates from loss (one element) through the tape, accumulating into
  * the gradients of every var that requires grad (parameters: into p->grad).
  * model may be NULL (then no hook is called).  May be called again on the
- * same tape (gradients accumulate again). */
+ * same tape (gradients accumulate again); the next forward needs a
+ * ddp_tape_reset first. */
 DDP_API int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
 
 /* ==== modules =============================================================
@@ -245,6 +250,15 @@ DDP_API ddp_param *ddp_model_find_param(ddp_model_t *m, const char *name);
  * ddp_param_set_grad, gradients live where p->grad points instead. */
 DDP_API float *ddp_model_param_block(ddp_model_t *m, size_t *numel);
 DDP_API float *ddp_model_grad_block(ddp_model_t *m, size_t *numel);
+
+/* The parameters' version: a counter that every in-place writer through
+ * the API bumps (ddp_optim_step, ddp_model_reset_parameters,
+ * ddp_model_load_safetensors, ddp_checkpoint_load), so that DDP can tell
+ * that the parameters changed under no_sync (ddp.h).  Code that writes p->data or the parameter block
+ * itself (a hand-written optimizer) calls ddp_model_bump_param_version
+ * after each update. */
+DDP_API uint64_t ddp_model_param_version(const ddp_model_t *m);
+DDP_API void ddp_model_bump_param_version(ddp_model_t *m);
 
 /* Sets every parameter's gradient (wherever p->grad points) to zero. */
 DDP_API void ddp_model_zero_grad(ddp_model_t *m);

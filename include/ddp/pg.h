@@ -79,7 +79,11 @@ DDP_API int ddp_init_process_group_store(const char *backend, ddp_store_t *store
                                          int world_size, double timeout_s, ddp_pg_t **out);
 /* Waits for the group's pending operations (at most its timeout), stops its
  * thread, says goodbye to the peers and frees everything.  NULL: no-op.
- * Subgroups must be destroyed first. */
+ * Subgroups must be destroyed first.  A DDP wrapper holds a reference on
+ * its group (as PyTorch's DDP holds its ProcessGroup): while one still
+ * exists, this call only gives up the caller's handle, and the wrapper's
+ * ddp_data_parallel_destroy tears the group down; so the two may be
+ * destroyed in either order.  The caller must not use pg after this call. */
 DDP_API void ddp_destroy_process_group(ddp_pg_t *pg);
 
 DDP_API int ddp_pg_rank(const ddp_pg_t *pg);

@@ -352,6 +352,12 @@ int ddp_loader_create(ddp_dataset_t *ds, const ddp_loader_options *opts, ddp_loa
     DDP_FAIL_OUT(o.label_type != DDP_LABEL_INT64 && o.label_type != DDP_LABEL_INT32,
                  DDP_ERR_INVALID_ARG, "loader: unknown label_type %d", o.label_type);
     DDP_FAIL_OUT(!(o.timeout_s > 0), DDP_ERR_INVALID_ARG, "loader: timeout_s must be > 0");
+    /* torch.utils.data.DataLoader raises the same: a sampler fixes the order
+     * itself, so shuffle would be silently ignored. */
+    DDP_FAIL_OUT(o.sampler && o.shuffle, DDP_ERR_INVALID_ARG,
+                 "loader: the sampler option is mutually exclusive with shuffle (shuffle in the "
+                 "sampler instead, e.g. ddp_sampler_distributed_options.shuffle, and leave "
+                 "ddp_loader_options.shuffle 0)");
     /* pin_memory: page-locked host memory only matters for copies to a GPU,
      * which libddp does not have; accepted so that programs port unchanged. */
 

@@ -148,6 +148,7 @@ int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
         ddp_param *p = ddp_model_param(model, i);
         memcpy(p->data, f.data + pe[i]->begin, p->numel * sizeof(float));
     }
+    ddp_model_bump_param_version(model);
     for (int k = 0; k < ns; k++) {
         const char *name;
         float *data;

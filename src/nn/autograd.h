@@ -58,6 +58,7 @@ struct ddp_tape {
     size_t nvars, vars_cap;
     uint64_t gen;       /* bumped by reset: invalidates parameter leaf caches */
     int grad_enabled;   /* 0: ops record no gradient state (ddp_tape_set_grad_enabled) */
+    int backward_ran;   /* a backward ran since the last reset: no new var until reset */
     /* the backward in progress (NULL model outside ddp_tape_backward) */
     ddp_model_t *bw_model;
     ddp_grad_ready_fn bw_hook;

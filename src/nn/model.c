@@ -30,6 +30,7 @@ struct ddp_model {
     void *hook_user;
     ddp_grad_chunk_hook chunk_hook;
     int has_chunk_hook;
+    uint64_t param_version; /* bumped by every in-place writer (nn.h) */
 };
 
 int ddp_model_create(ddp_model_t **out)
@@ -395,9 +396,18 @@ static void reset_module(ddp_module_t *mod, ddp__rng *rng)
         reset_module(mod->children[i], rng);
 }
 
+uint64_t ddp_model_param_version(const ddp_model_t *m) { return m ? m->param_version : 0; }
+
+void ddp_model_bump_param_version(ddp_model_t *m)
+{
+    if (m)
+        m->param_version++;
+}
+
 int ddp_model_reset_parameters(ddp_model_t *m, uint64_t seed)
 {
     DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "reset parameters: model is NULL");
+    m->param_version++;
     ddp__rng rng;
     ddp__rng_seed(&rng, seed);
     for (size_t i = 0; i < m->nentries; i++)

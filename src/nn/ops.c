@@ -1,5 +1,6 @@
-/* Autograd ops: each forward appends one var to the tape; ddp__op_backward
- * holds every op's backward (one switch, llm.c's _forward/_backward pairs).
+/* Autograd ops: each forward appends one var to the tape and is followed by
+ * its backward (llm.c's _forward/_backward pairs); ddp__op_backward, at the
+ * end, dispatches on the op.  The losses are in loss.c.
  * Gradients are written on first contribution and added (+=) after that
  * (ddp__grad_target's acc flag), so no gradient buffer is ever cleared. */
 #include <limits.h>
@@ -11,11 +12,12 @@
 #include "nn/autograd.h"
 #include "tensor/kernels.h"
 #include "ddp/ext.h"
+#include "nn/ops.h"
 
 /* ==== helpers ============================================================= */
 
-static int check_var(const ddp_tape_t *tape, const ddp_var_t *v, const char *op,
-                     const char *arg)
+int ddp__op_check_var(const ddp_tape_t *tape, const ddp_var_t *v, const char *op,
+                      const char *arg)
 {
     DDP_FAIL_IF(!v, DDP_ERR_INVALID_ARG, "%s: %s is NULL", op, arg);
     DDP_FAIL_IF(!ddp__tape_has(tape, v), DDP_ERR_INVALID_ARG,
@@ -23,8 +25,7 @@ static int check_var(const ddp_tape_t *tape, const ddp_var_t *v, const char *op,
     return 0;
 }
 
-/* Pushes the output var and links its inputs (NULL inputs are skipped). */
-static int push_op(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc,
+int ddp__op_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc,
                    ddp_var_t *a, ddp_var_t *b, ddp_var_t *c, ddp_var_t **out)
 {
     ddp_var_t *v;
@@ -42,66 +43,36 @@ static int push_op(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int
     return 0;
 }
 
-/* Shape strings for messages: SHAPE(v, i) formats into the i-th buffer. */
-#define SHAPE(v, i) ddp_tensor_shape_str(&(v)->t, sbuf[i], sizeof sbuf[0])
-#define SHAPE_BUFS char sbuf[2][64]
 
-static int64_t last_dim(const ddp_var_t *v) { return v->t.ndim ? v->t.shape[v->t.ndim - 1] : 1; }
 
-/* Checks a (B, C) logits / log-probability input and its B labels. */
-static int check_logits(const ddp_tape_t *tape, ddp_var_t *x, const int64_t *labels,
-                        const char *op)
-{
-    SHAPE_BUFS;
-    DDP_TRY(check_var(tape, x, op, "input"));
-    DDP_FAIL_IF(x->t.ndim != 2, DDP_ERR_INVALID_ARG,
-                "%s: input must be (batch, classes), got shape %s", op, SHAPE(x, 0));
-    DDP_FAIL_IF(!labels, DDP_ERR_INVALID_ARG, "%s: labels are NULL", op);
-    int64_t rows = x->t.shape[0], classes = x->t.shape[1];
-    for (int64_t i = 0; i < rows; i++)
-        DDP_FAIL_IF(labels[i] < 0 || labels[i] >= classes, DDP_ERR_INVALID_ARG,
-                    "%s: label %lld at index %lld is out of range for %lld classes", op,
-                    (long long)labels[i], (long long)i, (long long)classes);
-    return 0;
-}
-
-static int copy_labels(ddp_tape_t *tape, ddp_var_t *v, const int64_t *labels, int64_t n)
-{
-    v->labels = ddp__tape_alloc(tape, (size_t)n * sizeof *labels);
-    if (!v->labels)
-        return DDP_ERR_NOMEM;
-    memcpy(v->labels, labels, (size_t)n * sizeof *labels);
-    return 0;
-}
-
-/* ==== forward ============================================================= */
+/* ==== ops: each forward, then its backward ================================ */
 
 int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b, ddp_var_t **y)
 {
-    SHAPE_BUFS;
+    DDP_SHAPE_BUFS;
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "linear: NULL tape or output");
-    DDP_TRY(check_var(tape, x, "linear", "input"));
-    DDP_TRY(check_var(tape, w, "linear", "weight"));
+    DDP_TRY(ddp__op_check_var(tape, x, "linear", "input"));
+    DDP_TRY(ddp__op_check_var(tape, w, "linear", "weight"));
     if (b)
-        DDP_TRY(check_var(tape, b, "linear", "bias"));
+        DDP_TRY(ddp__op_check_var(tape, b, "linear", "bias"));
     DDP_FAIL_IF(w->t.ndim != 2, DDP_ERR_INVALID_ARG,
-                "linear: weight must be (out, in), got shape %s", SHAPE(w, 0));
+                "linear: weight must be (out, in), got shape %s", DDP_SHAPE(w, 0));
     int64_t out = w->t.shape[0], in = w->t.shape[1];
-    DDP_FAIL_IF(x->t.ndim < 1 || last_dim(x) != in, DDP_ERR_INVALID_ARG,
+    DDP_FAIL_IF(x->t.ndim < 1 || ddp__op_last_dim(x) != in, DDP_ERR_INVALID_ARG,
                 "linear: input of shape %s does not match weight of shape %s (%lld input "
-                "features)", SHAPE(x, 0), SHAPE(w, 1), (long long)in);
+                "features)", DDP_SHAPE(x, 0), DDP_SHAPE(w, 1), (long long)in);
     DDP_FAIL_IF(b && (b->t.ndim != 1 || b->t.shape[0] != out), DDP_ERR_INVALID_ARG,
-                "linear: bias of shape %s does not match weight of shape %s", SHAPE(b, 0),
-                SHAPE(w, 1));
+                "linear: bias of shape %s does not match weight of shape %s", DDP_SHAPE(b, 0),
+                DDP_SHAPE(w, 1));
     int64_t rows = x->t.numel / in;
     DDP_FAIL_IF(rows > INT_MAX || in > INT_MAX || out > INT_MAX, DDP_ERR_UNSUPPORTED,
-                "linear: input %s and weight %s exceed BLAS's int dimensions", SHAPE(x, 0),
-                SHAPE(w, 1));
+                "linear: input %s and weight %s exceed BLAS's int dimensions", DDP_SHAPE(x, 0),
+                DDP_SHAPE(w, 1));
     int64_t shape[DDP_TENSOR_MAX_DIM];
     memcpy(shape, x->t.shape, sizeof shape);
     shape[x->t.ndim - 1] = out;
     ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_LINEAR, x->t.ndim, shape, 1, x, w, b, &v));
+    DDP_TRY(ddp__op_push(tape, DDP_OP_LINEAR, x->t.ndim, shape, 1, x, w, b, &v));
     /* (rows, out) = x (rows, in) W^T (in, out) + b: the bias is the GEMM's C. */
     if (b)
         ddp__rows_set(v->t.data, b->t.data, (size_t)rows, (size_t)out);
@@ -110,301 +81,6 @@ int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b, dd
     *y = v;
     return 0;
 }
-
-int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "matmul: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "matmul", "a"));
-    DDP_TRY(check_var(tape, b, "matmul", "b"));
-    DDP_FAIL_IF(a->t.ndim != 2 || b->t.ndim != 2 || a->t.shape[1] != b->t.shape[0],
-                DDP_ERR_INVALID_ARG, "matmul: shapes %s and %s cannot be multiplied", SHAPE(a, 0),
-                SHAPE(b, 1));
-    int64_t m = a->t.shape[0], k = a->t.shape[1], n = b->t.shape[1];
-    DDP_FAIL_IF(m > INT_MAX || k > INT_MAX || n > INT_MAX, DDP_ERR_UNSUPPORTED,
-                "matmul: shapes %s and %s exceed BLAS's int dimensions", SHAPE(a, 0),
-                SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_MATMUL, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
-    ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
-              v->t.data, (int)n);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "add: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "add", "a"));
-    DDP_TRY(check_var(tape, b, "add", "b"));
-    int rows = !ddp_tensor_same_shape(&a->t, &b->t);
-    DDP_FAIL_IF(rows && !(b->t.ndim == 1 && a->t.ndim >= 1 && b->t.shape[0] == last_dim(a)),
-                DDP_ERR_INVALID_ARG,
-                "add: shapes %s and %s differ (b must have a's shape or be a row of its last "
-                "dimension)", SHAPE(a, 0), SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, rows ? DDP_OP_ADD_ROWS : DDP_OP_ADD, a->t.ndim, a->t.shape, 1, a, b,
-                    NULL, &v));
-    if (rows)
-        ddp__rows_add(v->t.data, a->t.data, b->t.data, (size_t)(a->t.numel / b->t.numel),
-                      (size_t)b->t.numel);
-    else
-        ddp__vec_add(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mul: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "mul", "a"));
-    DDP_TRY(check_var(tape, b, "mul", "b"));
-    DDP_FAIL_IF(!ddp_tensor_same_shape(&a->t, &b->t), DDP_ERR_INVALID_ARG,
-                "mul: shapes %s and %s differ", SHAPE(a, 0), SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_MUL, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
-    ddp__vec_mul_to(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel, 0);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "scale: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "scale", "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_SCALE, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    v->f = s;
-    ddp__vec_scale_to(v->t.data, s, a->t.data, (size_t)a->t.numel, 0);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "relu: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "relu", "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_RELU, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    ddp__vec_relu(v->t.data, a->t.data, (size_t)a->t.numel);
-    *y = v;
-    return 0;
-}
-
-static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
-    DDP_TRY(check_var(tape, a, name, "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, op, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    const float *x = a->t.data;
-    float *o = v->t.data;
-    size_t n = (size_t)a->t.numel;
-    if (op == DDP_OP_SIGMOID)
-        for (size_t i = 0; i < n; i++)
-            o[i] = 1.0f / (1.0f + expf(-x[i]));
-    else
-        for (size_t i = 0; i < n; i++)
-            o[i] = tanhf(x[i]);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return unary_op(tape, a, DDP_OP_SIGMOID, "sigmoid", y);
-}
-
-int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return unary_op(tape, a, DDP_OP_TANH, "tanh", y);
-}
-
-int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64_t seed,
-                   ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "dropout: NULL tape or output");
-    DDP_TRY(check_var(tape, x, "dropout", "input"));
-    DDP_FAIL_IF(!(p >= 0.0f && p <= 1.0f), DDP_ERR_INVALID_ARG,
-                "dropout: probability %g is not in [0, 1]", (double)p);
-    if (!training || p == 0.0f) {
-        *y = x;
-        return 0;
-    }
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_DROPOUT, x->t.ndim, x->t.shape, 1, x, NULL, NULL, &v));
-    size_t n = (size_t)x->t.numel;
-    v->aux = ddp__tape_alloc(tape, n * sizeof(float));
-    if (!v->aux)
-        return DDP_ERR_NOMEM;
-    ddp__rng rng;
-    ddp__rng_seed(&rng, seed);
-    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    for (size_t i = 0; i < n; i++)
-        v->aux[i] = ddp__rng_uniform(&rng) >= (double)p ? keep_scale : 0.0f;
-    ddp__vec_mul_to(v->t.data, x->t.data, v->aux, n, 0);
-    *y = v;
-    return 0;
-}
-
-static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
-    DDP_TRY(check_var(tape, a, name, "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, op, 0, NULL, 1, a, NULL, NULL, &v));
-    double s = ddp__vec_sum(a->t.data, (size_t)a->t.numel);
-    v->t.data[0] = (float)(op == DDP_OP_MEAN ? s / (double)a->t.numel : s);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_sum(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return reduce_op(tape, a, DDP_OP_SUM, "sum", y);
-}
-
-int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    return reduce_op(tape, a, DDP_OP_MEAN, "mean", y);
-}
-
-int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shape,
-                   ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "reshape: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "reshape", "input"));
-    ddp_tensor view;
-    DDP_TRY(ddp_tensor_view(&a->t, ndim, shape, &view));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_RESHAPE, view.ndim, view.shape, 0, a, NULL, NULL, &v));
-    v->t.data = a->t.data; /* a view: no copy */
-    *y = v;
-    return 0;
-}
-
-int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "flatten: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "flatten", "input"));
-    DDP_FAIL_IF(a->t.ndim < 1, DDP_ERR_INVALID_ARG,
-                "flatten: input of shape %s has no batch dimension", SHAPE(a, 0));
-    if (a->t.ndim == 2) {
-        *y = a; /* already (B, features) */
-        return 0;
-    }
-    return ddp_op_reshape(tape, a, 2, (int64_t[]){a->t.shape[0], -1}, y);
-}
-
-int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "log_softmax: NULL tape or output");
-    DDP_TRY(check_var(tape, a, "log_softmax", "input"));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_LOG_SOFTMAX, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    int64_t c = last_dim(a), rows = a->t.numel / c;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = a->t.data + r * c;
-        float *o = v->t.data + r * c;
-        float mx = x[0];
-        for (int64_t j = 1; j < c; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        double s = 0.0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp((double)(x[j] - mx));
-        float lse = mx + (float)log(s);
-        for (int64_t j = 0; j < c; j++)
-            o[j] = x[j] - lse;
-    }
-    *y = v;
-    return 0;
-}
-
-int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "nll_loss: NULL tape or output");
-    DDP_TRY(check_logits(tape, logp, labels, "nll_loss"));
-    int64_t rows = logp->t.shape[0], c = logp->t.shape[1];
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_NLL, 0, NULL, 1, logp, NULL, NULL, &v));
-    DDP_TRY(copy_labels(tape, v, labels, rows));
-    double s = 0.0;
-    for (int64_t r = 0; r < rows; r++)
-        s -= logp->t.data[r * c + labels[r]];
-    v->t.data[0] = (float)(s / (double)rows);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target, ddp_var_t **y)
-{
-    SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mse_loss: NULL tape or output");
-    DDP_TRY(check_var(tape, input, "mse_loss", "input"));
-    DDP_TRY(check_var(tape, target, "mse_loss", "target"));
-    DDP_FAIL_IF(!ddp_tensor_same_shape(&input->t, &target->t), DDP_ERR_INVALID_ARG,
-                "mse_loss: input of shape %s and target of shape %s differ", SHAPE(input, 0),
-                SHAPE(target, 1));
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_MSE, 0, NULL, 1, input, target, NULL, &v));
-    double s = 0.0;
-    for (int64_t i = 0; i < input->t.numel; i++) {
-        double d = (double)input->t.data[i] - target->t.data[i];
-        s += d * d;
-    }
-    v->t.data[0] = (float)(s / (double)input->t.numel);
-    *y = v;
-    return 0;
-}
-
-int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *labels,
-                         ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "cross_entropy: NULL tape or output");
-    DDP_TRY(check_logits(tape, logits, labels, "cross_entropy"));
-    int64_t rows = logits->t.shape[0], c = logits->t.shape[1];
-    ddp_var_t *v;
-    DDP_TRY(push_op(tape, DDP_OP_CROSS_ENTROPY, 0, NULL, 1, logits, NULL, NULL, &v));
-    DDP_TRY(copy_labels(tape, v, labels, rows));
-    /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B
-     * (without grad, one row of scratch is enough). */
-    int save = v->requires_grad;
-    v->aux = ddp__tape_alloc(tape, (size_t)(save ? logits->t.numel : c) * sizeof(float));
-    if (!v->aux)
-        return DDP_ERR_NOMEM;
-    double loss = 0.0;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = logits->t.data + r * c;
-        float *p = v->aux + (save ? r * c : 0);
-        float mx = x[0];
-        for (int64_t j = 1; j < c; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        double s = 0.0;
-        for (int64_t j = 0; j < c; j++) {
-            float e = expf(x[j] - mx);
-            p[j] = e;
-            s += e;
-        }
-        float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < c; j++)
-            p[j] *= inv;
-        loss += log(s) + (double)(mx - x[labels[r]]);
-    }
-    v->t.data[0] = (float)(loss / (double)rows);
-    *y = v;
-    return 0;
-}
-
-/* ==== backward ============================================================ */
-
-/* g = the gradient buffer of var, acc = add (1) or write (0). */
-#define TARGET(g, var)                              \
-    float *g = ddp__grad_target(tape, (var), &acc); \
-    if (!g)                                         \
-        return DDP_ERR_NOMEM
 
 /* The chunk hook that applies to weight w of linear op v, or NULL: w is a
  * parameter of the model being differentiated, this is its last reachable
@@ -465,7 +141,7 @@ static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
     int acc;
     const ddp_grad_chunk_hook *h = w->requires_grad ? chunk_hook_for(tape, v, w) : NULL;
     if (b && b->requires_grad) {
-        TARGET(db, b); /* (out) */
+        DDP_GRAD_TARGET(db, b); /* (out) */
         ddp__rows_sum_to(db, dy, (size_t)rows, (size_t)out, acc);
         if (h) /* final before dW is computed: report it now (rule 7) */
             DDP_TRY(ddp__tape_release(tape, v, 2));
@@ -474,7 +150,7 @@ static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
     if (nchunks < 0)
         return nchunks;
     if (w->requires_grad) {
-        TARGET(dw, w); /* (out, in) += dy^T x */
+        DDP_GRAD_TARGET(dw, w); /* (out, in) += dy^T x */
         if (nchunks > 1)
             DDP_TRY(linear_dw_chunked(tape, h, w->param, nchunks, dy, x->t.data, dw, out, in,
                                       rows, acc));
@@ -483,9 +159,30 @@ static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
                       dw, in);
     }
     if (x->requires_grad) {
-        TARGET(dx, x); /* (rows, in) += dy W */
+        DDP_GRAD_TARGET(dx, x); /* (rows, in) += dy W */
         ddp_sgemm(0, 0, rows, in, out, 1.0f, dy, out, w->t.data, in, acc ? 1.0f : 0.0f, dx, in);
     }
+    return 0;
+}
+
+int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
+{
+    DDP_SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "matmul: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "matmul", "a"));
+    DDP_TRY(ddp__op_check_var(tape, b, "matmul", "b"));
+    DDP_FAIL_IF(a->t.ndim != 2 || b->t.ndim != 2 || a->t.shape[1] != b->t.shape[0],
+                DDP_ERR_INVALID_ARG, "matmul: shapes %s and %s cannot be multiplied", DDP_SHAPE(a, 0),
+                DDP_SHAPE(b, 1));
+    int64_t m = a->t.shape[0], k = a->t.shape[1], n = b->t.shape[1];
+    DDP_FAIL_IF(m > INT_MAX || k > INT_MAX || n > INT_MAX, DDP_ERR_UNSUPPORTED,
+                "matmul: shapes %s and %s exceed BLAS's int dimensions", DDP_SHAPE(a, 0),
+                DDP_SHAPE(b, 1));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, DDP_OP_MATMUL, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
+    ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
+              v->t.data, (int)n);
+    *y = v;
     return 0;
 }
 
@@ -496,51 +193,250 @@ static int matmul_backward(ddp_tape_t *tape, ddp_var_t *v)
     const float *dy = v->grad; /* (m, n) */
     int acc;
     if (a->requires_grad) {
-        TARGET(da, a); /* (m, k) += dy b^T */
+        DDP_GRAD_TARGET(da, a); /* (m, k) += dy b^T */
         ddp_sgemm(0, 1, m, k, n, 1.0f, dy, n, b->t.data, n, acc ? 1.0f : 0.0f, da, k);
     }
     if (b->requires_grad) {
-        TARGET(db, b); /* (k, n) += a^T dy */
+        DDP_GRAD_TARGET(db, b); /* (k, n) += a^T dy */
         ddp_sgemm(1, 0, k, n, m, 1.0f, a->t.data, k, dy, n, acc ? 1.0f : 0.0f, db, n);
     }
     return 0;
 }
 
-static int softmax_like_backward(ddp_tape_t *tape, ddp_var_t *v)
+int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
 {
-    ddp_var_t *a = v->in[0];
-    int64_t c = last_dim(a), rows = a->t.numel / c;
-    int acc;
-    TARGET(da, a);
-    if (v->op == DDP_OP_LOG_SOFTMAX) {
-        /* dx = dy - softmax * sum(dy), softmax = exp(y) */
-        for (int64_t r = 0; r < rows; r++) {
-            const float *dy = v->grad + r * c, *y = v->t.data + r * c;
-            float *dx = da + r * c;
-            double s = 0.0;
-            for (int64_t j = 0; j < c; j++)
-                s += dy[j];
-            for (int64_t j = 0; j < c; j++) {
-                float g = dy[j] - expf(y[j]) * (float)s;
-                dx[j] = acc ? dx[j] + g : g;
-            }
-        }
-        return 0;
-    }
-    float scale = v->grad[0] / (float)rows;
-    if (v->op == DDP_OP_NLL) {
-        if (!acc)
-            ddp__vec_fill_to(da, 0.0f, (size_t)a->t.numel, 0);
-        for (int64_t r = 0; r < rows; r++)
-            da[r * c + v->labels[r]] -= scale;
-        return 0;
-    }
-    /* cross-entropy: (p - onehot) * dloss / B */
-    ddp__vec_scale_to(da, scale, v->aux, (size_t)a->t.numel, acc);
-    for (int64_t r = 0; r < rows; r++)
-        da[r * c + v->labels[r]] -= scale;
+    DDP_SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "add: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "add", "a"));
+    DDP_TRY(ddp__op_check_var(tape, b, "add", "b"));
+    int rows = !ddp_tensor_same_shape(&a->t, &b->t);
+    DDP_FAIL_IF(rows && !(b->t.ndim == 1 && a->t.ndim >= 1 && b->t.shape[0] == ddp__op_last_dim(a)),
+                DDP_ERR_INVALID_ARG,
+                "add: shapes %s and %s differ (b must have a's shape or be a row of its last "
+                "dimension)", DDP_SHAPE(a, 0), DDP_SHAPE(b, 1));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, rows ? DDP_OP_ADD_ROWS : DDP_OP_ADD, a->t.ndim, a->t.shape, 1, a, b,
+                    NULL, &v));
+    if (rows)
+        ddp__rows_add(v->t.data, a->t.data, b->t.data, (size_t)(a->t.numel / b->t.numel),
+                      (size_t)b->t.numel);
+    else
+        ddp__vec_add(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel);
+    *y = v;
     return 0;
 }
+
+static int add_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *a = v->in[0], *b = v->in[1];
+    size_t n = (size_t)a->t.numel;
+    const float *dy = v->grad;
+    int acc;
+    if (a->requires_grad) {
+        DDP_GRAD_TARGET(da, a);
+        ddp__vec_acc_to(da, dy, n, acc);
+    }
+    if (b->requires_grad) {
+        DDP_GRAD_TARGET(db, b);
+        if (v->op == DDP_OP_ADD)
+            ddp__vec_acc_to(db, dy, n, acc);
+        else /* a row broadcast over a's rows: its gradient sums them */
+            ddp__rows_sum_to(db, dy, n / (size_t)b->t.numel, (size_t)b->t.numel, acc);
+    }
+    return 0;
+}
+
+int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
+{
+    DDP_SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mul: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "mul", "a"));
+    DDP_TRY(ddp__op_check_var(tape, b, "mul", "b"));
+    DDP_FAIL_IF(!ddp_tensor_same_shape(&a->t, &b->t), DDP_ERR_INVALID_ARG,
+                "mul: shapes %s and %s differ", DDP_SHAPE(a, 0), DDP_SHAPE(b, 1));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, DDP_OP_MUL, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
+    ddp__vec_mul_to(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel, 0);
+    *y = v;
+    return 0;
+}
+
+static int mul_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    for (int side = 0; side < 2; side++) { /* da = dy * b, then db = dy * a */
+        ddp_var_t *t = v->in[side], *other = v->in[1 - side];
+        if (!t->requires_grad)
+            continue;
+        int acc;
+        DDP_GRAD_TARGET(dt, t);
+        ddp__vec_mul_to(dt, v->grad, other->t.data, (size_t)t->t.numel, acc);
+    }
+    return 0;
+}
+
+int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "scale: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "scale", "input"));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, DDP_OP_SCALE, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    v->f = s;
+    ddp__vec_scale_to(v->t.data, s, a->t.data, (size_t)a->t.numel, 0);
+    *y = v;
+    return 0;
+}
+
+static void scale_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+{
+    ddp__vec_scale_to(da, v->f, dy, n, acc);
+}
+
+int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "relu: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "relu", "input"));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, DDP_OP_RELU, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    ddp__vec_relu(v->t.data, a->t.data, (size_t)a->t.numel);
+    *y = v;
+    return 0;
+}
+
+static void relu_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+{
+    ddp__vec_relu_backward_to(da, dy, v->t.data, n, acc);
+}
+
+static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
+    DDP_TRY(ddp__op_check_var(tape, a, name, "input"));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, op, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    const float *x = a->t.data;
+    float *o = v->t.data;
+    size_t n = (size_t)a->t.numel;
+    if (op == DDP_OP_SIGMOID)
+        for (size_t i = 0; i < n; i++)
+            o[i] = 1.0f / (1.0f + expf(-x[i]));
+    else
+        for (size_t i = 0; i < n; i++)
+            o[i] = tanhf(x[i]);
+    *y = v;
+    return 0;
+}
+
+int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return unary_op(tape, a, DDP_OP_SIGMOID, "sigmoid", y);
+}
+
+int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return unary_op(tape, a, DDP_OP_TANH, "tanh", y);
+}
+
+/* sigmoid: dy * y (1 - y); tanh: dy * (1 - y^2) */
+static void unary_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+{
+    for (size_t i = 0; i < n; i++) {
+        float yi = v->t.data[i];
+        float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
+        da[i] = acc ? da[i] + g : g;
+    }
+}
+
+int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64_t seed,
+                   ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "dropout: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, x, "dropout", "input"));
+    DDP_FAIL_IF(!(p >= 0.0f && p <= 1.0f), DDP_ERR_INVALID_ARG,
+                "dropout: probability %g is not in [0, 1]", (double)p);
+    if (!training || p == 0.0f) {
+        *y = x;
+        return 0;
+    }
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, DDP_OP_DROPOUT, x->t.ndim, x->t.shape, 1, x, NULL, NULL, &v));
+    size_t n = (size_t)x->t.numel;
+    v->aux = ddp__tape_alloc(tape, n * sizeof(float));
+    if (!v->aux)
+        return DDP_ERR_NOMEM;
+    ddp__rng rng;
+    ddp__rng_seed(&rng, seed);
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    for (size_t i = 0; i < n; i++)
+        v->aux[i] = ddp__rng_uniform(&rng) >= (double)p ? keep_scale : 0.0f;
+    ddp__vec_mul_to(v->t.data, x->t.data, v->aux, n, 0);
+    *y = v;
+    return 0;
+}
+
+static void dropout_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+{
+    ddp__vec_mul_to(da, dy, v->aux, n, acc);
+}
+
+static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
+    DDP_TRY(ddp__op_check_var(tape, a, name, "input"));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, op, 0, NULL, 1, a, NULL, NULL, &v));
+    double s = ddp__vec_sum(a->t.data, (size_t)a->t.numel);
+    v->t.data[0] = (float)(op == DDP_OP_MEAN ? s / (double)a->t.numel : s);
+    *y = v;
+    return 0;
+}
+
+int ddp_op_sum(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return reduce_op(tape, a, DDP_OP_SUM, "sum", y);
+}
+
+int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return reduce_op(tape, a, DDP_OP_MEAN, "mean", y);
+}
+
+static void reduce_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+{
+    if (v->op == DDP_OP_SUM)
+        ddp__vec_fill_to(da, dy[0], n, acc);
+    else /* mean */
+        ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
+}
+
+int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shape,
+                   ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "reshape: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "reshape", "input"));
+    ddp_tensor view;
+    DDP_TRY(ddp_tensor_view(&a->t, ndim, shape, &view));
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, DDP_OP_RESHAPE, view.ndim, view.shape, 0, a, NULL, NULL, &v));
+    v->t.data = a->t.data; /* a view: no copy */
+    *y = v;
+    return 0;
+}
+
+int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    DDP_SHAPE_BUFS;
+    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "flatten: NULL tape or output");
+    DDP_TRY(ddp__op_check_var(tape, a, "flatten", "input"));
+    DDP_FAIL_IF(a->t.ndim < 1, DDP_ERR_INVALID_ARG,
+                "flatten: input of shape %s has no batch dimension", DDP_SHAPE(a, 0));
+    if (a->t.ndim == 2) {
+        *y = a; /* already (B, features) */
+        return 0;
+    }
+    return ddp_op_reshape(tape, a, 2, (int64_t[]){a->t.shape[0], -1}, y);
+}
+
+/* ==== backward dispatch =================================================== */
 
 int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
@@ -549,77 +445,47 @@ int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
         return linear_backward(tape, v);
     case DDP_OP_MATMUL:
         return matmul_backward(tape, v);
-    case DDP_OP_LOG_SOFTMAX:
-    case DDP_OP_NLL:
-    case DDP_OP_CROSS_ENTROPY:
-        return softmax_like_backward(tape, v);
+    case DDP_OP_ADD:
+    case DDP_OP_ADD_ROWS:
+        return add_backward(tape, v);
+    case DDP_OP_MUL:
+        return mul_backward(tape, v);
     case DDP_OP_RESHAPE: /* its gradient already is its input's (ddp__grad_target) */
         return 0;
+    case DDP_OP_LOG_SOFTMAX:
+        return ddp__log_softmax_backward(tape, v);
+    case DDP_OP_NLL:
+        return ddp__labels_backward(tape, v, NULL);
+    case DDP_OP_MSE:
+        return ddp__mse_backward(tape, v);
+    case DDP_OP_CROSS_ENTROPY:
+        return ddp__labels_backward(tape, v, v->aux);
     default:
         break;
     }
-    ddp_var_t *a = v->in[0], *b = v->nin > 1 ? v->in[1] : NULL;
+    /* The single-input element-wise ops (the output requires grad, so the
+     * input does): da (numel of the input) from here. */
+    ddp_var_t *a = v->in[0];
     size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
     int acc;
-    if (v->op == DDP_OP_MSE) { /* d/da = 2 (a - b) / n, d/db = -d/da */
-        float k = 2.0f * dy[0] / (float)n;
-        for (int side = 0; side < 2; side++) {
-            ddp_var_t *t = side ? b : a;
-            if (!t->requires_grad)
-                continue;
-            TARGET(dt, t);
-            float ks = side ? -k : k;
-            for (size_t i = 0; i < n; i++) {
-                float g = ks * (a->t.data[i] - b->t.data[i]);
-                dt[i] = acc ? dt[i] + g : g;
-            }
-        }
-        return 0;
-    }
-    if (v->op == DDP_OP_ADD || v->op == DDP_OP_ADD_ROWS || v->op == DDP_OP_MUL) {
-        if (a->requires_grad) {
-            TARGET(da, a);
-            if (v->op == DDP_OP_MUL)
-                ddp__vec_mul_to(da, dy, b->t.data, n, acc);
-            else
-                ddp__vec_acc_to(da, dy, n, acc);
-        }
-        if (b->requires_grad) {
-            TARGET(db, b);
-            if (v->op == DDP_OP_MUL)
-                ddp__vec_mul_to(db, dy, a->t.data, n, acc);
-            else if (v->op == DDP_OP_ADD)
-                ddp__vec_acc_to(db, dy, n, acc);
-            else
-                ddp__rows_sum_to(db, dy, n / (size_t)b->t.numel, (size_t)b->t.numel, acc);
-        }
-        return 0;
-    }
-    TARGET(da, a); /* single-input ops: the output requires grad, so a does */
+    DDP_GRAD_TARGET(da, a);
     switch (v->op) {
     case DDP_OP_SCALE:
-        ddp__vec_scale_to(da, v->f, dy, n, acc);
+        scale_backward(da, v->grad, v, n, acc);
         return 0;
     case DDP_OP_RELU:
-        ddp__vec_relu_backward_to(da, dy, v->t.data, n, acc);
+        relu_backward(da, v->grad, v, n, acc);
+        return 0;
+    case DDP_OP_SIGMOID:
+    case DDP_OP_TANH:
+        unary_backward(da, v->grad, v, n, acc);
         return 0;
     case DDP_OP_DROPOUT:
-        ddp__vec_mul_to(da, dy, v->aux, n, acc);
+        dropout_backward(da, v->grad, v, n, acc);
         return 0;
     case DDP_OP_SUM:
-        ddp__vec_fill_to(da, dy[0], n, acc);
-        return 0;
     case DDP_OP_MEAN:
-        ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
-        return 0;
-    case DDP_OP_SIGMOID: /* dy * y (1 - y) */
-    case DDP_OP_TANH:    /* dy * (1 - y^2) */
-        for (size_t i = 0; i < n; i++) {
-            float yi = v->t.data[i];
-            float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
-            da[i] = acc ? da[i] + g : g;
-        }
+        reduce_backward(da, v->grad, v, n, acc);
         return 0;
     default:
         return DDP_ERROR(DDP_ERR_STATE, "backward: unknown op %d on the tape", v->op);

@@ -531,6 +531,7 @@ int ddp_model_load_safetensors(ddp_model_t *m, const char *path)
             ddp_param *p = ddp_model_param(m, i);
             memcpy(p->data, f.data + ddp__st_find(&f, p->name)->begin, p->numel * sizeof(float));
         }
+        ddp_model_bump_param_version(m);
     }
     free(diff.s);
     ddp__st_close(&f);

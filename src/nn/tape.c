@@ -88,6 +88,7 @@ void ddp_tape_reset(ddp_tape_t *tape)
     }
     tape->used = 0;
     tape->nvars = 0;
+    tape->backward_ran = 0;
     tape->gen = atomic_fetch_add(&next_gen, 1);
 }
 
@@ -118,6 +119,13 @@ size_t ddp_tape_arena_bytes(const ddp_tape_t *tape)
 int ddp__tape_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc_data,
                    ddp_var_t **out)
 {
+    /* A forgotten reset would keep every iteration's vars (and the arena
+     * would spill more each step): once backward has run, the tape is done
+     * until ddp_tape_reset.  Backward itself may run again (nn.h). */
+    DDP_FAIL_IF(tape->backward_ran, DDP_ERR_STATE,
+                "tape: a forward op on a tape whose backward already ran; call "
+                "ddp_tape_reset(tape) at the start of each iteration (without it the tape "
+                "keeps every iteration's vars and grows each step)");
     if (tape->nvars == tape->vars_cap) {
         size_t ncap = tape->vars_cap ? 2 * tape->vars_cap : 64;
         ddp_var_t **v = realloc(tape->vars, ncap * sizeof *v);
@@ -246,6 +254,8 @@ int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
     int rc = backward_run(tape, loss, model);
+    if (rc == 0)
+        tape->backward_ran = 1;
     tape->bw_model = NULL;
     tape->bw_hook = NULL;
     tape->bw_user = NULL;

@@ -210,6 +210,7 @@ int ddp_optim_step(ddp_optim_t *o)
     size_t np = ddp_model_num_params(o->model);
     int first = o->steps == 0;
     o->steps++;
+    ddp_model_bump_param_version(o->model);
     for (size_t i = 0; i < np; i++) {
         ddp_param *p = ddp_model_param(o->model, i);
         size_t off = p->offset;

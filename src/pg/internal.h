@@ -14,4 +14,11 @@ struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg);
  * of operations run hierarchically), NULL when the group runs flat. */
 const struct ddp__hier *ddp__pg_hier(ddp_pg_t *pg);
 
+/* References on a group for the layers that wrap one (DDP): a group stays
+ * whole, thread and connections included, until its creator has called
+ * ddp_destroy_process_group and every holder has released it, in any
+ * order; the last one tears it down.  Thread-safe. */
+void ddp__pg_retain(ddp_pg_t *pg);
+void ddp__pg_release(ddp_pg_t *pg);
+
 #endif

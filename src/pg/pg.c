@@ -51,6 +51,7 @@ struct ddp_pg {
     ddp_store_t *store;
     int owns_store;
     int nsub;              /* new_group calls so far */
+    atomic_int refs;       /* the creator's handle, plus one per ddp__pg_retain */
 
     pthread_mutex_t mu;
     pthread_cond_t cv_work; /* the thread waits for work */
@@ -309,6 +310,7 @@ static int pg_create(const char *backend, ddp_store_t *store, int owns_store, co
                  "rank %d out of range for world size %d", rank, size);
     pg = calloc(1, sizeof *pg);
     DDP_FAIL_OUT(!pg, DDP_ERR_NOMEM, "out of memory");
+    atomic_init(&pg->refs, 1);
     pg->be = be;
     pg->rank = rank;
     pg->size = size;
@@ -369,10 +371,9 @@ int ddp_init_process_group(const char *backend, const char *init_method, int ran
     return rc;
 }
 
-void ddp_destroy_process_group(ddp_pg_t *pg)
+/* The teardown proper, once nobody holds the group any more. */
+static void pg_free(ddp_pg_t *pg)
 {
-    if (!pg)
-        return;
     if (pg->thread_started) {
         pthread_mutex_lock(&pg->mu);
         pg->stop = 1;
@@ -389,6 +390,22 @@ void ddp_destroy_process_group(ddp_pg_t *pg)
     pthread_mutex_destroy(&pg->mu);
     free(pg);
 }
+
+void ddp__pg_retain(ddp_pg_t *pg)
+{
+    if (pg)
+        atomic_fetch_add(&pg->refs, 1);
+}
+
+void ddp__pg_release(ddp_pg_t *pg)
+{
+    if (pg && atomic_fetch_sub(&pg->refs, 1) == 1)
+        pg_free(pg);
+}
+
+/* Drops the creator's reference: a group that a wrapper still holds (DDP)
+ * is torn down when that wrapper lets go (pg.h). */
+void ddp_destroy_process_group(ddp_pg_t *pg) { ddp__pg_release(pg); }
 
 
 int ddp__pg_set_option(ddp_pg_t *pg, const char *key, const char *value)
