@@ -151,6 +151,7 @@ static void test_bad_distributed_flags(void **state)
         {"--rank 2 --world-size 2", "--rank 2 is out of range for --world-size 2"},
         {"--resume", "--resume needs --checkpoint-dir"},
         {"--init-method bogus://x --rank 0 --world-size 1", "bogus://x"},
+        {"--backend nccl", "unknown backend 'nccl' (available: tcp"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         result r = sh("%s --epochs 0 %s", bin, cases[i].args);

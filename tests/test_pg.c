@@ -89,6 +89,37 @@ static void test_bad_arguments(void **state)
     job_cleanup(&J);
 }
 
+/* An unknown backend's message lists every backend built in (mpi too when
+ * built); "gloo", the name PyTorch users type, is the tcp backend. */
+static void test_backend_names(void **state)
+{
+    (void)state;
+    assert_int_equal(ddp_pg_backend_check("nccl"), DDP_ERR_UNSUPPORTED);
+    const char *const *names = ddp_pg_backend_names();
+    assert_string_equal(names[0], "tcp");
+    for (const char *const *n = names; *n; n++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s%s", n == names ? "available: " : ", ", *n);
+        if (!contains(ddp_last_error(), want))
+            fail_msg("'%s' not listed in '%s'", *n, ddp_last_error());
+    }
+    assert_true(contains(ddp_last_error(), "unknown backend 'nccl'"));
+    assert_true(contains(ddp_last_error(), "gloo means tcp"));
+    assert_int_equal(ddp_pg_backend_check("tcp"), 0);
+    assert_int_equal(ddp_pg_backend_check("gloo"), 0);
+    assert_int_equal(ddp_pg_backend_check(NULL), 0);
+
+    job_init(&J);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("gloo", J.url, 0, 1, 5, &pg), 0);
+    assert_string_equal(ddp_pg_backend(pg), "tcp");
+    int32_t x = 7;
+    assert_int_equal(ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM), 0);
+    assert_int_equal(x, 7);
+    ddp_destroy_process_group(pg);
+    job_cleanup(&J);
+}
+
 /* Tuning variables with bad values fail the init with a message naming
  * them (world size 1: no peer needed). */
 static void test_bad_environment(void **state)
@@ -516,6 +547,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_backend_names),
         cmocka_unit_test(test_bad_environment),
         cmocka_unit_test(test_missing_ranks_time_out),
         cmocka_unit_test(test_world_size_mismatch),
