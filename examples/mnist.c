@@ -550,6 +550,10 @@ int main(int argc, char **argv)
     if (prc)
         return prc < 0 ? 0 : prc;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen */
+    /* The library is silent unless asked; a program shows its warnings
+     * (a rendezvous still waiting for ranks, say) unless DDP_LOG_LEVEL says. */
+    if (!getenv("DDP_LOG_LEVEL"))
+        ddp_log_set_level(DDP_LOG_WARN);
 
     int status = 1, rc = 0;
     job j = {.a = &a, .profile = getenv("DDP_MNIST_PROFILE") != NULL};

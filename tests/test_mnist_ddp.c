@@ -162,6 +162,21 @@ static void test_bad_distributed_flags(void **state)
     }
 }
 
+/* A rank whose peer never comes says so while it waits, by default (the
+ * library's warnings are on in ddp-mnist), then times out naming it. */
+static void test_waiting_rank_reports(void **state)
+{
+    (void)state;
+    result r = sh("env -u DDP_LOG_LEVEL DDP_RENDEZVOUS_REPORT_S=0.4 %s --epochs 0 "
+                  "--init-method file://%s/lonely --rank 0 --world-size 2 --timeout 1.5",
+                  bin, dir);
+    const char *want = "[ddp W] rank 0: rendezvous 'ddp/world/transport': waiting for rank 1 "
+                       "(1 of 2 joined, ";
+    if (r.status != 1 || !strstr(r.out, want) || !strstr(r.out, "rank 1 did not join within 1.5 s"))
+        fail_msg("exit %d, output '%s', expected 1 and '%s'", r.status, r.out, want);
+    free(r.out);
+}
+
 int main(void)
 {
     const char *build = getenv("DDP_TEST_BUILD");
@@ -174,6 +189,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restart_resumes_to_the_same_weights, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_rank_reports, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -170,6 +170,69 @@ static void test_missing_ranks_time_out(void **state)
     job_cleanup(&J);
 }
 
+/* What the rendezvous logged while it waited (warn level, callback). */
+static char waited_log[4096];
+
+static void keep_log(int level, const char *msg, void *user)
+{
+    (void)user;
+    if (level != DDP_LOG_WARN)
+        return;
+    size_t off = strlen(waited_log);
+    snprintf(waited_log + off, sizeof waited_log - off, "%s\n", msg);
+}
+
+static int reporting_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_log_set_callback(keep_log, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_pg_t *pg = NULL;
+    int rc = ddp_init_process_group("tcp", J.url, rank, 4, 1.2, &pg);
+    CHILD_CHECK(rc == DDP_ERR_TIMEOUT);
+    /* Reports every 0.3 s: the last ones, once rank 1 is in, name 2 and 3. */
+    char me[64];
+    snprintf(me, sizeof me, "rank %d: rendezvous 'ddp/world", rank);
+    const char *want = "waiting for ranks 2, 3 (2 of 4 joined, ";
+    int ok = contains(waited_log, me) && contains(waited_log, want) &&
+             contains(waited_log, " s of 1.2 s)");
+    if (!ok)
+        fprintf(stderr, "rank %d logged:\n%s", rank, waited_log);
+    CHILD_CHECK(ok);
+    return 0;
+}
+
+/* A rank whose peers do not come says every DDP_RENDEZVOUS_REPORT_S who is
+ * missing; 0 turns the reports off; a bad value is named. */
+static void test_missing_ranks_reported(void **state)
+{
+    (void)state;
+    job_init(&J);
+    setenv("DDP_RENDEZVOUS_REPORT_S", "0.3", 1);
+    int rc = run_children(2, reporting_rank, NULL, 30);
+    job_cleanup(&J);
+
+    job_init(&J);
+    setenv("DDP_RENDEZVOUS_REPORT_S", "0", 1);
+    waited_log[0] = 0;
+    ddp_log_set_callback(keep_log, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("tcp", J.url, 0, 2, 0.5, &pg), DDP_ERR_TIMEOUT);
+    assert_string_equal(waited_log, "");
+    job_cleanup(&J);
+
+    job_init(&J);
+    setenv("DDP_RENDEZVOUS_REPORT_S", "soon", 1);
+    assert_int_equal(ddp_init_process_group("tcp", J.url, 0, 2, 0.5, &pg), DDP_ERR_INVALID_ARG);
+    assert_true(contains(ddp_last_error(), "DDP_RENDEZVOUS_REPORT_S='soon': expected seconds"));
+    unsetenv("DDP_RENDEZVOUS_REPORT_S");
+    ddp_log_set_callback(NULL, NULL);
+    ddp_log_set_level(DDP_LOG_OFF);
+    job_cleanup(&J);
+    assert_int_equal(rc, 0);
+}
+
 static int mismatch_rank(int rank, void *arg)
 {
     (void)arg;
@@ -550,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_backend_names),
         cmocka_unit_test(test_bad_environment),
         cmocka_unit_test(test_missing_ranks_time_out),
+        cmocka_unit_test(test_missing_ranks_reported),
         cmocka_unit_test(test_world_size_mismatch),
         cmocka_unit_test(test_rank_joins_twice),
         cmocka_unit_test(test_async_progress_while_computing),

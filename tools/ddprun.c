@@ -259,6 +259,9 @@ static void exec_worker(const options *o, const worker *w, int restart, int out_
     set_env_int("DDP_RESTART_COUNT", restart);
     set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
     setenv("MASTER_ADDR", o->master_addr, 1);
+    /* libddp is silent by default; under ddprun its warnings (a rendezvous
+     * still waiting for ranks, say) reach the user unless DDP_LOG_LEVEL says. */
+    setenv("DDP_LOG_LEVEL", "warn", 0);
     /* torchrun's default: one OpenMP thread per worker so N workers do not
      * oversubscribe the cores; a user's explicit choice stays. */
     setenv("OMP_NUM_THREADS", "1", 0);

@@ -5,7 +5,10 @@
  * record.  Missing ranks are polled with ddp_store_check and a growing
  * sleep (1 to 20 ms) rather than one blocking wait, so that the timeout can
  * name exactly the ranks that did not come and a world-size disagreement is
- * reported as soon as the first disagreeing record appears. */
+ * reported as soon as the first disagreeing record appears.  Every
+ * DDP_RENDEZVOUS_REPORT_S seconds (default 10; 0: never) a rank still
+ * waiting logs who is missing, at warn level, so that a job whose peers
+ * never come does not sit silent for the whole timeout. */
 #include "transport/rendezvous.h"
 
 #include <stdio.h>
@@ -14,6 +17,25 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/log.h"
+
+#define REPORT_DEFAULT_S 10.0
+
+/* DDP_RENDEZVOUS_REPORT_S: seconds between "still waiting" reports. */
+static int report_interval(double *out)
+{
+    *out = REPORT_DEFAULT_S;
+    const char *env = getenv("DDP_RENDEZVOUS_REPORT_S");
+    if (!env || !*env)
+        return 0;
+    char *end;
+    double v = strtod(env, &end);
+    DDP_FAIL_IF(end == env || *end || !(v >= 0) || v > 1e6, DDP_ERR_INVALID_ARG,
+                "DDP_RENDEZVOUS_REPORT_S='%.40s': expected seconds between reports "
+                "(0: none)", env);
+    *out = v;
+    return 0;
+}
 
 void ddp__format_ranks(char *out, size_t len, const unsigned char *missing, int size)
 {
@@ -73,6 +95,8 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
                 "rank %d out of range for world size %d", rank, size);
     memset(recs, 0, sizeof *recs * (size_t)size);
+    double every;
+    DDP_TRY(report_interval(&every));
 
     int64_t joins = 0;
     snprintf(key, sizeof key, "%s/join/%d", prefix, rank);
@@ -92,7 +116,7 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     DDP_FAIL_OUT(!missing, DDP_ERR_NOMEM, "out of memory");
     memset(missing, 1, (size_t)size);
     int left = size;
-    double start = ddp_time_now(), deadline = start + timeout_s;
+    double start = ddp_time_now(), deadline = start + timeout_s, next_report = start + every;
     useconds_t nap = 1000;
     for (;;) {
         for (int r = 0; r < size; r++) {
@@ -113,11 +137,20 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
         }
         if (left == 0)
             break;
-        if (ddp_time_now() >= deadline) {
+        double now = ddp_time_now();
+        if (now >= deadline) {
             char who[256];
             ddp__format_ranks(who, sizeof who, missing, size);
             rc = DDP_ERROR(DDP_ERR_TIMEOUT, "%s did not join within %.1f s", who, timeout_s);
             goto out;
+        }
+        if (every > 0 && now >= next_report) {
+            char who[256];
+            ddp__format_ranks(who, sizeof who, missing, size);
+            DDP_WARN("rank %d: rendezvous '%s': waiting for %s (%d of %d joined, %.3g s of "
+                     "%.3g s)",
+                     rank, prefix, who, size - left, size, now - start, timeout_s);
+            next_report = now + every;
         }
         usleep(nap);
         if (nap < 20000)
