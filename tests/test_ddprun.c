@@ -18,9 +18,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+
+#include "free_port.h"
 
 static char ddprun[4096], worker[4096];
 
@@ -174,19 +173,6 @@ static void test_job_id(void **state)
     assert_int_equal(read_file(dir, "runid", 0, a, sizeof a), 0);
     assert_string_equal(a, "train-7");
     remove_dir(dir);
-}
-
-/* A port nobody listens on now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* Two jobs on one port: the second is refused at once, naming the first

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "free_port.h"
 #include "mnist_output.h"
 
 static char dir[64], bin[1024], ddprun[1024];
@@ -40,19 +41,6 @@ static result sh(const char *fmt, ...)
     int st = system(cmd);
     result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(log)};
     return r;
-}
-
-/* A port nobody listens on now (bound to port 0, then released). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static int same_files(const char *a, const char *b)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "free_port.h"
 #include "base/rng.h"
 #include "ddp/store.h"
 #include "fork_children.h"
@@ -244,18 +245,6 @@ static void test_from_url_errors(void **state)
 #define WORLD 3
 
 static char url[256];
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t sl = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &sl);
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 /* Each rank: join, count arrivals, agree on a value set by rank 0, and
  * leave only when everyone is done (rank 0 may be the server). */
