@@ -233,6 +233,31 @@ static void test_missing_ranks_reported(void **state)
     assert_int_equal(rc, 0);
 }
 
+static int sum_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    int32_t x = rank + 1;
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM) == 0 && x == 3);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+/* A run that timed out in its rendezvous leaves its file:// store behind
+ * (fewer than world_size members left); the next run must not trip over it
+ * ("rank 0 joined twice") but start afresh. */
+static void test_timed_out_run_leaves_no_trap(void **state)
+{
+    (void)state;
+    job_init(&J);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("tcp", J.url, 0, 2, 0.3, &pg), DDP_ERR_TIMEOUT);
+    assert_int_equal(access(J.path, F_OK), 0);
+    assert_int_equal(run_children(2, sum_rank, NULL, 30), 0);
+    job_cleanup(&J);
+}
+
 static int mismatch_rank(int rank, void *arg)
 {
     (void)arg;
@@ -614,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_bad_environment),
         cmocka_unit_test(test_missing_ranks_time_out),
         cmocka_unit_test(test_missing_ranks_reported),
+        cmocka_unit_test(test_timed_out_run_leaves_no_trap),
         cmocka_unit_test(test_world_size_mismatch),
         cmocka_unit_test(test_rank_joins_twice),
         cmocka_unit_test(test_async_progress_while_computing),

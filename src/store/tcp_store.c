@@ -350,14 +350,13 @@ static const ddp__store_ops tcp_ops = {
  * and its user must learn why.  Their id is id[0..n) (NULL: none). */
 static int check_job(const tcp_store *ts, const uint8_t *id, size_t n)
 {
-    char theirs[DDP__STORE_MAX_JOB_ID + 1];
-    snprintf(theirs, sizeof theirs, "%.*s", id ? (int)n : 0, id ? (const char *)id : "");
-    if (strcmp(theirs, ts->job_id) == 0)
+    if (!id)
+        n = 0;
+    if (n == strlen(ts->job_id) && (n == 0 || memcmp(id, ts->job_id, n) == 0))
         return 0;
-    char a[DDP__STORE_MAX_JOB_ID + 16], b[DDP__STORE_MAX_JOB_ID + 32];
-    snprintf(a, sizeof a, theirs[0] ? "id '%s'" : "no job id", theirs);
-    snprintf(b, sizeof b, ts->job_id[0] ? "this job's id is '%s'" : "this job has no id",
-             ts->job_id);
+    char a[DDP__STORE_MAX_JOB_ID + 40], b[DDP__STORE_MAX_JOB_ID + 40];
+    ddp__job_words(a, sizeof a, (const char *)id, n, 0);
+    ddp__job_words(b, sizeof b, ts->job_id, strlen(ts->job_id), 1);
     return DDP_ERROR(DDP_ERR_EXISTS,
                      "%s: address in use by another job (%s; %s): a different job holds this "
                      "store, not joining it; give each job its own port, and every rank of "

@@ -319,7 +319,7 @@ int ddp_store_from_url(const char *url, int rank, int world_size, double timeout
                 DDP__STORE_MAX_JOB_ID);
     int rc;
     if (u.kind == DDP_INIT_FILE) {
-        rc = ddp_store_file_create(u.path, ws, out);
+        rc = ddp__store_file_open(u.path, ws, job, out);
         if (rc == 0)
             ddp_store_set_timeout(*out, timeout_s);
     } else {

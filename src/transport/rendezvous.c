@@ -102,8 +102,9 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     snprintf(key, sizeof key, "%s/join/%d", prefix, rank);
     DDP_TRY_OUT(ddp_store_add(store, key, 1, &joins));
     DDP_FAIL_OUT(joins > 1, DDP_ERR_EXISTS,
-                 "rank %d joined twice: another process already claimed rank %d of '%s'", rank,
-                 rank, prefix);
+                 "rank %d joined twice: another process already claimed rank %d of '%s' (a "
+                 "rank started twice, or two jobs with one id on one store?)",
+                 rank, rank, prefix);
 
     buf = malloc(len + 16);
     DDP_FAIL_OUT(!buf, DDP_ERR_NOMEM, "out of memory");
