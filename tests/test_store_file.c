@@ -414,7 +414,7 @@ static void test_stale_file_reused(void **state)
         assert_int_equal(n, 1); /* a fresh claim, not a second one */
         assert_int_equal(ddp_store_num_keys(s, &n), 0);
         assert_int_equal(n, 1);
-        if (!strstr(logged, "reusing the file of an earlier run that is gone (job id 'old-run'; "
+        if (!strstr(logged, "reusing the file of an earlier run that is gone (id 'old-run'; "
                             "1 member died, 0 left): its keys are dropped"))
             fail_msg("round %d: warning '%s'", round, logged);
         ddp_store_destroy(s);

@@ -339,8 +339,8 @@ static int compact_entry(const ddp__kv_entry *e, void *arg)
     return 0;
 }
 
-/* Replaces the log with one SET per live key (and one JOIN per member) when it is mostly dead
- * records: writes PATH.compact.PID, renames it over PATH, marks the old file
+/* Replaces the log with one SET per live key (and one JOIN per member) when
+ * it is mostly dead records: writes PATH.compact.PID, renames it over PATH, marks the old file
  * superseded and moves this handle to the new one.  Caller holds the
  * exclusive lock on the old file and a fresh cache.  Compaction is an
  * optimisation: when it fails the old log stays, with a warning. */
@@ -643,7 +643,9 @@ static void fs_destroy(ddp_store_t *s)
     if (lock_fresh(fs, LOCK_EX, t) == 0) {
         header h;
         /* First the LEAVE (which may compact: the header is read after). */
-        if (append(fs, REC_LEAVE, fs->member, NULL, 0) == 0 && read_header(fs, &h) == 0) {
+        if (append(fs, REC_LEAVE, fs->member, NULL, 0) < 0)
+            DDP_WARN("%s: leaving: %s", fs->base.desc, ddp_last_error());
+        if (read_header(fs, &h) == 0) {
             h.members = h.members > 0 ? h.members - 1 : 0;
             h.finished++;
             if (write_header(fs, &h) == 0 && h.members == 0 && fs->world_size > 0 &&
@@ -740,10 +742,12 @@ static int admit(file_store *fs, header *h)
     }
     if (w.live > 0 || (fs->cache.count == 0 && w.gone == 0 && h->finished == 0))
         return 0;
-    DDP_WARN("%s: reusing the file of an earlier run that is gone (%s%s%s; %d member%s died, "
-             "%d left): its keys are dropped",
-             fs->base.desc, w.gone ? "job id '" : "", w.gone ? w.gone_job : "its members left",
-             w.gone ? "'" : "", w.gone, w.gone == 1 ? "" : "s", h->finished);
+    char what[DDP__STORE_MAX_JOB_ID + 40] = "its members left";
+    if (w.gone)
+        ddp__job_words(what, sizeof what, w.gone_job, strlen(w.gone_job), 0);
+    DDP_WARN("%s: reusing the file of an earlier run that is gone (%s; %d member%s died, %d "
+             "left): its keys are dropped",
+             fs->base.desc, what, w.gone, w.gone == 1 ? "" : "s", h->finished);
     return reset_file(fs, h);
 }
 
