@@ -154,7 +154,7 @@ static void test_standalone_picks_port(void **state)
 static void test_job_id(void **state)
 {
     (void)state;
-    char dir[64], a[2048], b[2048], err[4096], id[2][64];
+    char dir[64], a[2048], b[2048], err[4096], id[2][2048];
     make_dir(dir);
     for (int job = 0; job < 2; job++) {
         char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "runid", dir, NULL};
@@ -369,6 +369,8 @@ static void test_bad_flags(void **state)
         {{"--nproc-per-node", "0", worker, NULL}, "bad --nproc-per-node '0'"},
         {{"--master-port", "70000", worker, NULL}, "bad --master-port '70000'"},
         {{"--rdzv-endpoint", "nohost", worker, NULL}, "bad --rdzv-endpoint 'nohost'"},
+        {{"--rdzv-id", "two words", worker, NULL},
+         "bad --rdzv-id 'two words': want 1..128 characters, no spaces or quotes"},
         {{"--nproc-per-node", "2", NULL}, "no program to run"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
