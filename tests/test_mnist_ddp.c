@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "free_port.h"
 #include "mnist_output.h"
+#include "free_port.h"
 
 static char dir[64], bin[1024], ddprun[1024];
 
