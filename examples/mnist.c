@@ -81,7 +81,8 @@ static void usage(FILE *f)
             "  --load FILE       start from parameters saved with --save (safetensors)\n"
             "  --save FILE       write the trained parameters (safetensors)\n"
             "Distributed (started by ddprun, mpirun or srun, or by hand):\n"
-            "  --backend NAME    process group backend (default tcp)\n"
+            "  --backend NAME    process group backend: tcp (default; gloo is the same),\n"
+            "                    or mpi when built with MPI\n"
             "  --init-method URL env:// (default), tcp://HOST:PORT or file:///PATH\n"
             "  --rank N, --world-size N   instead of the launcher's environment\n"
             "  --timeout S       rendezvous and collective timeout (default 300)\n"
@@ -182,7 +183,11 @@ static int parse_args(int argc, char **argv, args *a)
         case O_SAVE: a->save = optarg; break;
         case O_WORKERS: rc = parse_long("--workers", optarg, 0, 64, &a->workers); break;
         case O_HELP: usage(stdout); return -1;
-        case O_BACKEND: a->backend = optarg; break;
+        case O_BACKEND:
+            a->backend = optarg;
+            if (ddp_pg_backend_check(optarg) < 0)
+                return bad_usage("--backend: %s", ddp_last_error());
+            break;
         case O_INIT: a->init_method = optarg; break;
         case O_RANK: rc = parse_long("--rank", optarg, 0, 1 << 20, &a->rank); break;
         case O_WORLD: rc = parse_long("--world-size", optarg, 1, 1 << 20, &a->world_size); break;
@@ -547,6 +552,9 @@ int main(int argc, char **argv)
     if (prc)
         return prc < 0 ? 0 : prc;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen */
+    /* The library is silent unless asked; a program shows its warnings
+     * (a rendezvous still waiting for ranks, say) unless DDP_LOG_LEVEL says. */
+    setenv("DDP_LOG_LEVEL", "warn", 0); /* 0: a level the user set stays */
 
     int status = 1, rc = 0;
     job j = {.a = &a};

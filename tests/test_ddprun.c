@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "free_port.h"
+
 static char ddprun[4096], worker[4096];
 
 static double now(void)
@@ -123,7 +125,7 @@ static void test_environment(void **state)
         snprintf(want, sizeof want,
                  "RANK=%d\nLOCAL_RANK=%d\nWORLD_SIZE=6\nLOCAL_WORLD_SIZE=3\nGROUP_RANK=1\n"
                  "MASTER_ADDR=10.1.2.3\nMASTER_PORT=4567\nTORCHELASTIC_RESTART_COUNT=0\n"
-                 "OMP_NUM_THREADS=1\n",
+                 "OMP_NUM_THREADS=1\nDDP_LOG_LEVEL=warn\n",
                  rank, local);
         assert_string_equal(buf, want);
     }
@@ -145,6 +147,72 @@ static void test_standalone_picks_port(void **state)
     assert_true(port > 0 && port < 65536 && port != 29500);
     assert_non_null(strstr(buf, "MASTER_ADDR=127.0.0.1\n"));
     remove_dir(dir);
+}
+
+/* Every job its own id (--rdzv-id, else a fresh one), the same on all its
+ * workers, in TORCHELASTIC_RUN_ID. */
+static void test_job_id(void **state)
+{
+    (void)state;
+    char dir[64], a[2048], b[2048], err[4096], id[2][2048];
+    make_dir(dir);
+    for (int job = 0; job < 2; job++) {
+        char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "runid", dir, NULL};
+        int st = finish(start(argv), err, sizeof err, 10);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_int_equal(read_file(dir, "runid", 0, a, sizeof a), 0);
+        assert_int_equal(read_file(dir, "runid", 1, b, sizeof b), 0);
+        assert_string_equal(a, b);
+        assert_true(strlen(a) > 8);
+        snprintf(id[job], sizeof id[job], "%s", a);
+    }
+    assert_string_not_equal(id[0], id[1]);
+    char *given[] = {ddprun, "--rdzv_id=train-7", worker, "runid", dir, NULL};
+    int st = finish(start(given), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "runid", 0, a, sizeof a), 0);
+    assert_string_equal(a, "train-7");
+    remove_dir(dir);
+}
+
+/* Two jobs on one port: the second is refused at once, naming the first
+ * job's id, and the first finishes with the right sums. */
+static void test_two_jobs_one_port(void **state)
+{
+    (void)state;
+    char dir[64], dir2[64], buf[64], port[16], err[8192], err2[8192];
+    make_dir(dir);
+    make_dir(dir2);
+    snprintf(port, sizeof port, "%d", free_port());
+    char *first[] = {ddprun, "--nproc-per-node", "2", "--master-port", port,
+                     "--rdzv-id", "first-job", worker, "allreduce", dir, "2", NULL};
+    char *second[] = {ddprun, "--nproc-per-node", "2", "--master-port", port, worker,
+                      "allreduce", dir2, "0", NULL};
+    launch a = start(first);
+    double deadline = now() + 20;
+    for (int r = 0; r < 2; r++)
+        while (read_file(dir, "joined", r, buf, sizeof buf) != 0) {
+            assert_true(now() < deadline);
+            usleep(10000);
+        }
+    double t0 = now();
+    int st2 = finish(start(second), err2, sizeof err2, 15);
+    double took = now() - t0;
+    int st = finish(a, err, sizeof err, 30);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("first job: status %d: %s", st, err);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(read_file(dir, "sum", r, buf, sizeof buf), 0);
+        assert_string_equal(buf, "3\n");
+    }
+    assert_true(WIFEXITED(st2) && WEXITSTATUS(st2) == 1);
+    if (!strstr(err2, "address in use by another job (id 'first-job'; this job's id is '"))
+        fail_msg("second job's stderr: %s", err2);
+    assert_true(took < 5.0); /* at once, not at a timeout */
+    assert_int_equal(read_file(dir2, "joined", 0, buf, sizeof buf), -1);
+    assert_int_equal(read_file(dir2, "joined", 1, buf, sizeof buf), -1);
+    remove_dir(dir);
+    remove_dir(dir2);
 }
 
 static void test_failure_names_rank_and_stops_others(void **state)
@@ -301,6 +369,8 @@ static void test_bad_flags(void **state)
         {{"--nproc-per-node", "0", worker, NULL}, "bad --nproc-per-node '0'"},
         {{"--master-port", "70000", worker, NULL}, "bad --master-port '70000'"},
         {{"--rdzv-endpoint", "nohost", worker, NULL}, "bad --rdzv-endpoint 'nohost'"},
+        {{"--rdzv-id", "two words", worker, NULL},
+         "bad --rdzv-id 'two words': want 1..128 characters, no spaces or quotes"},
         {{"--nproc-per-node", "2", NULL}, "no program to run"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -324,6 +394,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_standalone_picks_port),
+        cmocka_unit_test(test_job_id),
+        cmocka_unit_test(test_two_jobs_one_port),
         cmocka_unit_test(test_failure_names_rank_and_stops_others),
         cmocka_unit_test(test_kill9_worker),
         cmocka_unit_test(test_max_restarts),

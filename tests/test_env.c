@@ -77,6 +77,7 @@ static int read_var(const char *name, const char *value, double init, double *nu
     case DDP__ENV_INT: rc = ddp__env_int(name, &iv); dv = iv; break;
     case DDP__ENV_SIZE: rc = ddp__env_size(name, &sv); dv = (double)sv; break;
     case DDP__ENV_USEC: rc = ddp__env_usec(name, &dv); break;
+    case DDP__ENV_SECONDS: rc = ddp__env_seconds(name, &dv); break;
     case DDP__ENV_WORD: rc = ddp__env_word(name, &iv); dv = iv; break;
     case DDP__ENV_STRING:
     case DDP__ENV_PATH: rc = ddp__env_string(name, &str); dv = str != NULL; break;
@@ -315,6 +316,17 @@ static void test_int(void **state)
     assert_true(value_of("DDP_NUM_THREADS", "8", -3) == 8);
     assert_true(value_of("DDP_NUM_THREADS", "4096", -3) == 4096);
     assert_true(value_of("DDP_TAIL_CHUNKS", "0", -1) == 0);
+}
+
+static void test_seconds(void **state)
+{
+    (void)state;
+    rejects_junk("DDP_RENDEZVOUS_REPORT_S", "seconds from 0 to 1e+06");
+    rejects("DDP_RENDEZVOUS_REPORT_S", "2e6",
+            "DDP_RENDEZVOUS_REPORT_S=2e6: expected seconds from 0 to 1e+06");
+    assert_true(value_of("DDP_RENDEZVOUS_REPORT_S", NULL, -1) == 10);
+    assert_true(value_of("DDP_RENDEZVOUS_REPORT_S", "0.4", -1) == 0.4);
+    assert_true(value_of("DDP_RENDEZVOUS_REPORT_S", "0", -1) == 0);
 }
 
 static void test_usec(void **state)
@@ -559,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_size),
         cmocka_unit_test(test_int),
         cmocka_unit_test(test_usec),
+        cmocka_unit_test(test_seconds),
         cmocka_unit_test(test_bool),
         cmocka_unit_test(test_word),
         cmocka_unit_test(test_string),

@@ -20,6 +20,7 @@
 
 #include "data_fixture.h"
 #include "mnist_output.h"
+#include "free_port.h"
 
 static char dir[64], bin[1024], ddprun[1024];
 
@@ -42,19 +43,6 @@ static result sh(const char *fmt, ...)
     int st = system(cmd);
     result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(log)};
     return r;
-}
-
-/* A port nobody listens on now (bound to port 0, then released). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static int same_files(const char *a, const char *b)
@@ -172,6 +160,7 @@ static void test_bad_distributed_flags(void **state)
         {"--rank 2 --world-size 2", "--rank 2 is out of range for --world-size 2"},
         {"--resume", "--resume needs --checkpoint-dir"},
         {"--init-method bogus://x --rank 0 --world-size 1", "bogus://x"},
+        {"--backend nccl", "unknown backend 'nccl' (available: tcp"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         result r = sh("%s --epochs 0 %s", bin, cases[i].args);
@@ -180,6 +169,21 @@ static void test_bad_distributed_flags(void **state)
                      r.out, cases[i].msg);
         free(r.out);
     }
+}
+
+/* A rank whose peer never comes says so while it waits, by default (the
+ * library's warnings are on in ddp-mnist), then times out naming it. */
+static void test_waiting_rank_reports(void **state)
+{
+    (void)state;
+    result r = sh("env -u DDP_LOG_LEVEL DDP_RENDEZVOUS_REPORT_S=0.4 %s --epochs 0 "
+                  "--init-method file://%s/lonely --rank 0 --world-size 2 --timeout 1.5",
+                  bin, dir);
+    const char *want = "[ddp W] rank 0: rendezvous 'ddp/world/transport': waiting for rank 1 "
+                       "(1 of 2 joined, ";
+    if (r.status != 1 || !strstr(r.out, want) || !strstr(r.out, "rank 1 did not join within 1.5 s"))
+        fail_msg("exit %d, output '%s', expected 1 and '%s'", r.status, r.out, want);
+    free(r.out);
 }
 
 int main(void)
@@ -196,6 +200,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_broken_test_split_found_before_training, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_rank_reports, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

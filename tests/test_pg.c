@@ -90,6 +90,37 @@ static void test_bad_arguments(void **state)
     job_cleanup(&J);
 }
 
+/* An unknown backend's message lists every backend built in (mpi too when
+ * built); "gloo", the name PyTorch users type, is the tcp backend. */
+static void test_backend_names(void **state)
+{
+    (void)state;
+    assert_int_equal(ddp_pg_backend_check("nccl"), DDP_ERR_UNSUPPORTED);
+    const char *const *names = ddp_pg_backend_names();
+    assert_string_equal(names[0], "tcp");
+    for (const char *const *n = names; *n; n++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s%s", n == names ? "available: " : ", ", *n);
+        if (!contains(ddp_last_error(), want))
+            fail_msg("'%s' not listed in '%s'", *n, ddp_last_error());
+    }
+    assert_true(contains(ddp_last_error(), "unknown backend 'nccl'"));
+    assert_true(contains(ddp_last_error(), "gloo means tcp"));
+    assert_int_equal(ddp_pg_backend_check("tcp"), 0);
+    assert_int_equal(ddp_pg_backend_check("gloo"), 0);
+    assert_int_equal(ddp_pg_backend_check(NULL), 0);
+
+    job_init(&J);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("gloo", J.url, 0, 1, 5, &pg), 0);
+    assert_string_equal(ddp_pg_backend(pg), "tcp");
+    int32_t x = 7;
+    assert_int_equal(ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM), 0);
+    assert_int_equal(x, 7);
+    ddp_destroy_process_group(pg);
+    job_cleanup(&J);
+}
+
 /* Tuning variables with bad values fail the init with a message naming
  * them (world size 1: no peer needed). */
 static void test_bad_environment(void **state)
@@ -138,6 +169,94 @@ static void test_missing_ranks_time_out(void **state)
     (void)state;
     job_init(&J);
     assert_int_equal(run_children(2, missing_rank, NULL, 30), 0);
+    job_cleanup(&J);
+}
+
+/* What the rendezvous logged while it waited (warn level, callback). */
+static char waited_log[4096];
+
+static void keep_log(int level, const char *msg, void *user)
+{
+    (void)user;
+    if (level != DDP_LOG_WARN)
+        return;
+    size_t off = strlen(waited_log);
+    snprintf(waited_log + off, sizeof waited_log - off, "%s\n", msg);
+}
+
+static int reporting_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_log_set_callback(keep_log, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_pg_t *pg = NULL;
+    int rc = ddp_init_process_group("tcp", J.url, rank, 4, 1.2, &pg);
+    CHILD_CHECK(rc == DDP_ERR_TIMEOUT);
+    /* Reports every 0.3 s: the last ones, once rank 1 is in, name 2 and 3. */
+    char me[64];
+    snprintf(me, sizeof me, "rank %d: rendezvous 'ddp/world", rank);
+    const char *want = "waiting for ranks 2, 3 (2 of 4 joined, ";
+    int ok = contains(waited_log, me) && contains(waited_log, want) &&
+             contains(waited_log, " s of 1.2 s)");
+    if (!ok)
+        fprintf(stderr, "rank %d logged:\n%s", rank, waited_log);
+    CHILD_CHECK(ok);
+    return 0;
+}
+
+/* A rank whose peers do not come says every DDP_RENDEZVOUS_REPORT_S who is
+ * missing; 0 turns the reports off; a bad value is named. */
+static void test_missing_ranks_reported(void **state)
+{
+    (void)state;
+    job_init(&J);
+    setenv("DDP_RENDEZVOUS_REPORT_S", "0.3", 1);
+    int rc = run_children(2, reporting_rank, NULL, 30);
+    job_cleanup(&J);
+
+    job_init(&J);
+    setenv("DDP_RENDEZVOUS_REPORT_S", "0", 1);
+    waited_log[0] = 0;
+    ddp_log_set_callback(keep_log, NULL);
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("tcp", J.url, 0, 2, 0.5, &pg), DDP_ERR_TIMEOUT);
+    assert_string_equal(waited_log, "");
+    job_cleanup(&J);
+
+    job_init(&J);
+    setenv("DDP_RENDEZVOUS_REPORT_S", "soon", 1);
+    assert_int_equal(ddp_init_process_group("tcp", J.url, 0, 2, 0.5, &pg), DDP_ERR_INVALID_ARG);
+    assert_true(contains(ddp_last_error(), "DDP_RENDEZVOUS_REPORT_S=soon: expected seconds"));
+    unsetenv("DDP_RENDEZVOUS_REPORT_S");
+    ddp_log_set_callback(NULL, NULL);
+    ddp_log_set_level(DDP_LOG_OFF);
+    job_cleanup(&J);
+    assert_int_equal(rc, 0);
+}
+
+static int sum_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    int32_t x = rank + 1;
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM) == 0 && x == 3);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+/* A run that timed out in its rendezvous leaves its file:// store behind
+ * (fewer than world_size members left); the next run must not trip over it
+ * ("rank 0 joined twice") but start afresh. */
+static void test_timed_out_run_leaves_no_trap(void **state)
+{
+    (void)state;
+    job_init(&J);
+    ddp_pg_t *pg = NULL;
+    assert_int_equal(ddp_init_process_group("tcp", J.url, 0, 2, 0.3, &pg), DDP_ERR_TIMEOUT);
+    assert_int_equal(access(J.path, F_OK), 0);
+    assert_int_equal(run_children(2, sum_rank, NULL, 30), 0);
     job_cleanup(&J);
 }
 
@@ -530,8 +649,11 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_backend_names),
         cmocka_unit_test(test_bad_environment),
         cmocka_unit_test(test_missing_ranks_time_out),
+        cmocka_unit_test(test_missing_ranks_reported),
+        cmocka_unit_test(test_timed_out_run_leaves_no_trap),
         cmocka_unit_test(test_world_size_mismatch),
         cmocka_unit_test(test_rank_joins_twice),
         cmocka_unit_test(test_async_progress_while_computing),

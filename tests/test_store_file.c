@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "base/rng.h"
 
@@ -138,7 +139,11 @@ static void test_corrupt_records_reported(void **state)
     assert_int_equal(pwrite(fd, "V", 1, good_end - 1), 1);
     close(fd);
     assert_int_equal(ddp_store_file_create(store_path, 0, &t), DDP_ERR_FORMAT);
-    assert_non_null(strstr(ddp_last_error(), "checksum mismatch in record at offset 32"));
+    /* The last record is "good" (16-byte header, key, value), after the
+     * handle's JOIN record. */
+    snprintf(want, sizeof want, "checksum mismatch in record at offset %lld",
+             (long long)good_end - 16 - 4 - 5);
+    assert_non_null(strstr(ddp_last_error(), want));
 
     /* A record cut short. */
     assert_int_equal(truncate(store_path, good_end - 3), 0);
@@ -352,6 +357,142 @@ static void test_concurrent_compaction(void **state)
     assert_int_equal(stray, 0);
 }
 
+/* ---- stale and live files of other jobs (init-method rendezvous) --------- */
+
+static char logged[2048];
+
+static void keep_warning(int level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == DDP_LOG_WARN)
+        snprintf(logged, sizeof logged, "%s", msg);
+}
+
+static void url_of(char *url, size_t len)
+{
+    snprintf(url, len, "file://%s", store_path);
+}
+
+/* A run killed in its rendezvous (its rank 0 claimed, never left) leaves
+ * the file behind: the next job, of another id or of none, empties it and
+ * goes on, with a warning, instead of "rank 0 joined twice". */
+static void test_stale_file_reused(void **state)
+{
+    (void)state;
+    char url[300];
+    url_of(url, sizeof url);
+    for (int round = 0; round < 2; round++) {
+        fresh_store();
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            setenv("TORCHELASTIC_RUN_ID", "old-run", 1);
+            ddp_store_t *s = NULL;
+            if (ddp_store_from_url(url, 0, 2, 5, &s, NULL, NULL) < 0 ||
+                ddp_store_add(s, "ddp/world/join/0", 1, NULL) < 0)
+                _exit(1);
+            _exit(0); /* killed, say: no destroy, no LEAVE */
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_true(exists_path(store_path));
+
+        if (round == 0)
+            setenv("TORCHELASTIC_RUN_ID", "new-run", 1);
+        logged[0] = 0;
+        ddp_log_set_callback(keep_warning, NULL);
+        ddp_log_set_level(DDP_LOG_WARN);
+        ddp_store_t *s = NULL;
+        int rc = ddp_store_from_url(url, 0, 2, 5, &s, NULL, NULL);
+        ddp_log_set_callback(NULL, NULL);
+        ddp_log_set_level(DDP_LOG_OFF);
+        unsetenv("TORCHELASTIC_RUN_ID");
+        assert_int_equal(rc, 0);
+        int64_t n = -1;
+        assert_int_equal(ddp_store_add(s, "ddp/world/join/0", 1, &n), 0);
+        assert_int_equal(n, 1); /* a fresh claim, not a second one */
+        assert_int_equal(ddp_store_num_keys(s, &n), 0);
+        assert_int_equal(n, 1);
+        if (!strstr(logged, "reusing the file of an earlier run that is gone (id 'old-run'; "
+                            "1 member died, 0 left): its keys are dropped"))
+            fail_msg("round %d: warning '%s'", round, logged);
+        ddp_store_destroy(s);
+    }
+    unlink(store_path);
+}
+
+/* The file of a live job of another id is not taken over: the second job
+ * fails at once, naming the holder and what to delete, and the first one
+ * goes on; a late rank of the same job still joins. */
+static void test_live_job_file_kept(void **state)
+{
+    (void)state;
+    char url[300];
+    url_of(url, sizeof url);
+    fresh_store();
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("TORCHELASTIC_RUN_ID", "live-job", 1);
+        ddp_store_t *s = NULL;
+        char c = 0;
+        int ok = ddp_store_from_url(url, 0, 2, 10, &s, NULL, NULL) == 0 &&
+                 ddp_store_set(s, "k", "v", 1) == 0;
+        ok = ok && write(ready[1], "r", 1) == 1 && read(go[0], &c, 1) == 1;
+        void *v = NULL;
+        size_t len = 0;
+        ok = ok && ddp_store_get(s, "k", &v, &len) == 0 && len == 1 && !memcmp(v, "v", 1) &&
+             ddp_store_set(s, "k2", "w", 1) == 0;
+        free(v);
+        ddp_store_destroy(s);
+        _exit(ok ? 0 : 1);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+
+    setenv("TORCHELASTIC_RUN_ID", "other-job", 1);
+    ddp_store_t *x = NULL;
+    double t0 = ddp_time_now();
+    assert_int_equal(ddp_store_from_url(url, 1, 2, 10, &x, NULL, NULL), DDP_ERR_EXISTS);
+    assert_true(ddp_time_now() - t0 < 2.0);
+    assert_null(x);
+    char want[600];
+    snprintf(want, sizeof want,
+             "file store %s: a different job (id 'live-job', pid %d on ", store_path, (int)pid);
+    if (!strstr(ddp_last_error(), want))
+        fail_msg("got '%s'", ddp_last_error());
+    snprintf(want, sizeof want,
+             "holds this store (this job's id is 'other-job'): not joining it; use another file "
+             "for this job, or delete %s if that job is gone",
+             store_path);
+    assert_non_null(strstr(ddp_last_error(), want));
+    unsetenv("TORCHELASTIC_RUN_ID");
+    assert_int_equal(ddp_store_from_url(url, 1, 2, 10, &x, NULL, NULL), DDP_ERR_EXISTS);
+    assert_non_null(strstr(ddp_last_error(), "(this job has no id)"));
+
+    /* A late rank of the live job itself is let in, and sees its keys. */
+    setenv("TORCHELASTIC_RUN_ID", "live-job", 1);
+    assert_int_equal(ddp_store_from_url(url, 1, 2, 10, &x, NULL, NULL), 0);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    assert_value(x, "k", "v", 1);
+
+    assert_int_equal(write(go[1], "g", 1), 1);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_value(x, "k2", "w", 1);
+    ddp_store_destroy(x);
+    assert_false(exists_path(store_path)); /* the last of the 2 removed it */
+    close(ready[0]);
+    close(ready[1]);
+    close(go[0]);
+    close(go[1]);
+}
+
 int main(void)
 {
     snprintf(store_path, sizeof store_path, "/tmp/ddp-test-filestore-%d", (int)getpid());
@@ -365,6 +506,8 @@ int main(void)
         cmocka_unit_test(test_compaction_keeps_values),
         cmocka_unit_test(test_concurrent_compaction),
         cmocka_unit_test(test_compaction_failure_harmless),
+        cmocka_unit_test(test_stale_file_reused),
+        cmocka_unit_test(test_live_job_file_kept),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(store_path);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "free_port.h"
 #include "base/rng.h"
 #include "ddp/store.h"
 #include "fork_children.h"
@@ -246,18 +247,6 @@ static void test_from_url_errors(void **state)
 
 static char url[256];
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t sl = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &sl);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Each rank: join, count arrivals, agree on a value set by rank 0, and
  * leave only when everyone is done (rank 0 may be the server). */
 static int rendezvous(int rank, void *arg)
@@ -366,6 +355,51 @@ static void test_store_bind_override(void **state)
     ddp_store_destroy(s0);
 }
 
+/* A rank of another job (TORCHELASTIC_RUN_ID) is refused by the store of
+ * a running job, as a client and as a would-be server, and the running
+ * job's store is untouched; a handle of the public API (no job) is let in. */
+static void test_stranger_job_refused(void **state)
+{
+    (void)state;
+    char u[64];
+    snprintf(u, sizeof u, "tcp://127.0.0.1:%d?world_size=2", free_port());
+    ddp_store_t *s0 = NULL, *s1 = NULL, *x = NULL;
+    setenv("TORCHELASTIC_RUN_ID", "job-a", 1);
+    assert_int_equal(ddp_store_from_url(u, 0, -1, 5, &s0, NULL, NULL), 0);
+    assert_int_equal(ddp_store_set(s0, "ddp/world/join/1", "1", 1), 0);
+
+    setenv("TORCHELASTIC_RUN_ID", "job-b", 1);
+    double t0 = ddp_time_now();
+    assert_int_equal(ddp_store_from_url(u, 1, -1, 5, &x, NULL, NULL), DDP_ERR_EXISTS);
+    assert_true(ddp_time_now() - t0 < 2.0);
+    assert_null(x);
+    assert_non_null(strstr(ddp_last_error(), "as rank 1 of 2: "));
+    assert_non_null(strstr(ddp_last_error(), "address in use by another job (id 'job-a'; this "
+                                             "job's id is 'job-b'): a different job holds this "
+                                             "store"));
+    assert_int_equal(ddp_store_from_url(u, 0, -1, 5, &x, NULL, NULL), DDP_ERR_EXISTS);
+    assert_non_null(strstr(ddp_last_error(), "as rank 0 of 2: cannot listen: "));
+    assert_non_null(strstr(ddp_last_error(), "another job (id 'job-a'; this job's id is 'job-b')"));
+    unsetenv("TORCHELASTIC_RUN_ID");
+    assert_int_equal(ddp_store_from_url(u, 1, -1, 5, &x, NULL, NULL), DDP_ERR_EXISTS);
+    assert_non_null(strstr(ddp_last_error(), "(id 'job-a'; this job has no id)"));
+
+    /* Nothing of the strangers reached the store. */
+    int64_t n = -1;
+    assert_int_equal(ddp_store_num_keys(s0, &n), 0);
+    assert_int_equal(n, 1);
+    setenv("TORCHELASTIC_RUN_ID", "job-a", 1);
+    assert_int_equal(ddp_store_from_url(u, 1, -1, 5, &s1, NULL, NULL), 0);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    assert_int_equal(ddp_store_add(s1, "ddp/world/join/1", 0, &n), 0);
+    assert_int_equal(n, 1);
+    ddp_store_t *any = NULL;
+    assert_int_equal(ddp_store_tcp_create("127.0.0.1", ddp_store_tcp_port(s0), 0, 2, 5, &any), 0);
+    ddp_store_destroy(any);
+    ddp_store_destroy(s1);
+    ddp_store_destroy(s0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_rendezvous_tcp),
         cmocka_unit_test(test_rendezvous_env),
         cmocka_unit_test(test_store_bind_override),
+        cmocka_unit_test(test_stranger_job_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

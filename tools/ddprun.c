@@ -3,12 +3,15 @@
  *
  *   ddprun [--nproc-per-node N] [--nnodes N] [--node-rank R]
  *          [--master-addr A] [--master-port P] [--rdzv-endpoint A:P]
- *          [--standalone] [--max-restarts K] [--prefix] [--stop-timeout S]
- *          PROGRAM [ARGS...]
+ *          [--rdzv-id ID] [--standalone] [--max-restarts K] [--prefix]
+ *          [--stop-timeout S] PROGRAM [ARGS...]
  *
  * Each worker gets torchrun's environment: RANK, LOCAL_RANK, WORLD_SIZE,
- * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and
- * TORCHELASTIC_RESTART_COUNT (also as DDP_RESTART_COUNT).  When one worker
+ * LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+ * TORCHELASTIC_RUN_ID (the job's id: --rdzv-id, else a fresh one per job on
+ * one node, so that a second job on the same port is refused instead of
+ * joining the first) and TORCHELASTIC_RESTART_COUNT (also as
+ * DDP_RESTART_COUNT).  When one worker
  * fails, the others are stopped (SIGTERM, then SIGKILL after --stop-timeout)
  * and either the whole local group restarts (--max-restarts) or ddprun exits
  * 1 with one line naming the rank, its exit code or signal and the last line
@@ -38,6 +41,7 @@ typedef struct {
     int nproc, nnodes, node_rank, max_restarts, prefix;
     const char *master_addr;
     int master_port;
+    char rdzv_id[129];
     double stop_timeout;
     char **argv; /* the program and its arguments */
 } options;
@@ -79,6 +83,8 @@ static void usage(FILE *f)
             "  --master-addr A      address of rank 0's store (default 127.0.0.1)\n"
             "  --master-port P      its port (default 29500)\n"
             "  --rdzv-endpoint A:P  same as --master-addr A --master-port P\n"
+            "  --rdzv-id ID         the job's id, the same on every node (default: a fresh\n"
+            "                       one on a single node; 'none' with --nnodes > 1)\n"
             "  --standalone         single node, pick a free port on 127.0.0.1\n"
             "  --max-restarts K     restart the whole group up to K times (default 0)\n"
             "  --prefix             prefix each output line with \"[rank N]: \"\n"
@@ -122,6 +128,28 @@ static int free_port(void)
         port = ntohs(a.sin_port);
     close(fd);
     return port;
+}
+
+/* The job's id when --rdzv-id gives none: random on one node (every job
+ * its own); several nodes must agree without talking, so they get
+ * torchrun's default, "none". */
+static void fresh_id(options *o)
+{
+    if (o->nnodes > 1) {
+        snprintf(o->rdzv_id, sizeof o->rdzv_id, "none");
+        return;
+    }
+    unsigned char r[8];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    int ok = fd >= 0 && read(fd, r, sizeof r) == (ssize_t)sizeof r;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) { /* no /dev/urandom: still unique on this host */
+        snprintf(o->rdzv_id, sizeof o->rdzv_id, "%d-%ld", (int)getpid(), (long)time(NULL));
+        return;
+    }
+    for (size_t k = 0; k < sizeof r; k++)
+        snprintf(o->rdzv_id + 2 * k, 3, "%02x", r[k]);
 }
 
 /* Accepts both --flag=value and --flag value, and torchrun's underscores. */
@@ -193,6 +221,11 @@ static int parse_options(int argc, char **argv, options *o)
                 endpoint_host[hl - 2] = '\0';
             }
             o->master_addr = endpoint_host;
+        } else if ((v = flag_value(argc, argv, &i, "--rdzv-id"))) {
+            if (!*v || strlen(v) >= sizeof o->rdzv_id || strpbrk(v, " \t\n'"))
+                return fail_usage("bad --rdzv-id '%s': want 1..128 characters, no spaces "
+                                  "or quotes", v);
+            snprintf(o->rdzv_id, sizeof o->rdzv_id, "%s", v);
         } else if ((v = flag_value(argc, argv, &i, "--max-restarts"))) {
             if (parse_int(v, 0, 1000000, &o->max_restarts))
                 return fail_usage("bad --max-restarts '%s': want an integer >= 0", v);
@@ -222,6 +255,8 @@ static int parse_options(int argc, char **argv, options *o)
             return 2;
         }
     }
+    if (!o->rdzv_id[0])
+        fresh_id(o);
     o->argv = argv + i;
     return 0;
 }
@@ -258,7 +293,11 @@ static void exec_worker(const options *o, const worker *w, int restart, int out_
     set_env_int("TORCHELASTIC_RESTART_COUNT", restart);
     set_env_int("DDP_RESTART_COUNT", restart);
     set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+    setenv("TORCHELASTIC_RUN_ID", o->rdzv_id, 1);
     setenv("MASTER_ADDR", o->master_addr, 1);
+    /* libddp is silent by default; under ddprun its warnings (a rendezvous
+     * still waiting for ranks, say) reach the user unless DDP_LOG_LEVEL says. */
+    setenv("DDP_LOG_LEVEL", "warn", 0);
     /* torchrun's default: one OpenMP thread per worker so N workers do not
      * oversubscribe the cores; a user's explicit choice stays. */
     setenv("OMP_NUM_THREADS", "1", 0);

@@ -123,8 +123,14 @@ DDP_API int ddp_pg_symmetric_alloc(ddp_pg_t *pg, size_t bytes, void **out);
  * group's timeout; past it the memory is left allocated, with a warning). */
 DDP_API void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p);
 
-/* Backends registered ("tcp", ...): NULL-terminated list of names. */
+/* Backends built in ("tcp", "mpi" when built with MPI): NULL-terminated
+ * list of names. */
 DDP_API const char *const *ddp_pg_backend_names(void);
+/* 0 when name is a backend built in, or "gloo" (PyTorch's name for the CPU
+ * backend, which here is tcp); else DDP_ERR_UNSUPPORTED, with a message
+ * listing the backends.  NULL or "" is the default (tcp).  Lets a program
+ * reject a bad --backend flag before it starts anything. */
+DDP_API int ddp_pg_backend_check(const char *name);
 
 /* ------------------------------------------------------------------ */
 /* Asynchronous work                                                    */

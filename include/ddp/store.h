@@ -126,9 +126,13 @@ DDP_API int ddp_init_env_read(ddp_init_env *out);
  * listen there instead).  rank and world_size: >= 0 to give them, -1 to take
  * them from the URL query or, for env://, from RANK and WORLD_SIZE; given
  * both ways they must agree.  timeout_s < 0: DDP_STORE_DEFAULT_TIMEOUT_S;
- * it bounds the connection and becomes the store's timeout.  The resolved
- * rank and world size go to *rank_out and *world_size_out (each may be
- * NULL).  Caller destroys *out. */
+ * it bounds the connection and becomes the store's timeout.  The job's id
+ * comes from TORCHELASTIC_RUN_ID (set by ddprun and torchrun; unset: no id):
+ * a rank refuses, with DDP_ERR_EXISTS at once, a TCPStore server or a
+ * FileStore with a live member of another id, and a FileStore whose members
+ * are all gone (a failed run's) is emptied and reused (docs/store.md).  The
+ * resolved rank and world size go to *rank_out and *world_size_out (each
+ * may be NULL).  Caller destroys *out. */
 DDP_API int ddp_store_from_url(const char *url, int rank, int world_size, double timeout_s,
                                ddp_store_t **out, int *rank_out, int *world_size_out);
 

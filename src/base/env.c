@@ -26,6 +26,8 @@
 #define WORD(n, d, w, ...) \
     {.name = n, .type = DDP__ENV_WORD, .dflt = d, .words = {__VA_ARGS__, NULL}, .what = w}
 #define STR(n, h, w) {.name = n, .type = DDP__ENV_STRING, .hi = h, .what = w}
+#define SECONDS(n, l, h, d, w) \
+    {.name = n, .type = DDP__ENV_SECONDS, .lo = l, .hi = h, .dflt = d, .what = w}
 #define PATH(n, w) {.name = n, .type = DDP__ENV_PATH, .hi = 4095, .what = w}
 
 static const ddp__env_var table[] = {
@@ -33,6 +35,8 @@ static const ddp__env_var table[] = {
     STR("DDP_SECRET", 0, "shared secret that store clients and transport peers must prove"),
     PATH("DDP_SECRET_FILE", "file holding the shared secret (used when DDP_SECRET is unset)"),
     STR("DDP_STORE_BIND", 255, "address rank 0's TCPStore listens on (default: the URL's host)"),
+    SECONDS("DDP_RENDEZVOUS_REPORT_S", 0, 1e6, "10",
+            "seconds between a waiting rank's reports of who is missing (0: none)"),
     SIZE("DDP_FILESTORE_COMPACT_BYTES", 0, TIB, "1048576",
          "file store: log size from which it is compacted"),
     /* compute, data, logging */
@@ -143,6 +147,9 @@ static void accepted(const ddp__env_var *v, char *out, size_t len)
     case DDP__ENV_USEC:
         snprintf(out, len, "microseconds from %g to %g", v->lo, v->hi);
         return;
+    case DDP__ENV_SECONDS:
+        snprintf(out, len, "seconds from %g to %g", v->lo, v->hi);
+        return;
     case DDP__ENV_WORD: {
         size_t n = 0, at = 0;
         while (n < DDP__ENV_MAX_WORDS && v->words[n])
@@ -209,6 +216,7 @@ static int parse(const ddp__env_var *v, const char *value, double *num)
             return bad_value(v, value);
         break;
     case DDP__ENV_USEC:
+    case DDP__ENV_SECONDS:
         if (decimal(value, 0, &d) < 0)
             return bad_value(v, value);
         break;
@@ -232,7 +240,8 @@ static int parse(const ddp__env_var *v, const char *value, double *num)
     return 0;
 }
 
-static const char *const type_names[] = {"bool", "int", "size", "usec", "word", "string", "path"};
+static const char *const type_names[] = {"bool", "int", "size", "usec", "word", "string", "path",
+                                           "seconds"};
 
 /* The entry of name read as type, and its value (NULL: unset or empty). */
 static int lookup(const char *name, ddp__env_type type, const ddp__env_var **var,
@@ -276,12 +285,13 @@ static int number(const char *name, ddp__env_type type, double *out)
         return rc < 0 ? rc : 0;                              \
     }
 NUMBER_GETTER(ddp__env_bool, int, DDP__ENV_BOOL)
-
-int ddp_env_bool(const char *name, int *out) { return ddp__env_bool(name, out); }
 NUMBER_GETTER(ddp__env_int, int, DDP__ENV_INT)
 NUMBER_GETTER(ddp__env_size, size_t, DDP__ENV_SIZE)
 NUMBER_GETTER(ddp__env_usec, double, DDP__ENV_USEC)
+NUMBER_GETTER(ddp__env_seconds, double, DDP__ENV_SECONDS)
 NUMBER_GETTER(ddp__env_word, int, DDP__ENV_WORD)
+
+int ddp_env_bool(const char *name, int *out) { return ddp__env_bool(name, out); }
 
 int ddp__env_string(const char *name, const char **out)
 {

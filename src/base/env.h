@@ -19,6 +19,7 @@
  *            number (1e6, 2E9, 1.5e3), as the shared-memory knobs have always
  *            accepted; no suffixes (no parser ever took "64k");
  *   - usec:  microseconds, a decimal number (20, 0.5, 2e3);
+ *   - seconds: a decimal number of seconds (10, 0.5);
  *   - word:  one of the entry's words (letter case ignored);
  *   - string / path: any text up to the entry's maximum length;
  *   - numbers outside the entry's range, negative numbers for sizes, nan,
@@ -40,6 +41,7 @@ typedef enum ddp__env_type {
     DDP__ENV_WORD,
     DDP__ENV_STRING,
     DDP__ENV_PATH,
+    DDP__ENV_SECONDS,
 } ddp__env_type;
 
 #define DDP__ENV_MAX_WORDS 8
@@ -47,7 +49,7 @@ typedef enum ddp__env_type {
 typedef struct ddp__env_var {
     const char *name;
     ddp__env_type type;
-    /* INT, SIZE, USEC: the accepted range, both ends included (exact in a
+    /* INT, SIZE, USEC, SECONDS: the accepted range, both ends included (exact in a
      * double: every bound is below 2^53).  STRING, PATH: hi is the longest
      * accepted value in bytes (0: no limit). */
     double lo, hi;
@@ -71,6 +73,7 @@ int ddp__env_bool(const char *name, int *out);
 int ddp__env_int(const char *name, int *out);
 int ddp__env_size(const char *name, size_t *out);
 int ddp__env_usec(const char *name, double *out); /* microseconds */
+int ddp__env_seconds(const char *name, double *out);
 int ddp__env_word(const char *name, int *out);    /* index into the entry's words */
 /* STRING and PATH: *out borrows the environment's string (valid until the
  * variable is changed), or the default, or NULL when unset. */

@@ -1,6 +1,7 @@
 /* Backend registry and the transport-backed backends; see backend.h. */
 #include "pg/backend.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,34 +184,69 @@ const ddp__hier *ddp__backend_hier(const ddp__backend *be, void *impl)
 
 /* ---- the registry ---- */
 
-static const ddp__backend backends[] = {
-    {"tcp", tcp_create, tp_run, tp_abort, tp_destroy, tp_set_option, tp_transport, NULL, NULL,
-     tp_sym_alloc, tp_sym_free},
-};
+static const ddp__backend tcp_backend = {"tcp", tcp_create, tp_run, tp_abort, tp_destroy,
+                                         tp_set_option, tp_transport, NULL, NULL,
+                                         tp_sym_alloc, tp_sym_free};
+
+/* Every backend built in. */
+static const ddp__backend *const registry[] = {
+    &tcp_backend,
 #ifdef DDP_HAVE_MPI
-static const char *const backend_names[] = {"tcp", "mpi", NULL};
-#else
-static const char *const backend_names[] = {"tcp", NULL};
+    &ddp__backend_mpi,
 #endif
+};
+#define NBACKENDS (sizeof registry / sizeof registry[0])
+
+/* Their names, NULL-terminated, for the public API and messages. */
+static const char *backend_names[NBACKENDS + 1];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void fill_names(void)
+{
+    for (size_t i = 0; i < NBACKENDS; i++)
+        backend_names[i] = registry[i]->name;
+}
+
+/* Names PyTorch users type for what a backend here does: "gloo" is
+ * torch's CPU backend, which is what tcp is (shared memory on one host,
+ * TCP across hosts). */
+static const struct {
+    const char *alias, *name;
+} aliases[] = {{"gloo", "tcp"}};
 
 const ddp__backend *ddp__backend_find(const char *name)
 {
     if (!name || !*name)
         name = "tcp";
-    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
-        if (strcmp(backends[i].name, name) == 0)
-            return &backends[i];
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(aliases[i].alias, name) == 0)
+            name = aliases[i].name;
+    for (size_t i = 0; i < NBACKENDS; i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+#ifndef DDP_HAVE_MPI
     if (strcmp(name, "mpi") == 0) {
-#ifdef DDP_HAVE_MPI
-        return &ddp__backend_mpi;
-#else
         DDP_ERROR(DDP_ERR_UNSUPPORTED, "backend 'mpi': libddp was built without MPI "
                                        "(install libopenmpi-dev or libmpich-dev and rebuild)");
         return NULL;
-#endif
     }
-    DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown backend '%s' (available: tcp)", name);
+#endif
+    char avail[256] = "";
+    for (size_t i = 0, off = 0; i < NBACKENDS && off < sizeof avail; i++)
+        off += (size_t)snprintf(avail + off, sizeof avail - off, "%s%s", i ? ", " : "",
+                                registry[i]->name);
+    DDP_ERROR(DDP_ERR_UNSUPPORTED, "unknown backend '%s' (available: %s; gloo means tcp)", name,
+              avail);
     return NULL;
 }
 
-const char *const *ddp_pg_backend_names(void) { return backend_names; }
+const char *const *ddp_pg_backend_names(void)
+{
+    pthread_once(&names_once, fill_names);
+    return backend_names;
+}
+
+int ddp_pg_backend_check(const char *name)
+{
+    return ddp__backend_find(name) ? 0 : DDP_ERR_UNSUPPORTED;
+}

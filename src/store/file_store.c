@@ -10,7 +10,12 @@
  * to 10 ms): no core is spun, and nothing is needed from the other processes.
  *
  * The header counts the handles open on the file and the handles that have
- * left; the last of world_size members to leave removes the file.  When the
+ * left; the last of world_size members to leave removes the file.  Each
+ * handle also logs a JOIN record (who it is: host, pid and start time; its
+ * job's id) and a LEAVE record, kept apart from the keys, so that a joiner
+ * of a rendezvous (ddp__store_file_open with a job id) can tell a live job
+ * of another id, which it refuses, from a file that a failed or killed run
+ * left behind, which it empties and reuses.  When the
  * log grows past DDP_FILESTORE_COMPACT_BYTES (1 MiB) and is mostly dead
  * records, the writer writes the live records to a new file, renames it
  * over the path and marks the old file superseded; other handles find the
@@ -33,14 +38,17 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "store/kv.h"
 
 #define HEADER_SIZE 32
 #define RECORD_HEADER 16
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 2
 #define REC_SET 1
 #define REC_DELETE 2
+#define REC_JOIN 3  /* a member: key = who (proc id + handle), value = its job id */
+#define REC_LEAVE 4 /* that member left */
 #define POLL_MAX_S 0.010
 #define LOCK_POLL_MAX_S 0.002
 #define GEN_SUPERSEDED UINT64_MAX /* header generation of a file compacted away */
@@ -54,10 +62,14 @@ typedef struct file_store {
     char *path;
     int fd;
     int world_size;
+    int check_job;       /* a rendezvous: refuse another job, reuse a stale file */
+    char job_id[DDP__STORE_MAX_JOB_ID + 1];
+    char *member;        /* this handle's JOIN key */
     uint64_t generation; /* of the log in cache; 0: nothing read yet */
     uint64_t offset;     /* bytes of the file applied to cache */
     uint64_t compact_bytes;
     ddp__kv cache;
+    ddp__kv members; /* JOIN records not followed by a LEAVE */
     uint8_t *buf;
     size_t cap;
 } file_store;
@@ -234,7 +246,7 @@ static int apply_records(file_store *fs, const uint8_t *buf, size_t len)
                     at);
         const uint8_t *r = buf + pos;
         uint32_t type = r[4], klen = get32(r + 8), vlen = get32(r + 12);
-        DDP_FAIL_IF(type != REC_SET && type != REC_DELETE, DDP_ERR_FORMAT,
+        DDP_FAIL_IF(type < REC_SET || type > REC_LEAVE, DDP_ERR_FORMAT,
                     "%s: corrupt file: unknown record type %u at offset %llu", fs->base.desc,
                     type, at);
         DDP_FAIL_IF(klen == 0 || klen > DDP__STORE_MAX_KEY || vlen > DDP__STORE_MAX_VALUE,
@@ -251,11 +263,12 @@ static int apply_records(file_store *fs, const uint8_t *buf, size_t len)
         const char *key = (const char *)r + RECORD_HEADER;
         DDP_FAIL_IF(memchr(key, 0, klen) != NULL, DDP_ERR_FORMAT,
                     "%s: corrupt file: key with a NUL byte at offset %llu", fs->base.desc, at);
-        if (type == REC_SET) {
-            DDP_FAIL_IF(ddp__kv_set(&fs->cache, key, klen, r + RECORD_HEADER + klen, vlen) < 0,
+        ddp__kv *map = type == REC_JOIN || type == REC_LEAVE ? &fs->members : &fs->cache;
+        if (type == REC_SET || type == REC_JOIN) {
+            DDP_FAIL_IF(ddp__kv_set(map, key, klen, r + RECORD_HEADER + klen, vlen) < 0,
                         DDP_ERR_NOMEM, "%s: out of memory", fs->base.desc);
         } else {
-            ddp__kv_delete(&fs->cache, key, klen);
+            ddp__kv_delete(map, key, klen);
         }
         pos += rlen;
     }
@@ -283,6 +296,7 @@ static int refresh(file_store *fs)
                             * (NFS) where the old file keeps a link */
     if (h.generation != fs->generation) {
         ddp__kv_free(&fs->cache);
+        ddp__kv_free(&fs->members);
         fs->generation = h.generation;
         fs->offset = HEADER_SIZE;
     }
@@ -315,23 +329,25 @@ static size_t encode_record(uint8_t *r, int type, const char *key, size_t klen,
 typedef struct fill {
     uint8_t *buf;
     size_t len;
+    int type;
 } fill;
 
 static int compact_entry(const ddp__kv_entry *e, void *arg)
 {
     fill *f = arg;
-    f->len += encode_record(f->buf + f->len, REC_SET, e->key, e->klen, e->value, e->vlen);
+    f->len += encode_record(f->buf + f->len, f->type, e->key, e->klen, e->value, e->vlen);
     return 0;
 }
 
-/* Replaces the log with one SET per live key when it is mostly dead
- * records: writes PATH.compact.PID, renames it over PATH, marks the old file
+/* Replaces the log with one SET per live key (and one JOIN per member) when
+ * it is mostly dead records: writes PATH.compact.PID, renames it over PATH, marks the old file
  * superseded and moves this handle to the new one.  Caller holds the
  * exclusive lock on the old file and a fresh cache.  Compaction is an
  * optimisation: when it fails the old log stays, with a warning. */
 static void maybe_compact(file_store *fs)
 {
-    size_t live = fs->cache.count * RECORD_HEADER + fs->cache.bytes;
+    size_t live = (fs->cache.count + fs->members.count) * RECORD_HEADER + fs->cache.bytes +
+                  fs->members.bytes;
     if (fs->offset < fs->compact_bytes || (fs->offset - HEADER_SIZE) < 4 * live)
         return;
     header h;
@@ -342,8 +358,10 @@ static void maybe_compact(file_store *fs)
     uint64_t old_size = fs->offset;
     h.generation++;
     encode_header(fs->buf, &h);
-    fill f = {fs->buf, HEADER_SIZE};
+    fill f = {fs->buf, HEADER_SIZE, REC_SET};
     ddp__kv_foreach(&fs->cache, compact_entry, &f);
+    f.type = REC_JOIN;
+    ddp__kv_foreach(&fs->members, compact_entry, &f);
 
     size_t plen = strlen(fs->path) + 32;
     char *tmp = malloc(plen);
@@ -605,8 +623,10 @@ static void free_handle(file_store *fs)
     if (fs->fd >= 0)
         close(fs->fd);
     ddp__kv_free(&fs->cache);
+    ddp__kv_free(&fs->members);
     pthread_mutex_destroy(&fs->mu);
     free(fs->buf);
+    free(fs->member);
     free(fs->path);
     free(fs);
 }
@@ -622,6 +642,9 @@ static void fs_destroy(ddp_store_t *s)
     }
     if (lock_fresh(fs, LOCK_EX, t) == 0) {
         header h;
+        /* First the LEAVE (which may compact: the header is read after). */
+        if (append(fs, REC_LEAVE, fs->member, NULL, 0) < 0)
+            DDP_WARN("%s: leaving: %s", fs->base.desc, ddp_last_error());
         if (read_header(fs, &h) == 0) {
             h.members = h.members > 0 ? h.members - 1 : 0;
             h.finished++;
@@ -655,8 +678,81 @@ static const ddp__store_ops file_ops = {
     .destroy = fs_destroy,
 };
 
+/* ---- who holds the file ------------------------------------------------ */
+
+typedef struct holders {
+    const file_store *fs;
+    int live, gone;
+    const ddp__kv_entry *stranger; /* a live member of another job */
+    char gone_job[DDP__STORE_MAX_JOB_ID + 1];
+} holders;
+
+static int look_member(const ddp__kv_entry *e, void *arg)
+{
+    holders *w = arg;
+    /* The key is "<proc id> <handle>": the proc id is what ddp__proc_alive reads. */
+    if (!ddp__proc_alive(e->key)) {
+        w->gone++;
+        snprintf(w->gone_job, sizeof w->gone_job, "%.*s", (int)e->vlen, (const char *)e->value);
+        return 0;
+    }
+    w->live++;
+    if (!w->stranger && (e->vlen != strlen(w->fs->job_id) ||
+                         memcmp(e->value, w->fs->job_id, e->vlen) != 0))
+        w->stranger = e;
+    return 0;
+}
+
+/* Empties the file for a new job: no records, no members, a new generation
+ * (any handle left open on it reloads).  Caller holds the exclusive lock. */
+static int reset_file(file_store *fs, header *h)
+{
+    h->generation = h->generation + 1 >= GEN_SUPERSEDED ? 1 : h->generation + 1;
+    h->members = h->finished = 0;
+    if (ftruncate(fs->fd, HEADER_SIZE) < 0)
+        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: truncate", fs->base.desc);
+    DDP_TRY(write_header(fs, h));
+    return refresh(fs);
+}
+
+/* A rendezvous joiner's look at who holds the file (caller holds the
+ * exclusive lock, the cache fresh): a live member of another job is an
+ * error at once, not a rank claimed twice or a wait for the timeout; a file
+ * whose members have all left or died (a run that failed, timed out or was
+ * killed) is emptied and reused. */
+static int admit(file_store *fs, header *h)
+{
+    if (!fs->check_job)
+        return 0;
+    holders w = {.fs = fs};
+    ddp__kv_foreach(&fs->members, look_member, &w);
+    if (w.stranger) {
+        char host[256] = "?";
+        int pid = 0;
+        sscanf(w.stranger->key, "%255s %*s %d", host, &pid);
+        char theirs[DDP__STORE_MAX_JOB_ID + 40], mine[DDP__STORE_MAX_JOB_ID + 40];
+        ddp__job_words(theirs, sizeof theirs, (const char *)w.stranger->value, w.stranger->vlen,
+                       0);
+        ddp__job_words(mine, sizeof mine, fs->job_id, strlen(fs->job_id), 1);
+        return DDP_ERROR(DDP_ERR_EXISTS,
+                         "%s: a different job (%s, pid %d on %s) holds this store (%s): "
+                         "not joining it; use another file for this job, or delete %s if that "
+                         "job is gone",
+                         fs->base.desc, theirs, pid, host, mine, fs->path);
+    }
+    if (w.live > 0 || (fs->cache.count == 0 && w.gone == 0 && h->finished == 0))
+        return 0;
+    char what[DDP__STORE_MAX_JOB_ID + 40] = "its members left";
+    if (w.gone)
+        ddp__job_words(what, sizeof what, w.gone_job, strlen(w.gone_job), 0);
+    DDP_WARN("%s: reusing the file of an earlier run that is gone (%s; %d member%s died, %d "
+             "left): its keys are dropped",
+             fs->base.desc, what, w.gone, w.gone == 1 ? "" : "s", h->finished);
+    return reset_file(fs, h);
+}
+
 /* Opens the file (creating it when absent or empty) and joins as a member,
- * under the exclusive lock. */
+ * under the exclusive lock: the header's count, and a JOIN record. */
 static int join(file_store *fs)
 {
     fs->fd = open(fs->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -673,10 +769,14 @@ static int join(file_store *fs)
             rc = st.st_nlink == 0 ? SUPERSEDED : refresh(fs);
         if (rc == 0)
             rc = read_header(fs, &h);
+        if (rc == 0)
+            rc = admit(fs, &h);
         if (rc == 0) {
             h.members++;
             rc = write_header(fs, &h);
         }
+        if (rc == 0)
+            rc = append(fs, REC_JOIN, fs->member, fs->job_id, strlen(fs->job_id));
         unlock_file(fs);
         if (rc <= 0)
             return rc;
@@ -689,6 +789,12 @@ static int join(file_store *fs)
 
 int ddp_store_file_create(const char *path, int world_size, ddp_store_t **out)
 {
+    return ddp__store_file_open(path, world_size, NULL, out);
+}
+
+int ddp__store_file_open(const char *path, int world_size, const char *job_id,
+                         ddp_store_t **out)
+{
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "ddp_store_file_create: out is NULL");
     *out = NULL;
     DDP_FAIL_IF(!path || !*path, DDP_ERR_INVALID_ARG, "file store: empty path");
@@ -699,7 +805,10 @@ int ddp_store_file_create(const char *path, int world_size, ddp_store_t **out)
     ddp__store_init(&fs->base, &file_ops, "file store %s", path);
     pthread_mutex_init(&fs->mu, NULL);
     ddp__kv_init(&fs->cache);
+    ddp__kv_init(&fs->members);
     fs->fd = -1;
+    fs->check_job = job_id != NULL;
+    snprintf(fs->job_id, sizeof fs->job_id, "%s", job_id ? job_id : "");
     fs->world_size = world_size;
     int rc = 0;
     size_t compact = 0; /* default 1 MiB: src/base/env.c */
@@ -707,6 +816,12 @@ int ddp_store_file_create(const char *path, int world_size, ddp_store_t **out)
     fs->compact_bytes = compact;
     fs->path = strdup(path);
     DDP_FAIL_OUT(!fs->path, DDP_ERR_NOMEM, "file store %s: out of memory", path);
+    char who[512];
+    DDP_TRY_OUT(ddp__proc_id(who, sizeof who));
+    fs->member = malloc(strlen(who) + 32);
+    DDP_FAIL_OUT(!fs->member, DDP_ERR_NOMEM, "file store %s: out of memory", path);
+    /* One process may hold several handles: the handle's address tells them apart. */
+    snprintf(fs->member, strlen(who) + 32, "%s %p", who, (void *)fs);
     DDP_TRY_OUT(join(fs));
     *out = &fs->base;
 out:

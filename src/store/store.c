@@ -69,6 +69,14 @@ int ddp__store_timeout_error(const ddp_store_t *s, const char *const *keys, size
                      s->desc, nm == 1 ? "" : "s", missing, timeout_s, all);
 }
 
+void ddp__job_words(char *out, size_t len, const char *id, size_t n, int ours)
+{
+    if (n == 0)
+        snprintf(out, len, "%s", ours ? "this job has no id" : "no job id");
+    else
+        snprintf(out, len, "%s'%.*s'", ours ? "this job's id is " : "id ", (int)n, id);
+}
+
 /* ---- argument checks ---------------------------------------------------- */
 
 static int check_store(const ddp_store_t *s, const char *what)

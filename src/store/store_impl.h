@@ -15,6 +15,7 @@
 #define DDP__STORE_MAX_KEY 4096
 #define DDP__STORE_MAX_VALUE (64u << 20)
 #define DDP__STORE_MAX_KEYS 65536 /* keys in one wait/check */
+#define DDP__STORE_MAX_JOB_ID 128 /* bytes of a job id (TORCHELASTIC_RUN_ID) */
 
 typedef struct ddp__store_ops {
     int (*set)(ddp_store_t *s, const char *key, const void *value, size_t len);
@@ -55,9 +56,25 @@ int ddp__store_foreign(const ddp_store_t *s);
 int ddp__store_timeout_error(const ddp_store_t *s, const char *const *keys, size_t n,
                              const int *present, double timeout_s);
 
+/* Names a job in a message: "id 'X'" or "no job id"; as ours, "this job's
+ * id is 'X'" or "this job has no id".  id[0..n), not NUL-terminated. */
+void ddp__job_words(char *out, size_t len, const char *id, size_t n, int ours);
+
+/* ddp_store_file_create for a rendezvous of the job job_id ("" for none;
+ * at most DDP__STORE_MAX_JOB_ID bytes): fails at once (DDP_ERR_EXISTS) when
+ * a live member of another job holds the file, and empties a file whose
+ * members have all left or died (a warning says so).  NULL: neither. */
+int ddp__store_file_open(const char *path, int world_size, const char *job_id,
+                         ddp_store_t **out);
+
 /* ddp_store_tcp_create with the server (is_server) listening on
- * listen_host instead of host (NULL: host); clients still use host. */
+ * listen_host instead of host (NULL: host); clients still use host.
+ * job_id (at most DDP__STORE_MAX_JOB_ID bytes; "" for none) names the job:
+ * the server tells it to every client, and a client refuses a server of
+ * another job (DDP_ERR_EXISTS) without sending it anything.  NULL: the
+ * server names no job, the client accepts any. */
 int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
-                        int world_size, double timeout_s, ddp_store_t **out);
+                        int world_size, double timeout_s, const char *job_id,
+                        ddp_store_t **out);
 
 #endif

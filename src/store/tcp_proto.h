@@ -26,7 +26,8 @@
 #define DDP__TS_MAX_AUTH_PAYLOAD 256u
 
 enum ddp__ts_op {
-    DDP__TS_HELLO = 1, /* server -> client on accept: u8 auth_required, nonce[32] */
+    DDP__TS_HELLO = 1, /* server -> client on accept: u8 auth_required, nonce[32],
+                        * then (only when the server names its job) bytes job_id */
     DDP__TS_AUTH,      /* client: nonce[32], mac[32]; reply: mac[32] */
     DDP__TS_SET,       /* key, value; reply: empty */
     DDP__TS_GET,       /* u64 timeout_ms, key; reply: value */

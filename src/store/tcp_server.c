@@ -69,6 +69,7 @@ struct ddp__ts_server {
     char where[320];
     uint8_t *secret;
     size_t slen;
+    char job_id[DDP__STORE_MAX_JOB_ID + 1]; /* told to every client in HELLO */
     ddp__kv kv;
     conn *conns;
     int nconns;
@@ -582,6 +583,8 @@ static void on_accept(ddp__ts_server *s)
         ddp__ts_begin(&c->out);
         ddp__ts_u8(&c->out, s->secret != NULL);
         ddp__ts_raw(&c->out, c->nonce, sizeof c->nonce);
+        if (s->job_id[0]) /* optional: a server of no job sends the short HELLO */
+            ddp__ts_bytes(&c->out, s->job_id, strlen(s->job_id));
         answer(s, c, DDP__TS_HELLO, 0);
     }
 }
@@ -651,13 +654,15 @@ static void free_server(ddp__ts_server *s)
 }
 
 int ddp__ts_server_start(const char *host, int port, const uint8_t *secret, size_t slen,
-                         double timeout_s, ddp__ts_server **out, int *port_out)
+                         const char *job_id, double timeout_s, ddp__ts_server **out,
+                         int *port_out)
 {
     ddp__ts_server *s = calloc(1, sizeof *s);
     DDP_FAIL_IF(!s, DDP_ERR_NOMEM, "tcp store server: out of memory");
     s->auth_timeout_s = timeout_s < AUTH_TIMEOUT_MAX_S ? timeout_s : AUTH_TIMEOUT_MAX_S;
     s->listen_fd = s->epfd = s->wake_fd = -1;
     ddp__kv_init(&s->kv);
+    snprintf(s->job_id, sizeof s->job_id, "%s", job_id ? job_id : "");
     int rc = 0;
     if (secret) {
         s->secret = malloc(slen);

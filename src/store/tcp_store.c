@@ -38,6 +38,8 @@ typedef struct tcp_store {
     ddp__ts_server *server; /* on the server's handle */
     uint8_t *secret; /* base/secret.h; NULL: none */
     size_t slen;
+    int check_job;                          /* refuse a server of another job */
+    char job_id[DDP__STORE_MAX_JOB_ID + 1]; /* ours ("" for none) */
     ddp__ts_writer req;
     uint8_t *ans;
     size_t ans_cap;
@@ -345,8 +347,28 @@ static const ddp__store_ops tcp_ops = {
 
 /* ---- connecting ------------------------------------------------------------ */
 
-/* HELLO from the server, then (when it asks) the challenge-response:
- * each side proves it knows the secret without sending it. */
+/* A server of another job: this rank must not touch its store (it would
+ * claim a rank that is taken, or overwrite a record of the running job),
+ * and its user must learn why.  Their id is id[0..n) (NULL: none). */
+static int check_job(const tcp_store *ts, const uint8_t *id, size_t n)
+{
+    if (!id)
+        n = 0;
+    if (n == strlen(ts->job_id) && (n == 0 || memcmp(id, ts->job_id, n) == 0))
+        return 0;
+    char a[DDP__STORE_MAX_JOB_ID + 40], b[DDP__STORE_MAX_JOB_ID + 40];
+    ddp__job_words(a, sizeof a, (const char *)id, n, 0);
+    ddp__job_words(b, sizeof b, ts->job_id, strlen(ts->job_id), 1);
+    return DDP_ERROR(DDP_ERR_EXISTS,
+                     "%s: address in use by another job (%s; %s): a different job holds this "
+                     "store, not joining it; give each job its own port, and every rank of "
+                     "one job the same TORCHELASTIC_RUN_ID",
+                     ts->base.desc, a, b);
+}
+
+/* HELLO from the server (its job), then (when it asks) the
+ * challenge-response: each side proves it knows the secret without sending
+ * it. */
 static int handshake(tcp_store *ts, double deadline)
 {
     const char *what = ts->base.desc;
@@ -355,8 +377,13 @@ static int handshake(tcp_store *ts, double deadline)
     ddp__ts_reader r = {ts->ans, h.length, 0, 0};
     int auth = ddp__ts_get_u8(&r);
     const uint8_t *sn = ddp__ts_get_raw(&r, DDP__TS_NONCE);
-    DDP_FAIL_IF(!sn || r.pos != r.len, DDP_ERR_PROTOCOL, "%s: malformed hello from the server",
-                what);
+    size_t idlen = 0;
+    const uint8_t *id =
+        sn && r.pos < r.len ? ddp__ts_get_bytes(&r, DDP__STORE_MAX_JOB_ID, &idlen) : NULL;
+    DDP_FAIL_IF(!sn || r.err || r.pos != r.len, DDP_ERR_PROTOCOL,
+                "%s: malformed hello from the server", what);
+    if (ts->check_job)
+        DDP_TRY(check_job(ts, id, idlen));
     uint8_t snonce[DDP__TS_NONCE];
     memcpy(snonce, sn, sizeof snonce);
     DDP_FAIL_IF(auth && !ts->secret, DDP_ERR_AUTH,
@@ -389,11 +416,30 @@ static int handshake(tcp_store *ts, double deadline)
 int ddp_store_tcp_create(const char *host, int port, int is_server, int world_size,
                          double timeout_s, ddp_store_t **out)
 {
-    return ddp__store_tcp_open(host, NULL, port, is_server, world_size, timeout_s, out);
+    return ddp__store_tcp_open(host, NULL, port, is_server, world_size, timeout_s, NULL, out);
+}
+
+/* After the server could not listen on host:port: when a server of another
+ * job answers there, that is the cause to report (its id), not the bind
+ * error.  Returns rc, with the message replaced in that case. */
+static int name_holder(int rc, const char *host, int port, const char *job_id)
+{
+    if (!job_id || port == 0)
+        return rc;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ddp_last_error());
+    ddp_store_t *probe = NULL;
+    int prc = ddp__store_tcp_open(host, NULL, port, 0, 0, 1.0, job_id, &probe);
+    ddp_store_destroy(probe);
+    if (prc == DDP_ERR_EXISTS)
+        return ddp__error_context(prc, "cannot listen");
+    ddp__error_restore(why);
+    return rc;
 }
 
 int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int is_server,
-                        int world_size, double timeout_s, ddp_store_t **out)
+                        int world_size, double timeout_s, const char *job_id,
+                        ddp_store_t **out)
 {
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "ddp_store_tcp_create: out is NULL");
     *out = NULL;
@@ -406,12 +452,17 @@ int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int
                 host, world_size);
     DDP_FAIL_IF(!(timeout_s >= 0), DDP_ERR_INVALID_ARG, "tcp store %s: timeout %g s", host,
                 timeout_s);
+    DDP_FAIL_IF(job_id && strlen(job_id) > DDP__STORE_MAX_JOB_ID, DDP_ERR_INVALID_ARG,
+                "tcp store %s: job id '%.40s...' longer than %d bytes", host, job_id,
+                DDP__STORE_MAX_JOB_ID);
     tcp_store *ts = calloc(1, sizeof *ts);
     DDP_FAIL_IF(!ts, DDP_ERR_NOMEM, "tcp store: out of memory");
     pthread_mutex_init(&ts->mu, NULL);
     ts->fd = -1;
     ts->port = port;
     ts->world_size = world_size;
+    ts->check_job = job_id != NULL;
+    snprintf(ts->job_id, sizeof ts->job_id, "%s", job_id ? job_id : "");
     char hp[300];
     ddp__sock_hostport(host, port, hp, sizeof hp);
     ddp__store_init(&ts->base, &tcp_ops, "tcp store %s", hp);
@@ -423,8 +474,12 @@ int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int
     if (is_server) {
         if (!listen_host || !*listen_host)
             listen_host = host;
-        DDP_TRY_OUT(ddp__ts_server_start(listen_host, port, ts->secret, ts->slen, timeout_s,
-                                         &ts->server, &ts->port));
+        rc = ddp__ts_server_start(listen_host, port, ts->secret, ts->slen, job_id, timeout_s,
+                                  &ts->server, &ts->port);
+        if (rc < 0) {
+            rc = name_holder(rc, host, port, job_id);
+            goto out;
+        }
         /* The server's own handle connects where it listens; listening
          * everywhere, it goes over loopback. */
         connect_host = listen_host;

@@ -310,9 +310,17 @@ int ddp_store_from_url(const char *url, int rank, int world_size, double timeout
                 hint);
     DDP_FAIL_IF(r >= ws, DDP_ERR_INVALID_ARG,
                 "init method '%.300s': rank %d out of range for world size %d", url, r, ws);
+    /* The job's id (torchrun's --rdzv-id, which it and ddprun hand their
+     * workers as TORCHELASTIC_RUN_ID): a rank refuses a store held by
+     * another job, so two jobs on one address or file cannot mix. */
+    const char *job = getenv("TORCHELASTIC_RUN_ID");
+    job = job ? job : "";
+    DDP_FAIL_IF(strlen(job) > DDP__STORE_MAX_JOB_ID, DDP_ERR_INVALID_ARG,
+                "TORCHELASTIC_RUN_ID='%.40s...' is longer than %d bytes", job,
+                DDP__STORE_MAX_JOB_ID);
     int rc;
     if (u.kind == DDP_INIT_FILE) {
-        rc = ddp_store_file_create(u.path, ws, out);
+        rc = ddp__store_file_open(u.path, ws, job, out);
         if (rc == 0)
             ddp_store_set_timeout(*out, timeout_s);
     } else {
@@ -332,7 +340,7 @@ int ddp_store_from_url(const char *url, int rank, int world_size, double timeout
         const char *bind = NULL;
         rc = ddp__env_string("DDP_STORE_BIND", &bind);
         if (rc == 0)
-            rc = ddp__store_tcp_open(host, bind, port, r == 0, ws, timeout_s, out);
+            rc = ddp__store_tcp_open(host, bind, port, r == 0, ws, timeout_s, job, out);
     }
     if (rc < 0)
         return ddp__error_context(rc, "rendezvous at '%.300s' as rank %d of %d", url, r, ws);

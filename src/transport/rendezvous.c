@@ -5,7 +5,10 @@
  * record.  Missing ranks are polled with ddp_store_check and a growing
  * sleep (1 to 20 ms) rather than one blocking wait, so that the timeout can
  * name exactly the ranks that did not come and a world-size disagreement is
- * reported as soon as the first disagreeing record appears. */
+ * reported as soon as the first disagreeing record appears.  Every
+ * DDP_RENDEZVOUS_REPORT_S seconds (default 10; 0: never) a rank still
+ * waiting logs who is missing, at warn level, so that a job whose peers
+ * never come does not sit silent for the whole timeout. */
 #include "transport/rendezvous.h"
 
 #include <stdio.h>
@@ -13,6 +16,8 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/env.h"
+#include "base/log.h"
 #include "base/time.h"
 
 void ddp__format_ranks(char *out, size_t len, const unsigned char *missing, int size)
@@ -73,13 +78,16 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
                 "rank %d out of range for world size %d", rank, size);
     memset(recs, 0, sizeof *recs * (size_t)size);
+    double every; /* DDP_RENDEZVOUS_REPORT_S: seconds between "still waiting" reports */
+    DDP_TRY(ddp__env_seconds("DDP_RENDEZVOUS_REPORT_S", &every));
 
     int64_t joins = 0;
     snprintf(key, sizeof key, "%s/join/%d", prefix, rank);
     DDP_TRY_OUT(ddp_store_add(store, key, 1, &joins));
     DDP_FAIL_OUT(joins > 1, DDP_ERR_EXISTS,
-                 "rank %d joined twice: another process already claimed rank %d of '%s'", rank,
-                 rank, prefix);
+                 "rank %d joined twice: another process already claimed rank %d of '%s' (a "
+                 "rank started twice, or two jobs with one id on one store?)",
+                 rank, rank, prefix);
 
     buf = malloc(len + 16);
     DDP_FAIL_OUT(!buf, DDP_ERR_NOMEM, "out of memory");
@@ -97,6 +105,7 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     ddp__backoff b;
     ddp__backoff_init(&b, timeout_s, 0.02);
     b.sleep_s = 0.001;
+    double start = ddp_time_now(), next_report = start + every;
     for (;;) {
         for (int r = 0; r < size; r++) {
             if (!missing[r])
@@ -116,6 +125,15 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
         }
         if (left == 0)
             break;
+        double now = ddp_time_now();
+        if (every > 0 && now >= next_report) {
+            char who[256];
+            ddp__format_ranks(who, sizeof who, missing, size);
+            DDP_WARN("rank %d: rendezvous '%s': waiting for %s (%d of %d joined, %.3g s of "
+                     "%.3g s)",
+                     rank, prefix, who, size - left, size, now - start, timeout_s);
+            next_report = now + every;
+        }
         if (ddp__backoff_sleep(&b) < 0) {
             char who[256];
             ddp__format_ranks(who, sizeof who, missing, size);

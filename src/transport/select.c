@@ -18,6 +18,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/host.h"
 #include "transport/rendezvous.h"
 #include "transport/select.h"
 #include "transport/shm.h"
@@ -29,34 +30,6 @@ static const char *const mode_names[] = {"auto", "tcp", "shm"};
 /* DDP_HIERARCHICAL, in the same order: auto, off, on. */
 enum { HIER_AUTO, HIER_OFF, HIER_ON };
 static const char *const hier_names[] = {"auto", "0", "1"};
-
-int ddp__host_id(char *out, size_t len)
-{
-    const char *env = NULL;
-    DDP_TRY(ddp__env_string("DDP_HOST_ID", &env));
-    if (env) {
-        DDP_FAIL_IF(strlen(env) >= len || strchr(env, ' ') || strchr(env, '\n'),
-                    DDP_ERR_INVALID_ARG,
-                    "DDP_HOST_ID=%s: expected at most %zu characters, no spaces", env, len - 1);
-        snprintf(out, len, "%s", env);
-        return 0;
-    }
-    char host[256] = "", boot[64] = "";
-    if (gethostname(host, sizeof host - 1) < 0)
-        snprintf(host, sizeof host, "unknown");
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(boot, sizeof boot, f))
-            boot[0] = '\0';
-        fclose(f);
-    }
-    boot[strcspn(boot, "\n")] = '\0';
-    for (char *c = host; *c; c++) /* the record is space-separated */
-        if (*c == ' ' || *c == '\n')
-            *c = '_';
-    snprintf(out, len, "%.200s/%.40s", host, boot[0] ? boot : "no-boot-id");
-    return 0;
-}
 
 /* The index of the word [v, v + len) in names[3], or -1. */
 static int word_index(const char *v, size_t len, const char *const names[3])

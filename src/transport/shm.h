@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 
+#include "base/host.h" /* ddp__host_id */
 #include "ddp/store.h"
 #include "transport/transport.h"
 
@@ -31,8 +32,6 @@
 int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
                     double timeout_s, ddp__tp **out);
 
-/* This host's identity: DDP_HOST_ID when set, else "<hostname>/<boot id>". */
-int ddp__host_id(char *out, size_t len);
 
 /* Tests: the name the segment had ("/ddp-<pid>-<hex>"; unlinked once every
  * rank attached), NULL when tp is not a shm transport. */
