@@ -74,7 +74,7 @@ END {
         m = n["A-" ranks[k]]
         for (i = 1; i <= m; i++) q[i] = thr["B-" ranks[k], i] / thr["A-" ranks[k], i]
         printf "B/A, %s rank(s): median of %d pair ratios %.3f (", ranks[k], m, median(q, m)
-        for (i = 1; i <= m; i++) printf "%s%.3f", i > 1 ? " " : "", thr["B-" ranks[k], i] / thr["A-" ranks[k], i]
+        for (i = 1; i <= m; i++) printf "%s%.3f", (i > 1 ? " " : ""), thr["B-" ranks[k], i] / thr["A-" ranks[k], i]
         printf ")\n"
     }
 }' "$tmp/rows"
