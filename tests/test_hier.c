@@ -329,16 +329,17 @@ static void test_messages_use_group_ranks(void **state)
 {
     (void)state;
     const int map[3] = {4, 6, 7};
-    expect_translation("shm.c:1: rank 1 (pid 99) died", map, 3, "shm.c:1: rank 6 (pid 99) died");
+    expect_translation("shm/peers.c:1: rank 1 (pid 99) died", map, 3,
+                       "shm/peers.c:1: rank 6 (pid 99) died");
     expect_translation("rendezvous.c:2: ranks 0, 2 did not join within 1.0 s", map, 3,
                        "rendezvous.c:2: ranks 4, 7 did not join within 1.0 s");
     /* A peer's own transport words are in its numbering too... */
-    expect_translation("tcp.c:3: rank 2 (h:1): gave up: rank 2: rank 0 (h:2) closed", map, 3,
-                       "tcp.c:3: rank 7 (h:1): gave up: rank 7: rank 4 (h:2) closed");
+    expect_translation("match.c:3: tcp: rank 2 (h:1): gave up: rank 2: rank 0 (h:2) closed", map,
+                       3, "match.c:3: tcp: rank 7 (h:1): gave up: rank 7: rank 4 (h:2) closed");
     /* ...a group-level reason is already in group ranks. */
-    expect_translation("shm.c:4: rank 0 (pid 5) gave up: all_reduce #3 on rank 4: rank 1 died",
-                       map, 3,
-                       "shm.c:4: rank 4 (pid 5) gave up: all_reduce #3 on rank 4: rank 1 died");
+    expect_translation(
+        "match.c:4: shm: rank 0 (pid 5) gave up: all_reduce #3 on rank 4: rank 1 died", map, 3,
+        "match.c:4: shm: rank 4 (pid 5) gave up: all_reduce #3 on rank 4: rank 1 died");
     /* Out of range or not a rank word: unchanged. */
     expect_translation("rank 9 and frank 1, ranks x", map, 3, "rank 9 and frank 1, ranks x");
     /* A rank word with no room left in the 1 KiB message: it ends there

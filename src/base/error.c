@@ -44,9 +44,19 @@ void ddp__error_restore(const char *msg)
         snprintf(last_error, sizeof last_error, "%s", msg);
 }
 
-/* Only the file's base name: messages stay short and build-path independent. */
+/* The file below its layer's folder ("tcp/loop.c" for
+ * src/transport/tcp/loop.c, "pg.c" for src/pg/pg.c), else its base name:
+ * messages stay short and build-path independent, and a transport's files
+ * still say which transport they are. */
 static const char *base_name(const char *path)
 {
+    const char *src = NULL;
+    for (const char *p = path; (p = strstr(p, "src/")) != NULL; p += 4)
+        if (p == path || p[-1] == '/')
+            src = p + 4;
+    const char *layer_end = src ? strchr(src, '/') : NULL;
+    if (layer_end)
+        return layer_end + 1;
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
 }

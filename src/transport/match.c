@@ -78,19 +78,15 @@ static void drop_requests(ddp__match_peer *p)
     p->rx_req = NULL;
 }
 
-void ddp__match_down(ddp__match *m, ddp__match_peer *p, int state, const char *fmt, ...)
+/* The peer goes down with err (DDP_ERR_PEER, or DDP_ERR_PROTOCOL for a
+ * peer that broke the protocol): every wait on it fails with that code. */
+static void peer_down(ddp__match *m, ddp__match_peer *p, int state, int err, const char *msg)
 {
     if (p->state != DDP__PEER_LIVE)
         return;
-    char msg[DDP__MATCH_REASON];
-    size_t max = m->ops->reason_max < sizeof msg ? m->ops->reason_max : sizeof msg;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, max, fmt, ap);
-    va_end(ap);
-    snprintf(p->why, sizeof p->why, "%s%s%s", p->what, m->ops->sep, msg);
+    snprintf(p->why, sizeof p->why, "%s: %s%s%s", m->ops->name, p->what, m->ops->sep, msg);
     p->state = state;
-    p->err = DDP_ERR_PEER;
+    p->err = err;
     if (state == DDP__PEER_DEAD) {
         m->ndead++;
         if (m->first_dead < 0)
@@ -111,6 +107,19 @@ void ddp__match_down(ddp__match *m, ddp__match_peer *p, int state, const char *f
         free_unexp(p->ux_head);
         p->ux_head = p->ux_tail = NULL;
     }
+}
+
+void ddp__match_down(ddp__match *m, ddp__match_peer *p, int state, const char *fmt, ...)
+{
+    if (p->state != DDP__PEER_LIVE)
+        return;
+    char msg[DDP__MATCH_REASON];
+    size_t max = m->ops->reason_max < sizeof msg ? m->ops->reason_max : sizeof msg;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, max, fmt, ap);
+    va_end(ap);
+    peer_down(m, p, state, DDP_ERR_PEER, msg);
 }
 
 int ddp__match_peer_error(const ddp__match_peer *p)
@@ -168,7 +177,7 @@ static int len_mismatch(ddp__match *m, ddp__match_peer *p, uint64_t tag, uint64_
              "sent %" PRIu64 " bytes for tag 0x%" PRIx64 " where %zu were expected "
              "(do the ranks call the same collectives with the same sizes?)",
              got, tag, want);
-    ddp__match_down(m, p, DDP__PEER_DEAD, "%s", msg);
+    peer_down(m, p, DDP__PEER_DEAD, DDP_ERR_PROTOCOL, msg);
     return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: %s", p->what, msg);
 }
 
@@ -368,9 +377,11 @@ int ddp__match_timeout(ddp__match *m, ddp__req *const *reqs, int n, double waite
             continue;
         const ddp__match_peer *p = ddp__match_peer_at(m, reqs[i]->peer);
         return ddp__match_fail_all(
-            m, DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s %s %s (%zu of %zu bytes)",
-                         waited, reqs[i]->kind == DDP__REQ_SEND ? "sending to" : "waiting for",
-                         p->what, reqs[i]->done, reqs[i]->len));
+            m, DDP_ERROR(DDP_ERR_TIMEOUT, "%s: timed out after %.1f s %s %s (%zu of %zu bytes)",
+                         m->ops->name, waited,
+                         reqs[i]->kind == DDP__REQ_SEND ? "sending to" : "waiting for", p->what,
+                         reqs[i]->done, reqs[i]->len));
     }
-    return ddp__match_fail_all(m, DDP_ERROR(DDP_ERR_TIMEOUT, "timed out after %.1f s", waited));
+    return ddp__match_fail_all(
+        m, DDP_ERROR(DDP_ERR_TIMEOUT, "%s: timed out after %.1f s", m->ops->name, waited));
 }
