@@ -171,7 +171,21 @@ static void test_secret_sources(void **state)
     secret_file("a\0b", 3); /* any bytes */
     expect_secret("a\0b", 3);
 
+    /* The variable has the file's limit, and its message no copy of it. */
+    char big[DDP__SECRET_MAX + 2];
+    memset(big, 'k', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    unsetenv("DDP_SECRET_FILE");
+    setenv("DDP_SECRET", big, 1);
+    expect_secret_error(DDP_ERR_INVALID_ARG, "DDP_SECRET: 4097 bytes, more than 4096");
+    assert_null(strstr(ddp_last_error(), "kkkk"));
+    big[DDP__SECRET_MAX] = '\0';
+    setenv("DDP_SECRET", big, 1);
+    expect_secret(big, DDP__SECRET_MAX);
+    unsetenv("DDP_SECRET");
+
     /* Both set: refused, whichever would have won. */
+    secret_file("horse battery", 13);
     setenv("DDP_SECRET", "horse battery", 1);
     expect_secret_error(DDP_ERR_INVALID_ARG, "DDP_SECRET and DDP_SECRET_FILE=");
     assert_non_null(strstr(ddp_last_error(), "are both set: set only one"));

@@ -52,6 +52,10 @@ int ddp__secret_load(uint8_t **secret, size_t *len)
                 "DDP_SECRET and DDP_SECRET_FILE=%s are both set: set only one", path);
     if (have_value) {
         n = strlen(value);
+        /* The same limit as a file's; the message never quotes a secret. */
+        DDP_FAIL_IF(n > DDP__SECRET_MAX, DDP_ERR_INVALID_ARG,
+                    "DDP_SECRET: %zu bytes, more than %d, the limit for a secret", n,
+                    DDP__SECRET_MAX);
         *secret = malloc(n);
         DDP_FAIL_IF(!*secret, DDP_ERR_NOMEM, "out of memory");
         memcpy(*secret, value, n);

@@ -2,7 +2,8 @@
  * (the TCPStore's, store/tcp_proto.c; the transports', transport/handshake.c).
  *
  * Rules (docs/store.md, "The shared secret"):
- *   - DDP_SECRET: the bytes of the value, as they are.
+ *   - DDP_SECRET: the bytes of the value, as they are, at most
+ *     DDP__SECRET_MAX of them (no message quotes a secret).
  *   - DDP_SECRET_FILE: the bytes of the file, less one final line ending
  *     ("\n" or "\r\n"), which editors and `echo` add; the file may hold at
  *     most DDP__SECRET_MAX bytes.  A larger file is refused, never cut.

@@ -18,9 +18,6 @@
 #include "base/error.h"
 #include "base/time.h"
 
-/* 4 MiB: the kernel caps at net.core.[rw]mem_max (4 MiB here); a 64 MiB
- * ring step then needs few wakeups per direction. */
-
 int ddp__sock_set_nodelay(int fd)
 {
     int one = 1;
@@ -34,7 +31,10 @@ int ddp__sock_set_nodelay(int fd)
 
 int ddp__sock_tune(int fd, int nonblocking)
 {
-    size_t sockbuf = 0; /* default 4 MiB, 0: kernel autotuning (src/base/env.c) */
+    /* Default 4 MiB (src/base/env.c; 0: kernel autotuning): the kernel caps
+     * at net.core.[rw]mem_max (4 MiB here), and a 64 MiB ring step then
+     * needs few wakeups per direction. */
+    size_t sockbuf = 0;
     DDP_TRY(ddp__env_size("DDP_TCP_SOCKBUF", &sockbuf));
     int buf = (int)sockbuf;
     DDP_TRY(ddp__sock_set_nodelay(fd));

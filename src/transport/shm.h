@@ -23,7 +23,6 @@
 
 #include <stddef.h>
 
-#include "base/host.h" /* ddp__host_id */
 #include "ddp/store.h"
 #include "transport/transport.h"
 
