@@ -207,7 +207,7 @@ static void case_get_timeout_names_key(void **state)
     fresh_store();
     ddp_store_t *s = open_one();
     ddp_store_set_timeout(s, 0.3);
-    assert_true(ddp_store_get_timeout(s) == 0.3);
+    assert_true(ddp_store_timeout(s) == 0.3);
     void *v = NULL;
     size_t len = 0;
     double t0 = ddp_time_now();

@@ -510,7 +510,7 @@ static int bad_log_level(int rank, void *arg)
     setenv("DDP_LOG_LEVEL", "loud", 1);
     ddp_log_set_callback(keep_log, NULL);
     ddp_clear_error();
-    CHILD_CHECK(ddp_log_get_level() == DDP_LOG_WARN);
+    CHILD_CHECK(ddp_log_level() == DDP_LOG_WARN);
     CHILD_CHECK(contains(logged, "DDP_LOG_LEVEL=loud: expected off, error, warn, info, debug or "
                                  "warning (logging warnings)"));
     CHILD_CHECK(ddp_last_error()[0] == '\0');
@@ -526,7 +526,7 @@ static int bad_num_threads(int rank, void *arg)
     unsetenv("OPENBLAS_NUM_THREADS");
     ddp_log_set_callback(keep_log, NULL);
     ddp_log_set_level(DDP_LOG_WARN);
-    CHILD_CHECK(ddp_get_num_threads() == 1);
+    CHILD_CHECK(ddp_num_threads() == 1);
     CHILD_CHECK(contains(logged, "DDP_NUM_THREADS=4x: expected an integer from 1 to 4096 "
                                  "(using OPENBLAS_NUM_THREADS, else 1)"));
     return 0;

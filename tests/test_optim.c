@@ -189,9 +189,9 @@ static void test_state_access(void **state)
         assert_true(fabsf(buf[i] - (G[0][i] + 0.01f * P0[i])) < 1e-7f);
     assert_int_equal(ddp_optim_state(o, 1, &name, &buf, &n), DDP_ERR_NOT_FOUND);
     assert_non_null(strstr(ddp_last_error(), "optimizer state 1 does not exist (1 buffers)"));
-    assert_true(ddp_optim_get_lr(o) == 0.1);
+    assert_true(ddp_optim_lr(o) == 0.1);
     ddp_optim_set_lr(o, 0.5);
-    assert_true(ddp_optim_get_lr(o) == 0.5);
+    assert_true(ddp_optim_lr(o) == 0.5);
     ddp_optim_destroy(o);
 
     memcpy(p->data, P0, sizeof P0);
@@ -329,16 +329,16 @@ static void test_lr_schedules(void **state)
         assert_int_equal(ddp_lr_scheduler_create(o, &opts[c], &s), 0);
         for (int e = 0; e <= 12; e++) {
             if (e > 0)
-                assert_true(ddp_lr_scheduler_step(s) == ddp_optim_get_lr(o));
-            double want = LR_EXPECT[c].lr[e], got = ddp_optim_get_lr(o);
+                assert_true(ddp_lr_scheduler_step(s) == ddp_optim_lr(o));
+            double want = LR_EXPECT[c].lr[e], got = ddp_optim_lr(o);
             if (fabs(got - want) > 1e-12 * want)
                 fail_msg("%s epoch %d: lr %.17g, torch %.17g", LR_EXPECT[c].name, e, got, want);
-            assert_true(ddp_lr_scheduler_get_last_lr(s) == got);
+            assert_true(ddp_lr_scheduler_last_lr(s) == got);
             assert_int_equal(ddp_lr_scheduler_last_epoch(s), e);
         }
         /* restored from a checkpoint at epoch 7 */
         ddp_lr_scheduler_set_last_epoch(s, 7);
-        assert_true(fabs(ddp_optim_get_lr(o) - LR_EXPECT[c].lr[7]) <= 1e-12 * LR_EXPECT[c].lr[7]);
+        assert_true(fabs(ddp_optim_lr(o) - LR_EXPECT[c].lr[7]) <= 1e-12 * LR_EXPECT[c].lr[7]);
         ddp_lr_scheduler_destroy(s);
         ddp_optim_destroy(o);
         ddp_model_destroy(m);
@@ -364,7 +364,7 @@ static void test_lr_schedules(void **state)
     bad = (ddp_lr_options){.kind = 42};
     assert_int_equal(ddp_lr_scheduler_create(o, &bad, &s), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "lr scheduler: unknown kind 42"));
-    assert_true(ddp_optim_get_lr(o) == 0.1); /* untouched by the failures */
+    assert_true(ddp_optim_lr(o) == 0.1); /* untouched by the failures */
     ddp_lr_scheduler_destroy(NULL);
     ddp_optim_destroy(o);
     ddp_model_destroy(m);

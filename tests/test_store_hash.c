@@ -32,7 +32,7 @@ static void test_attach(void **state)
     assert_value(b, "k", "v", 1);
     /* Own timeouts per handle. */
     ddp_store_set_timeout(a, 0.05);
-    assert_true(ddp_store_get_timeout(b) == DDP_STORE_DEFAULT_TIMEOUT_S);
+    assert_true(ddp_store_timeout(b) == DDP_STORE_DEFAULT_TIMEOUT_S);
     ddp_store_destroy(a);
     assert_value(b, "k", "v", 1);
 

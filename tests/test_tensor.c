@@ -107,17 +107,17 @@ static void test_threads(void **state)
     (void)state;
     /* one thread by default (tests/run.sh does not set DDP_NUM_THREADS) */
     if (!getenv("DDP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS"))
-        assert_int_equal(ddp_get_num_threads(), 1);
+        assert_int_equal(ddp_num_threads(), 1);
     assert_int_equal(ddp_set_num_threads(2), 0);
-    assert_int_equal(ddp_get_num_threads(), 2);
+    assert_int_equal(ddp_num_threads(), 2);
     assert_int_equal(ddp_set_num_threads(0), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "thread count 0 (must be >= 1)"));
     assert_int_equal(ddp_set_num_threads(1), 0);
-    assert_int_equal(ddp_get_num_threads(), 1);
+    assert_int_equal(ddp_num_threads(), 1);
 }
 
 /* The thread count a fresh process picks from its environment: this binary
- * re-executed with --threads-child exits with ddp_get_num_threads(). */
+ * re-executed with --threads-child exits with ddp_num_threads(). */
 static int threads_in_child(const char *ddp, const char *openblas)
 {
     pid_t pid = fork();
@@ -198,7 +198,7 @@ static void test_kernels(void **state)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--threads-child") == 0)
-        return ddp_get_num_threads();
+        return ddp_num_threads();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_wrap_view),
         cmocka_unit_test(test_sgemm_all_transposes),

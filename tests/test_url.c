@@ -263,7 +263,7 @@ static int rendezvous(int rank, void *arg)
         CHILD_CHECK(ddp_store_from_url(url, rank, -1, 20, &s, &r, &ws) == 0);
     }
     CHILD_CHECK(r == rank && ws == WORLD);
-    CHILD_CHECK(ddp_store_get_timeout(s) == 20);
+    CHILD_CHECK(ddp_store_timeout(s) == 20);
     if (rank == 0)
         CHILD_CHECK(ddp_store_set(s, "seed", "1234", 4) == 0);
     int64_t n = 0;

@@ -58,7 +58,7 @@ DDP_API void ddp_clear_error(void);
 /* Logging: silent by default.  Level from DDP_LOG_LEVEL (error, warn, info,
  * debug) or ddp_log_set_level().  Without a callback, messages at or above
  * the level go to stderr. */
-enum ddp_log_level {
+enum { /* log levels */
     DDP_LOG_ERROR = 0,
     DDP_LOG_WARN = 1,
     DDP_LOG_INFO = 2,
@@ -68,7 +68,7 @@ enum ddp_log_level {
 typedef void (*ddp_log_fn)(int level, const char *msg, void *user);
 DDP_API void ddp_log_set_callback(ddp_log_fn fn, void *user);
 DDP_API void ddp_log_set_level(int level);
-DDP_API int ddp_log_get_level(void);
+DDP_API int ddp_log_level(void);
 
 /* Monotonic clock in seconds. */
 DDP_API double ddp_time_now(void);

@@ -68,7 +68,7 @@ DDP_API int ddp_optim_step(ddp_optim_t *o);
 DDP_API void ddp_optim_zero_grad(ddp_optim_t *o);
 
 /* Learning rate in force (for schedules). */
-DDP_API double ddp_optim_get_lr(const ddp_optim_t *o);
+DDP_API double ddp_optim_lr(const ddp_optim_t *o);
 DDP_API void ddp_optim_set_lr(ddp_optim_t *o, double lr);
 /* Steps taken so far (Adam's `step`; SGD's momentum buffers exist once it
  * is > 0).  set_steps restores it from a checkpoint. */
@@ -126,7 +126,7 @@ DDP_API void ddp_lr_scheduler_destroy(ddp_lr_scheduler_t *s);
 /* last_epoch += 1; sets and returns the optimizer's new lr. */
 DDP_API double ddp_lr_scheduler_step(ddp_lr_scheduler_t *s);
 /* The lr the schedule set last (PyTorch's get_last_lr()). */
-DDP_API double ddp_lr_scheduler_get_last_lr(const ddp_lr_scheduler_t *s);
+DDP_API double ddp_lr_scheduler_last_lr(const ddp_lr_scheduler_t *s);
 /* Epochs stepped so far; set_last_epoch restores it from a checkpoint and
  * sets the lr for that epoch. */
 DDP_API int64_t ddp_lr_scheduler_last_epoch(const ddp_lr_scheduler_t *s);

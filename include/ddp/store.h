@@ -84,7 +84,7 @@ DDP_API int ddp_store_delete_key(ddp_store_t *store, const char *key, int *delet
 DDP_API int ddp_store_num_keys(ddp_store_t *store, int64_t *n);
 /* Default timeout of blocking calls on this handle, in seconds. */
 DDP_API void ddp_store_set_timeout(ddp_store_t *store, double timeout_s);
-DDP_API double ddp_store_get_timeout(const ddp_store_t *store);
+DDP_API double ddp_store_timeout(const ddp_store_t *store);
 /* Closes the handle and frees it; NULL is a no-op.  A handle belongs to
  * the process that created it: in a forked child every call fails with
  * DDP_ERR_STATE, and destroy only releases the child's copy. */

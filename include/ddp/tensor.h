@@ -61,7 +61,7 @@ DDP_API void ddp_sgemm(int trans_a, int trans_b, int m, int n, int k, float alph
  * DDP_ERR_INVALID_ARG for n < 1. */
 DDP_API int ddp_set_num_threads(int n);
 /* The thread count in force (after reading the environment if not set). */
-DDP_API int ddp_get_num_threads(void);
+DDP_API int ddp_num_threads(void);
 
 #ifdef __cplusplus
 }

@@ -34,7 +34,7 @@ static int level_from_env(char *bad, size_t len)
     return rc < 0 ? DDP_LOG_WARN : levels[w];
 }
 
-int ddp_log_get_level(void)
+int ddp_log_level(void)
 {
     int level = atomic_load_explicit(&log_level, memory_order_relaxed);
     if (level == LEVEL_UNSET) {

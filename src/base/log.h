@@ -8,7 +8,7 @@ void ddp__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 #define DDP_LOG(level, ...)                              \
     do {                                                 \
-        if ((level) <= ddp_log_get_level())              \
+        if ((level) <= ddp_log_level())              \
             ddp__log((level), __VA_ARGS__);              \
     } while (0)
 #define DDP_WARN(...) DDP_LOG(DDP_LOG_WARN, __VA_ARGS__)

@@ -93,7 +93,7 @@ int ddp_lr_scheduler_create(ddp_optim_t *opt, const ddp_lr_options *o, ddp_lr_sc
     }
     s->o.milestones = NULL; /* the copy above is the one used */
     s->opt = opt;
-    s->base_lr = ddp_optim_get_lr(opt);
+    s->base_lr = ddp_optim_lr(opt);
     ddp_lr_scheduler_set_last_epoch(s, 0);
     *out = s;
     return 0;
@@ -124,6 +124,6 @@ double ddp_lr_scheduler_step(ddp_lr_scheduler_t *s)
     return s->last_lr;
 }
 
-double ddp_lr_scheduler_get_last_lr(const ddp_lr_scheduler_t *s) { return s ? s->last_lr : 0.0; }
+double ddp_lr_scheduler_last_lr(const ddp_lr_scheduler_t *s) { return s ? s->last_lr : 0.0; }
 
 int64_t ddp_lr_scheduler_last_epoch(const ddp_lr_scheduler_t *s) { return s ? s->last_epoch : 0; }

@@ -231,7 +231,7 @@ void ddp_optim_zero_grad(ddp_optim_t *o)
         ddp_model_zero_grad(o->model);
 }
 
-double ddp_optim_get_lr(const ddp_optim_t *o)
+double ddp_optim_lr(const ddp_optim_t *o)
 {
     return !o ? 0.0 : o->kind == OPT_SGD ? o->sgd.lr : o->adam.lr;
 }

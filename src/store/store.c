@@ -222,7 +222,7 @@ void ddp_store_set_timeout(ddp_store_t *store, double timeout_s)
         store->timeout_s = timeout_s;
 }
 
-double ddp_store_get_timeout(const ddp_store_t *store)
+double ddp_store_timeout(const ddp_store_t *store)
 {
     return store ? store->timeout_s : DDP_STORE_DEFAULT_TIMEOUT_S;
 }

@@ -178,7 +178,7 @@ int ddp_set_num_threads(int n)
     return 0;
 }
 
-int ddp_get_num_threads(void)
+int ddp_num_threads(void)
 {
     pthread_once(&threads_once, threads_init);
     return openblas_get_num_threads();
