@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "base/secret.h"
+#include "base/time.h"
 #include "transport/handshake.h"
 #include "transport/rendezvous.h"
 
@@ -77,7 +78,11 @@ static int seg_barrier(shm *s, int (*pred)(shm *, int), double deadline, const c
     unsigned char *missing = malloc((size_t)n);
     DDP_FAIL_IF(!missing, DDP_ERR_NOMEM, "out of memory");
     int rc = 0;
-    useconds_t pause = 20;
+    /* Polls from 20 us, doubling to 5 ms: setup is usually a matter of
+     * microseconds between the ranks. */
+    ddp__backoff b;
+    ddp__backoff_init(&b, deadline - ddp_time_now(), 0.005);
+    b.sleep_s = 20e-6;
     for (;;) {
         int left = 0;
         for (int r = 0; r < n; r++)
@@ -91,15 +96,12 @@ static int seg_barrier(shm *s, int (*pred)(shm *, int), double deadline, const c
                 goto out;
             }
         }
-        if (ddp_time_now() >= deadline) {
+        if (ddp__backoff_sleep(&b) < 0) {
             char who[256];
             ddp__format_ranks(who, sizeof who, missing, n);
             rc = DDP_ERROR(DDP_ERR_TIMEOUT, "%s did not %s within %.1f s", who, what, timeout_s);
             goto out;
         }
-        usleep(pause);
-        if (pause < 5000)
-            pause *= 2;
     }
 out:
     free(missing);
