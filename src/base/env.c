@@ -304,3 +304,16 @@ int ddp__env_string(const char *name, const char **out)
     *out = s ? s : v->dflt;
     return 0;
 }
+
+int ddp__env_launcher_int(const char *name, long lo, long hi, int dflt, int *out)
+{
+    *out = dflt;
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    ddp__env_var v = {.name = name, .type = DDP__ENV_INT, .lo = (double)lo, .hi = (double)hi};
+    double d;
+    DDP_TRY(parse(&v, s, &d));
+    *out = (int)d;
+    return 0;
+}

@@ -75,6 +75,11 @@ int ddp__env_size(const char *name, size_t *out);
 int ddp__env_usec(const char *name, double *out); /* microseconds */
 int ddp__env_seconds(const char *name, double *out);
 int ddp__env_word(const char *name, int *out);    /* index into the entry's words */
+/* A launcher's variable (RANK, WORLD_SIZE, OMPI_COMM_WORLD_RANK, MASTER_PORT,
+ * ...: not DDP_* knobs, so not in the table): an integer from lo to hi by the
+ * same rules, "NAME=value: expected an integer from lo to hi" otherwise.
+ * Unset or empty: 0 with *out = dflt. */
+int ddp__env_launcher_int(const char *name, long lo, long hi, int dflt, int *out);
 /* STRING and PATH: *out borrows the environment's string (valid until the
  * variable is changed), or the default, or NULL when unset. */
 int ddp__env_string(const char *name, const char **out);

@@ -1,8 +1,8 @@
 /* Rank and world size from the environment a launcher sets: ddprun/torchrun,
  * Open MPI, MPICH (PMI) or Slurm.  See ddp_launch_info_from_env in base.h. */
+#include "base/env.h"
 #include "base/error.h"
 
-#include <errno.h>
 #include <stdlib.h>
 
 typedef struct {
@@ -20,20 +20,10 @@ static const launcher launchers[] = {
     {"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
 
-/* Reads a non-negative integer variable; *out keeps dflt when unset. */
+/* A rank or size variable: 0 to 2^24; *out keeps dflt when unset. */
 static int env_int(const char *name, int dflt, int *out)
 {
-    const char *v = getenv(name);
-    *out = dflt;
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    DDP_FAIL_IF(errno || end == v || *end || x < 0 || x > (1 << 24), DDP_ERR_INVALID_ARG,
-                "environment variable %s='%s' is not a valid rank or size", name, v);
-    *out = (int)x;
-    return 0;
+    return ddp__env_launcher_int(name, 0, 1 << 24, dflt, out);
 }
 
 int ddp_launch_info_from_env(ddp_launch_info *out)
@@ -41,7 +31,8 @@ int ddp_launch_info_from_env(ddp_launch_info *out)
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "ddp_launch_info_from_env: out is NULL");
     for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++) {
         const launcher *l = &launchers[i];
-        if (!getenv(l->rank) || !getenv(l->size))
+        const char *rank = getenv(l->rank), *size = getenv(l->size);
+        if (!rank || !*rank || !size || !*size)
             continue;
         ddp_launch_info info = {.source = l->source};
         DDP_TRY(env_int(l->rank, -1, &info.rank));

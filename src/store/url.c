@@ -239,14 +239,7 @@ int ddp_init_url_parse(const char *url, ddp_init_url *out)
 
 static int env_int(const char *name, long lo, long hi, int *out)
 {
-    *out = -1;
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return 0;
-    if (parse_int(s, strlen(s), lo, hi, out) < 0)
-        return DDP_ERROR(DDP_ERR_INVALID_ARG, "%s='%.60s' is not an integer in %ld-%ld", name, s,
-                         lo, hi);
-    return 0;
+    return ddp__env_launcher_int(name, lo, hi, -1, out);
 }
 
 int ddp_init_env_read(ddp_init_env *out)
