@@ -17,6 +17,10 @@
  * 1 with one line naming the rank, its exit code or signal and the last line
  * it wrote to stderr.  Workers run in their own process groups and die with
  * ddprun (PR_SET_PDEATHSIG), so nothing is left behind.
+ *
+ * ddprun uses libc alone, not libddp (it launches programs of any library
+ * version, and starts in a millisecond), so its few helpers (a free port, a
+ * random id, integer flags) are its own.
  */
 #include <arpa/inet.h>
 #include <errno.h>
