@@ -237,8 +237,8 @@ static int build_model(unsigned long long seed, ddp_model_t **model)
 
 /* Forward pass of one batch on a fresh tape: *logits (B, 10); through DDP
  * when dm is not NULL. */
-static int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
-                   ddp_var_t **logits)
+static int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape,
+                   const ddp_batch *b, ddp_var_t **logits)
 {
     ddp_tensor x;
     ddp_var_t *in;

@@ -197,8 +197,9 @@ __attribute__((unused)) static size_t ring_block_of(size_t i, size_t count, int 
 
 /* Element i of the reduction of case c over n ranks, into out.  ring_block
  * is the ring block holding i (ORDER_RING). */
-__attribute__((unused)) static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op, uint64_t c, int n, size_t i,
-                       int order, int ring_block)
+__attribute__((unused)) static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op,
+                                               uint64_t c, int n, size_t i, int order,
+                                               int ring_block)
 {
     uint8_t acc[8], vals[64][8] = {{0}};
     for (int r = 0; r < n; r++)

@@ -94,7 +94,8 @@ static int join_ranks(rank_group *g, double limit_s)
 }
 
 /* Runs fn(rank, arg) in n forked children; returns how many failed. */
-__attribute__((unused)) static int run_children(int n, int (*fn)(int rank, void *arg), void *arg, double limit_s)
+__attribute__((unused)) static int run_children(int n, int (*fn)(int rank, void *arg), void *arg,
+                                                double limit_s)
 {
     if (n > 64)
         return n;

@@ -63,8 +63,8 @@ static void sample(int64_t i, float *x, int64_t *label)
 }
 
 /* Forward + loss on samples [first, first + n). */
-static int forward_loss(ddp_data_parallel_t *dm, ddp_model_t *m, ddp_tape_t *tape, int64_t first, int n,
-                        ddp_var_t **loss)
+static int forward_loss(ddp_data_parallel_t *dm, ddp_model_t *m, ddp_tape_t *tape, int64_t first,
+                        int n, ddp_var_t **loss)
 {
     static float xs[1024 * IN];
     static int64_t labels[1024];

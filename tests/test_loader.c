@@ -68,7 +68,7 @@ static ddp_dataset_t *synth_create(synth *s, size_t n, size_t numel)
 }
 
 static ddp_loader_t *loader(ddp_dataset_t *ds, size_t batch, int shuffle, int workers,
-                          uint64_t seed, int drop_last)
+                            uint64_t seed, int drop_last)
 {
     ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = batch;

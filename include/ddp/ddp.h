@@ -88,8 +88,9 @@ DDP_API ddp_data_parallel_options ddp_data_parallel_defaults(void);
  * 0").  Then rank 0's parameter values are broadcast to all.  Installs the
  * model's grad-ready hook and re-points its gradients into the bucket memory
  * (current gradients are kept).  opts NULL: defaults.  Caller destroys. */
-DDP_API int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_data_parallel_options *opts,
-                           ddp_data_parallel_t **out);
+DDP_API int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
+                                     const ddp_data_parallel_options *opts,
+                                     ddp_data_parallel_t **out);
 /* Waits for any reduction still in flight (at most the group's timeout),
  * gives the model its own gradient block back (values kept), removes the
  * hook and releases the group (tearing it down if ddp_destroy_process_group
@@ -98,7 +99,8 @@ DDP_API void ddp_data_parallel_destroy(ddp_data_parallel_t *dm);
 
 /* The model's forward, with DDP's per-iteration bookkeeping first (the join
  * protocol's "still training" all-reduce when join is enabled). */
-DDP_API int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
+DDP_API int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x,
+                                      ddp_var_t **y);
 
 /* Backward from loss with gradient synchronisation: each bucket is
  * all-reduced (averaged over the group) as soon as its gradients are final,
@@ -136,7 +138,8 @@ typedef struct ddp_comm_hook {
     void *state; /* borrowed */
 } ddp_comm_hook;
 /* Replaces the communication hook (NULL: back to opts.comm_hook). */
-DDP_API int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm, const ddp_comm_hook *hook);
+DDP_API int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm,
+                                                 const ddp_comm_hook *hook);
 
 /* Join for uneven inputs (torch.distributed.algorithms.Join).  With join
  * enabled on every rank, each ddp_data_parallel_forward first all-reduces a "still
@@ -149,7 +152,8 @@ DDP_API int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm, const 
  * first rank to run out makes every rank's next ddp_data_parallel_forward fail with
  * DDP_ERR_STATE instead.  Works with no_sync: joined ranks shadow only the
  * iterations whose backward reduces. */
-DDP_API int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable, int throw_on_early_termination);
+DDP_API int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable,
+                                          int throw_on_early_termination);
 DDP_API int ddp_data_parallel_join(ddp_data_parallel_t *dm);
 
 

@@ -104,7 +104,8 @@ DDP_API const ddp_grad_chunk_hook *ddp_model_grad_chunk_hook(const ddp_model_t *
 /* Introspection: number of buckets, and bucket b's parameter count and
  * size in floats; whether the buckets were rebuilt. */
 DDP_API int ddp_data_parallel_num_buckets(const ddp_data_parallel_t *dm);
-DDP_API int ddp_data_parallel_bucket_info(const ddp_data_parallel_t *dm, int b, int *nparams, size_t *numel);
+DDP_API int ddp_data_parallel_bucket_info(const ddp_data_parallel_t *dm, int b, int *nparams,
+                                          size_t *numel);
 DDP_API int ddp_data_parallel_buckets_rebuilt(const ddp_data_parallel_t *dm);
 
 /* ==== data ================================================================= */

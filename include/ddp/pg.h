@@ -157,60 +157,60 @@ DDP_API void ddp_work_destroy(ddp_work_t *work);
 
 /* In place: buf (count) becomes op over every rank's buf. */
 DDP_API int ddp_pg_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
-                           ddp_reduce_op op);
+                              ddp_reduce_op op);
 DDP_API int ddp_pg_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
-                                 ddp_reduce_op op, ddp_work_t **work);
+                                    ddp_reduce_op op, ddp_work_t **work);
 /* buf (count) of root is copied to every rank's buf. */
 DDP_API int ddp_pg_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root);
 DDP_API int ddp_pg_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
-                                int root, ddp_work_t **work);
+                                   int root, ddp_work_t **work);
 /* In place on root: root's buf becomes op over every rank's buf; other
  * ranks' buf is left unchanged. */
-DDP_API int ddp_pg_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
-                       ddp_reduce_op op, int root);
+DDP_API int ddp_pg_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
+                          int root);
 DDP_API int ddp_pg_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
-                             ddp_reduce_op op, int root, ddp_work_t **work);
+                                ddp_reduce_op op, int root, ddp_work_t **work);
 /* recv (size * count) receives every rank's send (count), in rank order. */
 DDP_API int ddp_pg_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                           ddp_dtype dtype);
+                              ddp_dtype dtype);
 DDP_API int ddp_pg_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                                 ddp_dtype dtype, ddp_work_t **work);
+                                    ddp_dtype dtype, ddp_work_t **work);
 /* Root's recv (size * count) receives every rank's send (count); recv is
  * ignored (may be NULL) elsewhere. */
 DDP_API int ddp_pg_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                       ddp_dtype dtype, int root);
+                          ddp_dtype dtype, int root);
 DDP_API int ddp_pg_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                             ddp_dtype dtype, int root, ddp_work_t **work);
+                                ddp_dtype dtype, int root, ddp_work_t **work);
 /* Rank r's recv (count) receives block r of root's send (size * count);
  * send is ignored (may be NULL) elsewhere. */
 DDP_API int ddp_pg_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                        ddp_dtype dtype, int root);
+                           ddp_dtype dtype, int root);
 DDP_API int ddp_pg_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                              ddp_dtype dtype, int root, ddp_work_t **work);
+                                 ddp_dtype dtype, int root, ddp_work_t **work);
 /* Rank r's recv (count) becomes op over block r of every rank's send
  * (size * count). */
 DDP_API int ddp_pg_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                               ddp_dtype dtype, ddp_reduce_op op);
+                                  ddp_dtype dtype, ddp_reduce_op op);
 DDP_API int ddp_pg_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                                     ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work);
+                                        ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work);
 /* Block j (count) of rank r's send goes to block r of rank j's recv
  * (both size * count). */
 DDP_API int ddp_pg_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                           ddp_dtype dtype);
+                              ddp_dtype dtype);
 DDP_API int ddp_pg_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                                 ddp_dtype dtype, ddp_work_t **work);
+                                    ddp_dtype dtype, ddp_work_t **work);
 /* Returns once every rank has entered the barrier. */
 DDP_API int ddp_pg_barrier(ddp_pg_t *pg);
 DDP_API int ddp_pg_barrier_async(ddp_pg_t *pg, ddp_work_t **work);
 /* Point to point: a receive with (src, tag) takes the oldest message that
  * src sent to this rank with that tag; counts must agree.  tag >= 0. */
 DDP_API int ddp_pg_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
-                     int tag);
+                        int tag);
 DDP_API int ddp_pg_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype,
-                           int dst, int tag, ddp_work_t **work);
+                              int dst, int tag, ddp_work_t **work);
 DDP_API int ddp_pg_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag);
 DDP_API int ddp_pg_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src,
-                           int tag, ddp_work_t **work);
+                              int tag, ddp_work_t **work);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,8 @@
  * iterations that reduce (PyTorch all-reduces require_backward_grad_sync the
  * same way).  Splits the sum into active and syncing ranks. */
 #define JOIN_SYNC (1 << 16)
-static int join_flag(ddp_data_parallel_t *dm, int active, int sync, int32_t *nactive, int32_t *nsync)
+static int join_flag(ddp_data_parallel_t *dm, int active, int sync, int32_t *nactive,
+                     int32_t *nsync)
 {
     int32_t total = (active ? 1 : 0) + (active && sync ? JOIN_SYNC : 0);
     DDP_TRY(ddp_pg_all_reduce(dm->pg, &total, 1, DDP_INT32, DDP_SUM));
@@ -31,7 +32,8 @@ int ddp__dp_join_forward(ddp_data_parallel_t *dm)
     return 0;
 }
 
-int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable, int throw_on_early_termination)
+int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable,
+                                  int throw_on_early_termination)
 {
     DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_join_enable: NULL module");
     dm->join_enabled = enable != 0;

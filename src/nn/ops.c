@@ -25,8 +25,8 @@ int ddp__op_check_var(const ddp_tape_t *tape, const ddp_var_t *v, const char *op
     return 0;
 }
 
-int ddp__op_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc,
-                   ddp_var_t *a, ddp_var_t *b, ddp_var_t *c, ddp_var_t **out)
+int ddp__op_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc, ddp_var_t *a,
+                 ddp_var_t *b, ddp_var_t *c, ddp_var_t **out)
 {
     ddp_var_t *v;
     DDP_TRY(ddp__tape_push(tape, op, ndim, shape, alloc, &v));

@@ -145,7 +145,7 @@ int ddp_adamw_create(ddp_model_t *model, const ddp_adam_options *opt, ddp_optim_
 
 /* _single_tensor_sgd for one parameter: w, g, buf (n). */
 DDP_KERNEL static void sgd_update(float *restrict w, const float *restrict g, float *restrict buf,
-                       size_t n, const ddp_sgd_options *o, int first)
+                                  size_t n, const ddp_sgd_options *o, int first)
 {
     const float lr = (float)o->lr, wd = (float)o->weight_decay, mom = (float)o->momentum;
     const float damp = (float)(1.0 - o->dampening), sign = o->maximize ? -1.0f : 1.0f;

@@ -560,7 +560,7 @@ int ddp_pg_all_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, dd
                             .dtype = dtype, .op = op), NULL);
 }
 int ddp_pg_all_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype,
-                         ddp_reduce_op op, ddp_work_t **work)
+                            ddp_reduce_op op, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_reduce_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__ALL_REDUCE, .send = buf, .recv = buf, .count = count,
@@ -573,7 +573,7 @@ int ddp_pg_broadcast(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int
                             .dtype = dtype, .root = root), NULL);
 }
 int ddp_pg_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int root,
-                        ddp_work_t **work)
+                           ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "broadcast_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__BROADCAST, .send = buf, .recv = buf, .count = count,
@@ -581,13 +581,13 @@ int ddp_pg_broadcast_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtyp
 }
 
 int ddp_pg_reduce(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
-               int root)
+                  int root)
 {
     return submit(pg, &ARGS(.kind = DDP__REDUCE, .send = buf, .recv = buf, .count = count,
                             .dtype = dtype, .op = op, .root = root), NULL);
 }
 int ddp_pg_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, ddp_reduce_op op,
-                     int root, ddp_work_t **work)
+                        int root, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__REDUCE, .send = buf, .recv = buf, .count = count,
@@ -600,7 +600,7 @@ int ddp_pg_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, 
                             .dtype = dtype), NULL);
 }
 int ddp_pg_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                         ddp_dtype dtype, ddp_work_t **work)
+                            ddp_dtype dtype, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_gather_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__ALL_GATHER, .send = send, .recv = recv, .count = count,
@@ -608,13 +608,13 @@ int ddp_pg_all_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t c
 }
 
 int ddp_pg_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
-               int root)
+                  int root)
 {
     return submit(pg, &ARGS(.kind = DDP__GATHER, .send = send, .recv = recv, .count = count,
                             .dtype = dtype, .root = root), NULL);
 }
 int ddp_pg_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
-                     int root, ddp_work_t **work)
+                        int root, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "gather_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__GATHER, .send = send, .recv = recv, .count = count,
@@ -622,13 +622,13 @@ int ddp_pg_gather_async(ddp_pg_t *pg, const void *send, void *recv, size_t count
 }
 
 int ddp_pg_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
-                int root)
+                   int root)
 {
     return submit(pg, &ARGS(.kind = DDP__SCATTER, .send = send, .recv = recv, .count = count,
                             .dtype = dtype, .root = root), NULL);
 }
 int ddp_pg_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype,
-                      int root, ddp_work_t **work)
+                         int root, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "scatter_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__SCATTER, .send = send, .recv = recv, .count = count,
@@ -636,13 +636,13 @@ int ddp_pg_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t coun
 }
 
 int ddp_pg_reduce_scatter(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                       ddp_dtype dtype, ddp_reduce_op op)
+                          ddp_dtype dtype, ddp_reduce_op op)
 {
     return submit(pg, &ARGS(.kind = DDP__REDUCE_SCATTER, .send = send, .recv = recv,
                             .count = count, .dtype = dtype, .op = op), NULL);
 }
 int ddp_pg_reduce_scatter_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                             ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work)
+                                ddp_dtype dtype, ddp_reduce_op op, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_scatter_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__REDUCE_SCATTER, .send = send, .recv = recv,
@@ -655,7 +655,7 @@ int ddp_pg_all_to_all(ddp_pg_t *pg, const void *send, void *recv, size_t count, 
                             .dtype = dtype), NULL);
 }
 int ddp_pg_all_to_all_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
-                         ddp_dtype dtype, ddp_work_t **work)
+                            ddp_dtype dtype, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "all_to_all_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__ALL_TO_ALL, .send = send, .recv = recv, .count = count,
@@ -675,7 +675,7 @@ int ddp_pg_send(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, in
                             .peer = dst, .tag = tag), NULL);
 }
 int ddp_pg_send_async(ddp_pg_t *pg, const void *buf, size_t count, ddp_dtype dtype, int dst,
-                   int tag, ddp_work_t **work)
+                      int tag, ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "send_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__SEND, .send = buf, .count = count, .dtype = dtype,
@@ -688,7 +688,7 @@ int ddp_pg_recv(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src,
                             .peer = src, .tag = tag), NULL);
 }
 int ddp_pg_recv_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, int src, int tag,
-                   ddp_work_t **work)
+                      ddp_work_t **work)
 {
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "recv_async: NULL work");
     return submit(pg, &ARGS(.kind = DDP__RECV, .recv = buf, .count = count, .dtype = dtype,
