@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "base/host.h"
 #include "base/log.h"
+#include "base/rng.h"
 
 #define POLL_MAX_S 0.010
 
@@ -256,8 +257,12 @@ int ddp__store_file_open(const char *path, int world_size, const char *job_id,
     DDP_TRY_OUT(ddp__proc_id(who, sizeof who));
     fs->member = malloc(strlen(who) + 32);
     DDP_FAIL_OUT(!fs->member, DDP_ERR_NOMEM, "file store %s: out of memory", path);
-    /* One process may hold several handles: the handle's address tells them apart. */
-    snprintf(fs->member, strlen(who) + 32, "%s %p", who, (void *)fs);
+    /* One process may hold several handles, one after another at the same
+     * address too (a handle whose LEAVE failed still counts): a random
+     * 64-bit tag tells them apart. */
+    uint64_t tag = 0;
+    DDP_TRY_OUT(ddp__random_bytes(&tag, sizeof tag));
+    snprintf(fs->member, strlen(who) + 32, "%s %016llx", who, (unsigned long long)tag);
     DDP_TRY_OUT(ddp__fs_join(fs));
     *out = &fs->base;
 out:
