@@ -20,6 +20,14 @@
 #include "base/log.h"
 #include "base/time.h"
 
+int ddp__rdzv_check_rank(int rank, int size)
+{
+    DDP_FAIL_IF(size < 1, DDP_ERR_INVALID_ARG, "world size %d must be at least 1", size);
+    DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
+                "rank %d out of range for world size %d", rank, size);
+    return 0;
+}
+
 void ddp__format_ranks(char *out, size_t len, const unsigned char *missing, int size)
 {
     int count = 0;
@@ -74,9 +82,7 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
     char key[256];
     char *buf = NULL;
     unsigned char *missing = NULL;
-    DDP_FAIL_IF(size < 1, DDP_ERR_INVALID_ARG, "world size %d must be at least 1", size);
-    DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
-                "rank %d out of range for world size %d", rank, size);
+    DDP_TRY(ddp__rdzv_check_rank(rank, size));
     memset(recs, 0, sizeof *recs * (size_t)size);
     double every; /* DDP_RENDEZVOUS_REPORT_S: seconds between "still waiting" reports */
     DDP_TRY(ddp__env_seconds("DDP_RENDEZVOUS_REPORT_S", &every));

@@ -15,6 +15,10 @@ typedef struct ddp__rdzv_rec {
     size_t len;
 } ddp__rdzv_rec;
 
+/* 0 when 0 <= rank < size (size >= 1), else DDP_ERR_INVALID_ARG naming
+ * them: the check of every call that sets up a group's transport. */
+int ddp__rdzv_check_rank(int rank, int size);
+
 /* Publishes rec under "<prefix>/rank/<rank>" and waits until every rank's
  * record is there, at most timeout_s.  recs (size entries, caller-provided)
  * receive malloc'ed copies; free them with ddp__rdzv_free, also on failure. */

@@ -215,9 +215,7 @@ int ddp__shm_create(ddp_store_t *store, const char *prefix, int rank, int size,
     int rc = 0, fd = -1, unlinked = 0;
     shm *s = NULL;
     *out = NULL;
-    DDP_FAIL_IF(size < 1, DDP_ERR_INVALID_ARG, "world size %d must be at least 1", size);
-    DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
-                "rank %d out of range for world size %d", rank, size);
+    DDP_TRY(ddp__rdzv_check_rank(rank, size));
     double deadline = ddp_time_now() + timeout_s;
     s = calloc(1, sizeof *s);
     DDP_FAIL_OUT(!s, DDP_ERR_NOMEM, "out of memory");

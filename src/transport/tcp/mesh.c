@@ -172,9 +172,7 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     size_t secret_len = 0;
     ddp__rdzv_rec *recs = NULL;
     *out = NULL;
-    DDP_FAIL_IF(size < 1, DDP_ERR_INVALID_ARG, "world size %d must be at least 1", size);
-    DDP_FAIL_IF(rank < 0 || rank >= size, DDP_ERR_INVALID_ARG,
-                "rank %d out of range for world size %d", rank, size);
+    DDP_TRY(ddp__rdzv_check_rank(rank, size));
     double deadline = ddp_time_now() + timeout_s;
 
     t = calloc(1, sizeof *t);
