@@ -66,6 +66,10 @@ EX_SRC    := $(sort $(wildcard examples/*.c))
 EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/bin/ddp-%)
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
+# A tool in several files: tools/NAME/*.c make bin/NAME.
+DDPRUN_SRC := $(sort $(wildcard tools/ddprun/*.c))
+DDPRUN_OBJ := $(DDPRUN_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_BIN  += $(BUILD)/bin/ddprun
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -105,6 +109,12 @@ $(BUILD)/bin/%: tools/%.c $(STATIC)
 	$(call program,)
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	$(call program,)
+$(BUILD)/obj/tools/ddprun/%.o: tools/ddprun/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+$(BUILD)/bin/ddprun: $(DDPRUN_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) $(DDPRUN_OBJ) -o $@ $(STATIC) $(LDLIBS_ALL)
 
 test check: all
 	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)
@@ -134,4 +144,4 @@ install: all $(BUILD)/libddp.pc
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(DDPRUN_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)

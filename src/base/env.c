@@ -34,6 +34,7 @@ static const ddp__env_var table[] = {
     /* rendezvous, security */
     STR("DDP_SECRET", 0, "shared secret that store clients and transport peers must prove"),
     PATH("DDP_SECRET_FILE", "file holding the shared secret (used when DDP_SECRET is unset)"),
+    PATH("DDP_ERROR_FILE", "set by ddprun per worker: where a failing program may write its error"),
     STR("DDP_STORE_BIND", 255, "address rank 0's TCPStore listens on (default: the URL's host)"),
     SECONDS("DDP_RENDEZVOUS_REPORT_S", 0, 1e6, "10",
             "seconds between a waiting rank's reports of who is missing (0: none)"),
