@@ -1,6 +1,7 @@
 /* Tests of the ddprun launcher with real worker processes
- * (tests/helpers/ddprun_worker.c): environment, failure reporting, kill -9,
- * restarts, bad flags. */
+ * (tests/helpers/ddprun_worker.c): environment, the job's secret (and a
+ * stranger on the job's store), failure reporting, kill -9, restarts, bad
+ * flags and numbers, log files, tee, filter, error files, signals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ddp.h"
 #include "free_port.h"
 
 static char ddprun[4096], worker[4096];
@@ -36,8 +38,8 @@ typedef struct {
 } launch;
 
 /* Starts ddprun with argv (NULL-terminated), stderr to a pipe, stdout to
- * /dev/null. */
-static launch start(char *const argv[])
+ * out_path (NULL: /dev/null). */
+static launch start_to(char *const argv[], const char *out_path)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
@@ -45,8 +47,8 @@ static launch start(char *const argv[])
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(p[1], 2);
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
+        int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 1);
         close(p[0]);
         execv(argv[0], argv);
         _exit(126);
@@ -54,6 +56,8 @@ static launch start(char *const argv[])
     close(p[1]);
     return (launch){pid, p[0]};
 }
+
+static launch start(char *const argv[]) { return start_to(argv, NULL); }
 
 /* Waits for ddprun to exit (at most limit_s), collecting its stderr. */
 static int finish(launch l, char *err, size_t len, double limit_s)
@@ -213,6 +217,148 @@ static void test_two_jobs_one_port(void **state)
     assert_int_equal(read_file(dir2, "joined", 1, buf, sizeof buf), -1);
     remove_dir(dir);
     remove_dir(dir2);
+}
+
+/* ---- the job's secret ---------------------------------------------------- */
+
+static int read_path(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return 0;
+}
+
+/* The value of "name=" in a worker's report. */
+static void field(const char *report, const char *name, char *out, size_t len)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%s=", name);
+    const char *p = strstr(report, key);
+    assert_non_null(p);
+    p += strlen(key);
+    size_t n = strcspn(p, "\n");
+    assert_true(n < len);
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+/* Without DDP_SECRET/DDP_SECRET_FILE, a single-node job's workers share a
+ * fresh secret: 64 hex digits in a 0600 file, another per job, removed
+ * when the job ends; the user's own secret is passed on untouched. */
+static void test_secret_per_job(void **state)
+{
+    (void)state;
+    char dir[64], rep[2][2048], err[4096], file[2][1024], secret[2][256], v[256];
+    unsetenv("DDP_SECRET");
+    unsetenv("DDP_SECRET_FILE");
+    make_dir(dir);
+    for (int job = 0; job < 2; job++) {
+        char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "secret", dir, NULL};
+        int st = finish(start(argv), err, sizeof err, 10);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_int_equal(read_file(dir, "secret", 0, rep[0], sizeof rep[0]), 0);
+        assert_int_equal(read_file(dir, "secret", 1, rep[1], sizeof rep[1]), 0);
+        assert_string_equal(rep[0], rep[1]);
+        field(rep[0], "file", file[job], sizeof file[job]);
+        field(rep[0], "secret", secret[job], sizeof secret[job]);
+        field(rep[0], "mode", v, sizeof v);
+        assert_string_equal(v, "600");
+        field(rep[0], "env", v, sizeof v);
+        assert_string_equal(v, "unset");
+        assert_int_equal(strlen(secret[job]), 64);
+        assert_int_equal(strspn(secret[job], "0123456789abcdef"), 64);
+        struct stat st_file;
+        assert_int_equal(stat(file[job], &st_file), -1); /* gone with the job */
+        assert_null(strstr(err, "warning"));
+    }
+    assert_string_not_equal(secret[0], secret[1]);
+    assert_string_not_equal(file[0], file[1]);
+
+    setenv("DDP_SECRET", "users-own", 1);
+    char *argv[] = {ddprun, worker, "secret", dir, NULL};
+    int st = finish(start(argv), err, sizeof err, 10);
+    unsetenv("DDP_SECRET");
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "secret", 0, rep[0], sizeof rep[0]), 0);
+    assert_string_equal(rep[0], "file=\nmode=0\nsecret=\nenv=set\n");
+    remove_dir(dir);
+}
+
+/* Several nodes cannot get a secret from ddprun: one clear warning, once
+ * (not once per restart), and the job runs open. */
+static void test_secret_multi_node_warns(void **state)
+{
+    (void)state;
+    char dir[64], rep[2048], err[8192];
+    unsetenv("DDP_SECRET");
+    unsetenv("DDP_SECRET_FILE");
+    make_dir(dir);
+    char *argv[] = {ddprun, "--nnodes", "2", "--nproc-per-node", "2", "--master-port", "29999",
+                    "--max-restarts", "1", worker, "flaky", dir, NULL};
+    int st = finish(start(argv), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_non_null(strstr(err, "restarting the group (1 of 1)"));
+    const char *want = "ddprun: warning: neither DDP_SECRET nor DDP_SECRET_FILE is set: this "
+                       "job's store (127.0.0.1:29999) and its workers' connections serve anyone "
+                       "who can reach them; give every node the same DDP_SECRET_FILE\n";
+    const char *at = strstr(err, want);
+    if (!at)
+        fail_msg("stderr: %s", err);
+    assert_null(strstr(at + strlen(want), "warning"));
+    char *report[] = {ddprun, "--nnodes", "2", worker, "secret", dir, NULL};
+    st = finish(start(report), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "secret", 0, rep, sizeof rep), 0);
+    assert_string_equal(rep, "file=\nmode=0\nsecret=\nenv=unset\n");
+    remove_dir(dir);
+}
+
+/* A stranger (no secret, or a guessed one) connecting to the port of a
+ * running job's store is refused before any SET or GET; the job is not
+ * disturbed. */
+static void test_stranger_cannot_use_store(void **state)
+{
+    (void)state;
+    char dir[64], buf[64], port[16], err[8192];
+    unsetenv("DDP_SECRET");
+    unsetenv("DDP_SECRET_FILE");
+    make_dir(dir);
+    int p = free_port();
+    snprintf(port, sizeof port, "%d", p);
+    char *argv[] = {ddprun, "--nproc-per-node", "2", "--master-port", port, worker,
+                    "allreduce", dir, "1.5", NULL};
+    launch l = start(argv);
+    double deadline = now() + 20;
+    for (int r = 0; r < 2; r++)
+        while (read_file(dir, "joined", r, buf, sizeof buf) != 0) {
+            assert_true(now() < deadline);
+            usleep(10000);
+        }
+    ddp_store_t *store = NULL;
+    int rc = ddp_store_tcp_create("127.0.0.1", p, 0, 0, 5.0, &store);
+    assert_int_equal(rc, DDP_ERR_AUTH);
+    assert_null(store);
+    if (!strstr(ddp_last_error(), "the server requires a shared secret"))
+        fail_msg("no secret: %s", ddp_last_error());
+    setenv("DDP_SECRET", "a-guess", 1);
+    rc = ddp_store_tcp_create("127.0.0.1", p, 0, 0, 5.0, &store);
+    unsetenv("DDP_SECRET");
+    assert_int_equal(rc, DDP_ERR_AUTH);
+    assert_null(store);
+    if (!strstr(ddp_last_error(), "the server rejected our shared secret"))
+        fail_msg("a guessed secret: %s", ddp_last_error());
+    int st = finish(l, err, sizeof err, 30);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("the job: status %d: %s", st, err);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(read_file(dir, "sum", r, buf, sizeof buf), 0);
+        assert_string_equal(buf, "3\n");
+    }
+    remove_dir(dir);
 }
 
 static void test_failure_names_rank_and_stops_others(void **state)
@@ -384,6 +530,254 @@ static void test_bad_flags(void **state)
     }
 }
 
+/* Every numeric flag refuses nan, inf, negatives, trailing text, blanks,
+ * overflow and emptiness, naming the flag and the value. */
+static void test_bad_numbers(void **state)
+{
+    (void)state;
+    char err[4096], want[256];
+    static const struct {
+        const char *flag, *want;
+    } flags[] = {
+        {"--nproc-per-node", "want 1..1024"}, {"--nnodes", "want 1..1048576"},
+        {"--node-rank", "want 0..1048576"},   {"--master-port", "want 1..65535"},
+        {"--max-restarts", "want 0..1000000"}, {"--stop-timeout", "want seconds, 0..3600"},
+    };
+    static const char *const values[] = {"nan", "inf", "-1", "3x", " 3", "+3", "",
+                                         "99999999999999999999", "1e999", "0x"};
+    for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
+        for (size_t v = 0; v < sizeof values / sizeof *values; v++) {
+            char arg[128];
+            snprintf(arg, sizeof arg, "%s=%s", flags[f].flag, values[v]);
+            char *argv[] = {ddprun, arg, worker, NULL};
+            int st = finish(start(argv), err, sizeof err, 5);
+            snprintf(want, sizeof want, "ddprun: bad %s '%s': %s (see ddprun --help)\n",
+                     flags[f].flag, values[v], flags[f].want);
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || strcmp(err, want) != 0)
+                fail_msg("%s: status %d, stderr '%s', want '%s'", arg, st, err, want);
+        }
+    /* The port of --rdzv-endpoint, and the stream specs, the same way. */
+    static const struct {
+        const char *flag, *value, *msg;
+    } more[] = {
+        {"--rdzv-endpoint", "h:nan", "bad --rdzv-endpoint 'h:nan': want HOST:PORT, PORT 1..65535"},
+        {"--rdzv-endpoint", "h:99999999999999999999", "bad --rdzv-endpoint 'h:9999"},
+        {"--rdzv-endpoint", "h:12 ", "bad --rdzv-endpoint 'h:12 '"},
+        {"--redirects", "4", "bad --redirects '4': want 0..3, or LOCAL_RANK:0..3,..."},
+        {"--redirects", "0:1,", "bad --redirects '0:1,'"},
+        {"-r", "0:-1", "bad --redirects '0:-1'"},
+        {"--tee", "1:x", "bad --tee '1:x'"},
+        {"-t", "99999999999999999999:1", "bad --tee '9999"},
+        {"--local-ranks-filter", "0,nan", "bad --local-ranks-filter '0,nan': want local ranks"},
+        {"--local-ranks-filter", "", "bad --local-ranks-filter ''"},
+        {"--redirects", "3:1", "--redirects names local rank 3, but --nproc-per-node is 1"},
+        {"--local-ranks-filter", "0,1", "--local-ranks-filter names local rank 1, but"},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) {
+        char *argv[] = {ddprun, (char *)more[i].flag, (char *)more[i].value, worker, NULL};
+        int st = finish(start(argv), err, sizeof err, 5);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(err, more[i].msg))
+            fail_msg("%s %s: status %d, stderr '%s'", more[i].flag, more[i].value, st, err);
+    }
+}
+
+/* ---- output: log files, redirects, tee, filter, the failure report ------ */
+
+/* DIR/<run id>/attempt_0/<local rank>/NAME's text. */
+static void read_log(const char *logs, int attempt, int local, const char *name, char *buf,
+                     size_t len)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/attempt_%d/%d/%s", logs, attempt, local, name);
+    if (read_path(path, buf, len) != 0)
+        fail_msg("no %s", path);
+}
+
+/* --log-dir: every rank's streams, whole, in torchrun's layout, the console
+ * as without it; a second job of the same id does not overwrite the
+ * first's logs. */
+static void test_log_dir(void **state)
+{
+    (void)state;
+    char dir[64], logs[256], out[256], buf[4096], err[8192], want[64];
+    make_dir(dir);
+    snprintf(logs, sizeof logs, "%s/logs", dir); /* made by ddprun */
+    snprintf(out, sizeof out, "%s/console", dir);
+    for (int job = 0; job < 2; job++) {
+        char *argv[] = {ddprun, "--nproc-per-node", "2", "--log-dir", logs, "--rdzv-id",
+                        "logjob", worker, "out", NULL};
+        int st = finish(start_to(argv, out), err, sizeof err, 10);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        char job_dir[300];
+        snprintf(job_dir, sizeof job_dir, job ? "%s/logjob.1" : "%s/logjob", logs);
+        snprintf(want, sizeof want, "ddprun: logs of this job in ");
+        assert_non_null(strstr(err, want));
+        assert_non_null(strstr(err, job_dir));
+        for (int r = 0; r < 2; r++) {
+            read_log(job_dir, 0, r, "stdout.log", buf, sizeof buf);
+            snprintf(want, sizeof want, "out %d\n", r);
+            assert_string_equal(buf, want);
+            read_log(job_dir, 0, r, "stderr.log", buf, sizeof buf);
+            snprintf(want, sizeof want, "err %d\n", r);
+            assert_string_equal(buf, want);
+            assert_non_null(strstr(err, want)); /* and on the console */
+        }
+        assert_int_equal(read_path(out, buf, sizeof buf), 0);
+        assert_non_null(strstr(buf, "out 0\n"));
+        assert_non_null(strstr(buf, "out 1\n"));
+    }
+    remove_dir(dir);
+}
+
+/* --redirects takes streams off the console, --tee marks them "[rank]:",
+ * --local-ranks-filter hides ranks from the console but not from the files. */
+static void test_redirects_tee_filter(void **state)
+{
+    (void)state;
+    char dir[64], logs[256], out[256], buf[4096], err[8192];
+    make_dir(dir);
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    snprintf(out, sizeof out, "%s/console", dir);
+    char *argv[] = {ddprun, "--nproc-per-node", "3", "--log-dir", logs, "--rdzv-id", "rt",
+                    "-r", "1", "--tee", "0:2", "--local-ranks-filter", "0,1", worker, "out", NULL};
+    int st = finish(start_to(argv, out), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_path(out, buf, sizeof buf), 0);
+    assert_string_equal(buf, ""); /* every stdout redirected */
+    assert_non_null(strstr(err, "\n[0]:err 0\n"));
+    assert_non_null(strstr(err, "\nerr 1\n"));
+    assert_null(strstr(err, "err 2")); /* filtered out */
+    assert_null(strstr(err, "\nerr 0\n"));
+    char job_dir[300];
+    snprintf(job_dir, sizeof job_dir, "%s/rt", logs);
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        read_log(job_dir, 0, r, "stdout.log", buf, sizeof buf);
+        snprintf(want, sizeof want, "out %d\n", r);
+        assert_string_equal(buf, want);
+        read_log(job_dir, 0, r, "stderr.log", buf, sizeof buf);
+        snprintf(want, sizeof want, "err %d\n", r);
+        assert_string_equal(buf, want); /* unprefixed, filter or not */
+    }
+    /* Without --log-dir, --redirects writes to a fresh folder it names. */
+    char *tmp[] = {ddprun, "--redirects", "3", worker, "out", NULL};
+    st = finish(start_to(tmp, out), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    const char *at = strstr(err, "ddprun: logs of this job in ");
+    assert_non_null(at);
+    char made[512];
+    snprintf(made, sizeof made, "%s", at + strlen("ddprun: logs of this job in "));
+    made[strcspn(made, "\n")] = '\0';
+    assert_null(strstr(err, "err 0"));
+    read_log(made, 0, 0, "stderr.log", buf, sizeof buf);
+    assert_string_equal(buf, "err 0\n");
+    *strrchr(made, '/') = '\0';
+    assert_non_null(strstr(made, "ddprun-logs-"));
+    remove_dir(made);
+    remove_dir(dir);
+}
+
+/* The report names the last line that looks like an error, not the
+ * cleanup after it, then the rank's last lines and where its logs are;
+ * a DDP_ERROR_FILE written by the program wins. */
+static void test_failure_report(void **state)
+{
+    (void)state;
+    char dir[64], logs[256], err[8192], buf[1024];
+    make_dir(dir);
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    char *lines[] = {ddprun, "--log-dir", logs, "--rdzv-id", "rep", worker, "errlines", NULL};
+    int st = finish(start(lines), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "exited with code 4; last error: error: the real cause\n"
+             "ddprun: rank 0's last 3 lines of output:\n"
+             "ddprun:   | step 1 done\n"
+             "ddprun:   | error: the real cause\n"
+             "ddprun:   | shutting down\n"
+             "ddprun: rank 0's whole output: %s/rep/attempt_0/0/{stdout,stderr}.log\n",
+             logs);
+    if (!strstr(err, want))
+        fail_msg("stderr '%s' lacks '%s'", err, want);
+
+    char *file[] = {ddprun, "--nproc-per-node", "2", worker, "errfile", "cuda out of paper",
+                    NULL};
+    st = finish(start(file), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    if (!strstr(err, "exited with code 3; last error: cuda out of paper\n"))
+        fail_msg("stderr: %s", err);
+    /* With logs, the error file lies beside them. */
+    char *both[] = {ddprun, "--log-dir", logs, "--rdzv-id", "ef", worker, "errfile", "oops",
+                    NULL};
+    st = finish(start(both), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    assert_non_null(strstr(err, "last error: oops\n"));
+    char path[512];
+    snprintf(path, sizeof path, "%s/ef/attempt_0/0/error.txt", logs);
+    assert_int_equal(read_path(path, buf, sizeof buf), 0);
+    assert_string_equal(buf, "oops\n");
+    remove_dir(dir);
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+static void wait_ready(const char *dir, int n, pid_t *pids)
+{
+    char buf[64];
+    double deadline = now() + 10;
+    for (int r = 0; r < n; r++) {
+        while (read_file(dir, "ready", r, buf, sizeof buf) != 0) {
+            assert_true(now() < deadline);
+            usleep(10000);
+        }
+        pids[r] = atoi(buf);
+    }
+}
+
+/* Waits until DIR/signals.RANK holds want for every rank. */
+static void wait_signals(const char *dir, int n, const char *want)
+{
+    char buf[256];
+    double deadline = now() + 10;
+    for (int r = 0; r < n; r++)
+        for (;;) {
+            if (read_file(dir, "signals", r, buf, sizeof buf) == 0 && !strcmp(buf, want))
+                break;
+            if (now() > deadline)
+                fail_msg("rank %d recorded '%s', not '%s'", r, buf, want);
+            usleep(10000);
+        }
+}
+
+/* SIGUSR1 reaches every worker, which go on; SIGTERM and SIGINT then stop
+ * them as before. */
+static void test_signals_forwarded(void **state)
+{
+    (void)state;
+    static const int stops[2] = {SIGTERM, SIGINT};
+    static const char *const recorded[2] = {"USR1\nUSR1\nTERM\n", "USR1\nUSR1\nINT\n"};
+    for (int k = 0; k < 2; k++) {
+        char dir[64], err[8192];
+        pid_t pids[2];
+        make_dir(dir);
+        char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "signals", dir, NULL};
+        launch l = start(argv);
+        wait_ready(dir, 2, pids);
+        assert_int_equal(kill(l.pid, SIGUSR1), 0);
+        wait_signals(dir, 2, "USR1\n");
+        assert_int_equal(kill(l.pid, SIGUSR1), 0);
+        wait_signals(dir, 2, "USR1\nUSR1\n");
+        for (int r = 0; r < 2; r++)
+            assert_int_equal(kill(pids[r], 0), 0); /* still running */
+        assert_int_equal(kill(l.pid, stops[k]), 0);
+        int st = finish(l, err, sizeof err, 10);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + stops[k]);
+        wait_signals(dir, 2, recorded[k]);
+        remove_dir(dir);
+    }
+}
+
 int main(void)
 {
     const char *build = getenv("DDP_TEST_BUILD");
@@ -396,6 +790,9 @@ int main(void)
         cmocka_unit_test(test_standalone_picks_port),
         cmocka_unit_test(test_job_id),
         cmocka_unit_test(test_two_jobs_one_port),
+        cmocka_unit_test(test_secret_per_job),
+        cmocka_unit_test(test_secret_multi_node_warns),
+        cmocka_unit_test(test_stranger_cannot_use_store),
         cmocka_unit_test(test_failure_names_rank_and_stops_others),
         cmocka_unit_test(test_kill9_worker),
         cmocka_unit_test(test_max_restarts),
@@ -404,6 +801,11 @@ int main(void)
         cmocka_unit_test(test_sigterm_stops_everything),
         cmocka_unit_test(test_no_grandchild_left_behind),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_bad_numbers),
+        cmocka_unit_test(test_log_dir),
+        cmocka_unit_test(test_redirects_tee_filter),
+        cmocka_unit_test(test_failure_report),
+        cmocka_unit_test(test_signals_forwarded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
