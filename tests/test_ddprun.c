@@ -101,10 +101,8 @@ static void remove_dir(const char *dir)
     assert_int_equal(system(cmd), 0);
 }
 
-static int read_file(const char *dir, const char *what, int rank, char *buf, size_t len)
+static int read_path(const char *path, char *buf, size_t len)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s.%d", dir, what, rank);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
@@ -112,6 +110,31 @@ static int read_file(const char *dir, const char *what, int rank, char *buf, siz
     buf[n] = '\0';
     fclose(f);
     return 0;
+}
+
+/* DIR/WHAT.RANK, a worker's report. */
+static int read_file(const char *dir, const char *what, int rank, char *buf, size_t len)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.%d", dir, what, rank);
+    return read_path(path, buf, len);
+}
+
+/* Waits (at most 20 s) for DIR/WHAT.RANK of ranks 0..n-1; pids, when
+ * given, gets the number each file holds. */
+static void wait_files(const char *dir, const char *what, int n, pid_t *pids)
+{
+    char buf[64];
+    double deadline = now() + 20;
+    for (int r = 0; r < n; r++) {
+        while (read_file(dir, what, r, buf, sizeof buf) != 0) {
+            if (now() > deadline)
+                fail_msg("no %s/%s.%d after 20 s", dir, what, r);
+            usleep(10000);
+        }
+        if (pids)
+            pids[r] = atoi(buf);
+    }
 }
 
 static void test_environment(void **state)
@@ -179,12 +202,25 @@ static void test_job_id(void **state)
     remove_dir(dir);
 }
 
+/* Waits for a job of 2 "allreduce" workers and checks both sums. */
+static void expect_sums(launch l, const char *dir, const char *job)
+{
+    char err[8192], buf[64];
+    int st = finish(l, err, sizeof err, 30);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("%s: status %d: %s", job, st, err);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(read_file(dir, "sum", r, buf, sizeof buf), 0);
+        assert_string_equal(buf, "3\n");
+    }
+}
+
 /* Two jobs on one port: the second is refused at once, naming the first
  * job's id, and the first finishes with the right sums. */
 static void test_two_jobs_one_port(void **state)
 {
     (void)state;
-    char dir[64], dir2[64], buf[64], port[16], err[8192], err2[8192];
+    char dir[64], dir2[64], buf[64], port[16], err2[8192];
     make_dir(dir);
     make_dir(dir2);
     snprintf(port, sizeof port, "%d", free_port());
@@ -193,22 +229,11 @@ static void test_two_jobs_one_port(void **state)
     char *second[] = {ddprun, "--nproc-per-node", "2", "--master-port", port, worker,
                       "allreduce", dir2, "0", NULL};
     launch a = start(first);
-    double deadline = now() + 20;
-    for (int r = 0; r < 2; r++)
-        while (read_file(dir, "joined", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
+    wait_files(dir, "joined", 2, NULL);
     double t0 = now();
     int st2 = finish(start(second), err2, sizeof err2, 15);
     double took = now() - t0;
-    int st = finish(a, err, sizeof err, 30);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("first job: status %d: %s", st, err);
-    for (int r = 0; r < 2; r++) {
-        assert_int_equal(read_file(dir, "sum", r, buf, sizeof buf), 0);
-        assert_string_equal(buf, "3\n");
-    }
+    expect_sums(a, dir, "first job");
     assert_true(WIFEXITED(st2) && WEXITSTATUS(st2) == 1);
     if (!strstr(err2, "address in use by another job (id 'first-job'; this job's id is '"))
         fail_msg("second job's stderr: %s", err2);
@@ -220,17 +245,6 @@ static void test_two_jobs_one_port(void **state)
 }
 
 /* ---- the job's secret ---------------------------------------------------- */
-
-static int read_path(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return 0;
-}
 
 /* The value of "name=" in a worker's report. */
 static void field(const char *report, const char *name, char *out, size_t len)
@@ -323,7 +337,7 @@ static void test_secret_multi_node_warns(void **state)
 static void test_stranger_cannot_use_store(void **state)
 {
     (void)state;
-    char dir[64], buf[64], port[16], err[8192];
+    char dir[64], port[16];
     unsetenv("DDP_SECRET");
     unsetenv("DDP_SECRET_FILE");
     make_dir(dir);
@@ -332,12 +346,7 @@ static void test_stranger_cannot_use_store(void **state)
     char *argv[] = {ddprun, "--nproc-per-node", "2", "--master-port", port, worker,
                     "allreduce", dir, "1.5", NULL};
     launch l = start(argv);
-    double deadline = now() + 20;
-    for (int r = 0; r < 2; r++)
-        while (read_file(dir, "joined", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
+    wait_files(dir, "joined", 2, NULL);
     ddp_store_t *store = NULL;
     int rc = ddp_store_tcp_create("127.0.0.1", p, 0, 0, 5.0, &store);
     assert_int_equal(rc, DDP_ERR_AUTH);
@@ -351,13 +360,7 @@ static void test_stranger_cannot_use_store(void **state)
     assert_null(store);
     if (!strstr(ddp_last_error(), "the server rejected our shared secret"))
         fail_msg("a guessed secret: %s", ddp_last_error());
-    int st = finish(l, err, sizeof err, 30);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("the job: status %d: %s", st, err);
-    for (int r = 0; r < 2; r++) {
-        assert_int_equal(read_file(dir, "sum", r, buf, sizeof buf), 0);
-        assert_string_equal(buf, "3\n");
-    }
+    expect_sums(l, dir, "the job");
     remove_dir(dir);
 }
 
@@ -378,19 +381,12 @@ static void test_failure_names_rank_and_stops_others(void **state)
 static void test_kill9_worker(void **state)
 {
     (void)state;
-    char dir[64], buf[64], err[8192];
+    char dir[64], err[8192];
     make_dir(dir);
     char *argv[] = {ddprun, "--nproc-per-node", "3", worker, "sleep", dir, NULL};
     launch l = start(argv);
     pid_t pids[3];
-    double deadline = now() + 10;
-    for (int r = 0; r < 3; r++) {
-        while (read_file(dir, "pid", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
-        pids[r] = atoi(buf);
-    }
+    wait_files(dir, "pid", 3, pids);
     double t0 = now();
     assert_int_equal(kill(pids[1], SIGKILL), 0);
     int st = finish(l, err, sizeof err, 5);
@@ -459,19 +455,12 @@ static void test_prefix(void **state)
 static void test_sigterm_stops_everything(void **state)
 {
     (void)state;
-    char dir[64], buf[64], err[8192];
+    char dir[64], err[8192];
     make_dir(dir);
     char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "sleep", dir, NULL};
     launch l = start(argv);
     pid_t pids[2];
-    double deadline = now() + 10;
-    for (int r = 0; r < 2; r++) {
-        while (read_file(dir, "pid", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
-        pids[r] = atoi(buf);
-    }
+    wait_files(dir, "pid", 2, pids);
     double t0 = now();
     assert_int_equal(kill(l.pid, SIGTERM), 0);
     int st = finish(l, err, sizeof err, 5);
@@ -722,19 +711,6 @@ static void test_failure_report(void **state)
 
 /* ---- signals ------------------------------------------------------------- */
 
-static void wait_ready(const char *dir, int n, pid_t *pids)
-{
-    char buf[64];
-    double deadline = now() + 10;
-    for (int r = 0; r < n; r++) {
-        while (read_file(dir, "ready", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
-        pids[r] = atoi(buf);
-    }
-}
-
 /* Waits until DIR/signals.RANK holds want for every rank. */
 static void wait_signals(const char *dir, int n, const char *want)
 {
@@ -763,7 +739,7 @@ static void test_signals_forwarded(void **state)
         make_dir(dir);
         char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "signals", dir, NULL};
         launch l = start(argv);
-        wait_ready(dir, 2, pids);
+        wait_files(dir, "ready", 2, pids);
         assert_int_equal(kill(l.pid, SIGUSR1), 0);
         wait_signals(dir, 2, "USR1\n");
         assert_int_equal(kill(l.pid, SIGUSR1), 0);
