@@ -112,9 +112,12 @@ $(BUILD)/bench/%: bench/%.c $(STATIC)
 $(BUILD)/obj/tools/ddprun/%.o: tools/ddprun/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+# ddprun takes a few base helpers from the static library and none of its
+# dependencies: no OpenBLAS or MPI to load (and, under sanitizers, to start)
+# at every launch.
 $(BUILD)/bin/ddprun: $(DDPRUN_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(LDFLAGS) $(DDPRUN_OBJ) -o $@ $(STATIC) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) $(DDPRUN_OBJ) -o $@ $(STATIC) -lpthread -lm
 
 test check: all
 	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)

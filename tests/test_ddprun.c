@@ -534,16 +534,24 @@ static void test_bad_numbers(void **state)
     };
     static const char *const values[] = {"nan", "inf", "-1", "3x", " 3", "+3", "",
                                          "99999999999999999999", "1e999", "0x"};
-    for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
-        for (size_t v = 0; v < sizeof values / sizeof *values; v++) {
+    enum { NF = sizeof flags / sizeof *flags, NV = sizeof values / sizeof *values };
+    /* All at once, then collected: a sanitizer build starts slowly. */
+    launch runs[NF][NV];
+    for (size_t f = 0; f < NF; f++)
+        for (size_t v = 0; v < NV; v++) {
             char arg[128];
             snprintf(arg, sizeof arg, "%s=%s", flags[f].flag, values[v]);
             char *argv[] = {ddprun, arg, worker, NULL};
-            int st = finish(start(argv), err, sizeof err, 5);
+            runs[f][v] = start(argv);
+        }
+    for (size_t f = 0; f < NF; f++)
+        for (size_t v = 0; v < NV; v++) {
+            int st = finish(runs[f][v], err, sizeof err, 30);
             snprintf(want, sizeof want, "ddprun: bad %s '%s': %s (see ddprun --help)\n",
                      flags[f].flag, values[v], flags[f].want);
             if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || strcmp(err, want) != 0)
-                fail_msg("%s: status %d, stderr '%s', want '%s'", arg, st, err, want);
+                fail_msg("%s='%s': status %d, stderr '%s', want '%s'", flags[f].flag, values[v],
+                         st, err, want);
         }
     /* The port of --rdzv-endpoint, and the stream specs, the same way. */
     static const struct {
