@@ -20,8 +20,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "ddp.h"
 #include "free_port.h"
+#include "store/tcp_proto.h"
 
 static char ddprun[4096], worker[4096];
 
@@ -331,9 +336,60 @@ static void test_secret_multi_node_warns(void **state)
     remove_dir(dir);
 }
 
+/* Reads exactly n bytes (at most 5 s); the count read, short at EOF or an error. */
+static size_t read_n(int fd, uint8_t *buf, size_t n)
+{
+    size_t got = 0;
+    double deadline = now() + 5;
+    while (got < n && now() < deadline) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    return got;
+}
+
+/* On a raw connection to the store: takes its HELLO, then sends opcode
+ * (SET or GET of a rendezvous key) without authenticating; the server must
+ * close the connection without an answer. */
+static void raw_request_refused(int port, int opcode)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    uint8_t head[DDP__TS_HEADER], payload[512];
+    ddp__ts_header h;
+    const char *why = NULL;
+    assert_int_equal(read_n(fd, head, sizeof head), sizeof head);
+    assert_int_equal(ddp__ts_header_decode(head, sizeof payload, &h, &why), 0);
+    assert_int_equal(h.opcode, DDP__TS_HELLO);
+    assert_int_equal(read_n(fd, payload, h.length), h.length);
+    assert_int_equal(payload[0], 1); /* auth_required */
+    ddp__ts_writer w = {0};
+    ddp__ts_begin(&w);
+    if (opcode == DDP__TS_GET)
+        ddp__ts_u64(&w, 1000);
+    ddp__ts_bytes(&w, "rdzv/rank/1", 11);
+    if (opcode == DDP__TS_SET)
+        ddp__ts_bytes(&w, "stranger", 8);
+    int n = ddp__ts_finish(&w, opcode, 0);
+    assert_true(n > 0);
+    assert_int_equal(write(fd, w.buf, (size_t)n), n);
+    free(w.buf);
+    assert_int_equal(read_n(fd, head, sizeof head), 0); /* closed, nothing answered */
+    close(fd);
+}
+
 /* A stranger (no secret, or a guessed one) connecting to the port of a
- * running job's store is refused before any SET or GET; the job is not
- * disturbed. */
+ * running job's store is refused: the library's client at the handshake,
+ * a raw SET or GET of a rendezvous key by the server, which drops the
+ * connection; the job is not disturbed. */
 static void test_stranger_cannot_use_store(void **state)
 {
     (void)state;
@@ -360,6 +416,8 @@ static void test_stranger_cannot_use_store(void **state)
     assert_null(store);
     if (!strstr(ddp_last_error(), "the server rejected our shared secret"))
         fail_msg("a guessed secret: %s", ddp_last_error());
+    raw_request_refused(p, DDP__TS_SET);
+    raw_request_refused(p, DDP__TS_GET);
     expect_sums(l, dir, "the job");
     remove_dir(dir);
 }
