@@ -66,7 +66,7 @@ EX_SRC    := $(sort $(wildcard examples/*.c))
 EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/bin/ddp-%)
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
-# A tool in several files: tools/NAME/*.c make bin/NAME.
+# ddprun is several files: tools/ddprun/*.c make bin/ddprun.
 DDPRUN_SRC := $(sort $(wildcard tools/ddprun/*.c))
 DDPRUN_OBJ := $(DDPRUN_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_BIN  += $(BUILD)/bin/ddprun
