@@ -13,6 +13,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #define MAX_WORKERS 1024
@@ -75,6 +76,7 @@ typedef struct {
 
 extern volatile sig_atomic_t ddprun_got_signal; /* SIGINT/SIGTERM/SIGHUP: stop */
 extern volatile sig_atomic_t ddprun_got_usr1;   /* SIGUSR1s to pass on */
+extern struct rlimit ddprun_nofile;             /* the user's descriptor limit */
 
 double ddprun_now(void);
 

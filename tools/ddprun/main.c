@@ -29,12 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ddprun.h"
 
 volatile sig_atomic_t ddprun_got_signal;
 volatile sig_atomic_t ddprun_got_usr1;
+struct rlimit ddprun_nofile;
 
 static void on_signal(int sig) { ddprun_got_signal = sig; }
 static void on_usr1(int sig)
@@ -123,6 +125,13 @@ int main(int argc, char **argv)
     if (!ws) {
         fprintf(stderr, "ddprun: out of memory\n");
         return 1;
+    }
+    /* Up to 4 descriptors per worker (2 pipes, 2 log files): 1024 workers
+     * need more than the usual soft limit of 1024.  The workers get the
+     * user's limit back (workers.c). */
+    if (getrlimit(RLIMIT_NOFILE, &ddprun_nofile) == 0) {
+        struct rlimit raised = {ddprun_nofile.rlim_max, ddprun_nofile.rlim_max};
+        setrlimit(RLIMIT_NOFILE, &raised);
     }
     /* Handlers first: a signal while the job's files are made still
      * removes them. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,8 @@ static void exec_worker(const ddprun_options *o, const ddprun_job *job, const dd
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
+    if (ddprun_nofile.rlim_cur) /* main.c raised ddprun's own */
+        setrlimit(RLIMIT_NOFILE, &ddprun_nofile);
     if (out_fd >= 0)
         dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
