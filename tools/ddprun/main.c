@@ -19,8 +19,8 @@
  * local group restarts (--max-restarts) or ddprun exits 1 with one line
  * naming the rank, its exit code or signal and its last error, then the
  * last lines of its output (output.c).  SIGINT, SIGTERM and SIGHUP stop the
- * workers the same way; SIGUSR1 is passed on to every worker (a libddp
- * program dumps its flight recorder on it), and the job goes on.
+ * workers the same way; SIGUSR1 is passed on to every worker (for programs
+ * that act on it, such as dumping a flight recorder), and the job goes on.
  *
  * ddprun does not load libddp (it launches programs of any library version
  * and starts in a millisecond); it links a few of libddp's base helpers
