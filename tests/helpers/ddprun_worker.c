@@ -10,7 +10,8 @@
  *                    holding stdout and stderr, and exits 0
  *   runid DIR        writes TORCHELASTIC_RUN_ID to DIR/runid.RANK, exit 0
  *   allreduce DIR S  joins the job's process group (env://), writes
- *                    DIR/joined.RANK, waits S seconds, all-reduces rank + 1
+ *                    DIR/joined.RANK, waits S seconds (S "go": until DIR/go
+ *                    exists, at most 30 s), all-reduces rank + 1
  *                    and writes the sum to DIR/sum.RANK; a failure is one
  *                    line on stderr and exit 1
  *   secret DIR       writes DIR/secret.RANK: DDP_SECRET_FILE, that file's
@@ -180,7 +181,14 @@ int main(int argc, char **argv)
             return 1;
         }
         write_file(argv[2], "joined", rank, "ok\n");
-        usleep((useconds_t)(atof(argv[3]) * 1e6));
+        if (!strcmp(argv[3], "go")) { /* until the test says (at most 30 s) */
+            char go[4200];
+            snprintf(go, sizeof go, "%s/go", argv[2]);
+            for (int i = 0; i < 3000 && access(go, F_OK) != 0; i++)
+                usleep(10000);
+        } else {
+            usleep((useconds_t)(atof(argv[3]) * 1e6));
+        }
         if (ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM) < 0 || ddp_pg_barrier(pg) < 0) {
             fprintf(stderr, "all_reduce: %s\n", ddp_last_error());
             return 1;
