@@ -193,6 +193,11 @@ static int move(ddp__hs_srv *s, uint8_t *buf, const char *what)
             s->got += out ? 0 : (size_t)n;
             continue;
         }
+        if (n == 0 && !out && s->step == SS_AUTH) /* a rank's client checks our proof first */
+            return DDP_ERROR(DDP_ERR_CONNECTION,
+                             "%s (claiming rank %d): closed after our CHALLENGE: it did not "
+                             "accept our proof (is DDP_SECRET the same everywhere?)",
+                             what, s->peer);
         if (n == 0 && !out)
             return DDP_ERROR(DDP_ERR_CONNECTION,
                              "%s: connection closed during the handshake (%zu bytes received)",
