@@ -25,6 +25,7 @@
 #include "pg/internal.h"
 #include "pg_util.h"
 #include "fork_children.h"
+#include "free_port.h"
 #include "transport/handshake.h"
 #include "transport/tcp.h"
 
@@ -313,6 +314,45 @@ static void test_huge_frame_header_costs_nothing(void **state)
     job_cleanup(&J);
 }
 
+/* ---- a rank that never starts, tcp:// init ---------------------------- */
+
+static char Url[64];
+
+/* Ranks 0 and 2 of 3 over tcp:// (rank 0 hosts the store); rank 1 never
+ * comes.  Both must fail within the timeout and name rank 1, also rank 2,
+ * whose store goes away with rank 0. */
+static int missing_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    double t0 = ddp_time_now();
+    if (rank == 2)
+        sleep_s(0.2); /* rank 0 gives up first: rank 2 sees its store vanish */
+    int rc = ddp_init_process_group("tcp", Url, rank, 3, 2.0, &pg);
+    double took = ddp_time_now() - t0;
+    fprintf(stderr, "rank %d: rc %d after %.2f s: %s\n", rank, rc, took, ddp_last_error());
+    CHILD_CHECK(rc < 0 && pg == NULL);
+    CHILD_CHECK(took < 2.0 + 0.2 + 3.0); /* the timeout, rank 2's head start, slack */
+    CHILD_CHECK(contains(ddp_last_error(), "rank 1 "));
+    if (rank == 2)
+        CHILD_CHECK(contains(ddp_last_error(), "waiting for rank 1") &&
+                    contains(ddp_last_error(), "2 of 3 joined"));
+    return 0;
+}
+
+static int missing_main(int i, void *arg)
+{
+    (void)arg;
+    return missing_rank(i == 0 ? 0 : 2, NULL);
+}
+
+static void test_missing_rank_is_named_everywhere(void **state)
+{
+    (void)state;
+    snprintf(Url, sizeof Url, "tcp://127.0.0.1:%d", free_port());
+    assert_int_equal(run_children(2, missing_main, NULL, 30), 0);
+}
+
 /* ---- the handshake alone, over a socket pair ------------------------- */
 
 /* Runs the server side in a child; returns the client's result and puts
@@ -436,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_malformed_frame_drops_peer),
         cmocka_unit_test(test_huge_frame_header_costs_nothing),
+        cmocka_unit_test(test_missing_rank_is_named_everywhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
