@@ -34,6 +34,7 @@
 #define GARBAGE 10  /* connections sending random bytes */
 #define FOREIGN 6   /* connections sending a HELLO of another job */
 #define ROUNDS 3
+#define MANY 400    /* more than the 256 handshakes a rank keeps pending */
 
 typedef struct shared {
     volatile int go;   /* the strangers are connected: rank 0 may start */
@@ -45,12 +46,14 @@ typedef struct shared {
     int warned[NRANKS];      /* warn lines naming a stranger's address */
     int lines[NRANKS];       /* warn lines about rejected connections */
     int summary[NRANKS];     /* "... more connections rejected" lines */
+    int dropped[NRANKS];     /* lines about connections dropped for newcomers */
 } shared;
 
 static job J;
 static shared *S;
 static const char *Secret; /* NULL: no DDP_SECRET */
-static int Strangers;
+static int Strangers; /* silent connections (0: none, nor any other stranger) */
+static int OnePort;   /* all of them to rank 1's port */
 
 static void count_warnings(int level, const char *msg, void *user)
 {
@@ -61,6 +64,7 @@ static void count_warnings(int level, const char *msg, void *user)
     S->lines[r]++;
     S->warned[r] += strstr(msg, "connection from 127.0.0.1:") != NULL;
     S->summary[r] += strstr(msg, "more connections rejected during setup") != NULL;
+    S->dropped[r] += strstr(msg, "dropped, 256 handshakes pending") != NULL;
 }
 
 static int wait_flag(volatile int *flag, double limit_s)
@@ -139,7 +143,7 @@ static int send_now(int fd, const void *buf, size_t len)
  * hold the connections until the ranks are done. */
 static int stranger_main(void)
 {
-    static int fds[SILENT + GARBAGE + FOREIGN];
+    static int fds[MANY + GARBAGE + FOREIGN];
     int n = 0, ports[NRANKS];
     ddp_store_t *st = NULL;
     CHILD_CHECK(ddp_store_file_create(J.path, 0, &st) == 0);
@@ -148,18 +152,18 @@ static int stranger_main(void)
         CHILD_CHECK(ports[r] > 0);
     }
     ddp_store_destroy(st);
-    int total = Strangers ? SILENT + GARBAGE + FOREIGN : 0;
+    int silent = Strangers, total = Strangers ? Strangers + GARBAGE + FOREIGN : 0;
     ddp__rng rng;
     ddp__rng_seed(&rng, 11);
     for (int i = 0; i < total; i++) {
-        int port = ports[1 + i % (NRANKS - 1)];
+        int port = ports[OnePort ? 1 : 1 + i % (NRANKS - 1)];
         int fd = open_silent(port);
         CHILD_CHECK(fd >= 0);
         fds[n++] = fd;
-        if (i < SILENT)
+        if (i < silent)
             continue;
         uint8_t msg[92] = {0x44, 0x44, 0x50, 0x48, 1, 0, 1, 0}; /* "DDPH", v1, HELLO */
-        if (i < SILENT + GARBAGE) /* random bytes instead */
+        if (i < silent + GARBAGE) /* random bytes instead */
             for (size_t k = 0; k < sizeof msg; k++)
                 msg[k] = (uint8_t)ddp__rng_next(&rng);
         else
@@ -213,7 +217,7 @@ static void strangers_cost_nothing(const char *secret)
     for (int i = 0; i < ROUNDS; i++) {
         base[i] = one_setup(0);
         assert_true(base[i] >= 0);
-        with[i] = one_setup(1);
+        with[i] = one_setup(SILENT);
         assert_true(with[i] >= 0);
         assert_int_equal(S->opened, SILENT + GARBAGE + FOREIGN);
         /* Every accepting rank named strangers' addresses, within its
@@ -237,6 +241,23 @@ static void strangers_cost_nothing(const char *secret)
     assert_true(mw - mb < 1.5);
 }
 
+/* More strangers on one port than a rank keeps pending: the oldest are
+ * dropped for newcomers, and rank 0, which comes last, still gets in. */
+static void test_more_strangers_than_slots(void **state)
+{
+    (void)state;
+    Secret = NULL;
+    OnePort = 1;
+    double took = one_setup(MANY);
+    OnePort = 0;
+    assert_true(took >= 0);
+    assert_int_equal(S->opened, MANY + GARBAGE + FOREIGN);
+    assert_int_equal(S->summary[1], 1);
+    assert_true(S->dropped[1] >= 1);
+    print_message("setup with %d strangers on one port: %.3f s\n", MANY + GARBAGE + FOREIGN,
+                  took);
+}
+
 static void test_strangers_without_secret(void **state)
 {
     (void)state;
@@ -258,6 +279,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strangers_without_secret),
         cmocka_unit_test(test_strangers_with_secret),
+        cmocka_unit_test(test_more_strangers_than_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
