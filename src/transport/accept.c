@@ -44,9 +44,9 @@ typedef struct acceptor {
     char last[400];      /* the last refusal, for the timeout message */
 } acceptor;
 
-/* Closes pending connection i, refused for reason why: counted, and logged
- * while the per-setup budget lasts. */
-static void refuse_one(acceptor *a, int i, const char *why)
+/* A refusal: counted, kept for the timeout message, and logged while the
+ * per-setup budget lasts. */
+static void note(acceptor *a, const char *why)
 {
     snprintf(a->last, sizeof a->last, "%s", why);
     a->refused++;
@@ -54,6 +54,12 @@ static void refuse_one(acceptor *a, int i, const char *why)
         a->logged++;
         DDP_WARN("tcp rank %d: rejected a connection during setup: %s", a->ctx->rank, why);
     }
+}
+
+/* Closes pending connection i, refused for reason why. */
+static void refuse_one(acceptor *a, int i, const char *why)
+{
+    note(a, why);
     close(a->p[i].hs.fd);
     a->p[i].hs.fd = -1;
 }
@@ -86,21 +92,24 @@ static void step_one(acceptor *a, int i)
 }
 
 /* Takes every connection the listener has queued. */
-static int accept_new(acceptor *a)
+static void accept_new(acceptor *a)
 {
     for (;;) {
         int fd = -1;
         char addr[DDP__ACCEPT_ADDR];
         int got = ddp__sock_accept(a->lfd, 0, &fd, addr, sizeof addr);
         if (got == 0)
-            return 0;
+            return;
         if (got < 0) {
-            /* Out of descriptors, say: make room rather than give up. */
-            if (a->n == 0)
-                return got;
-            refuse_one(a, 0, "a pending connection dropped: accept failed (out of descriptors?)");
-            compact(a);
-            return 0;
+            /* A connection reset before it was set up, or out of
+             * descriptors (the pending ones free theirs within
+             * HANDSHAKE_S): a genuine rank is still to come, so note it
+             * and go on, after a pause should the listener keep failing. */
+            char why[sizeof a->last];
+            snprintf(why, sizeof why, "accept failed: %s", ddp_last_error());
+            note(a, why);
+            (void)poll(NULL, 0, 10);
+            return;
         }
         if (a->n == PENDING_MAX) {
             char why[DDP__ACCEPT_ADDR + 80];
@@ -116,7 +125,7 @@ static int accept_new(acceptor *a)
         step_one(a, a->n - 1); /* its HELLO may be here already */
         compact(a);
         if (a->want == 0)
-            return 0;
+            return;
     }
 }
 
@@ -208,7 +217,7 @@ int ddp__hs_accept(int lfd, const ddp__hs_ctx *ctx, double deadline, double time
                 step_one(&a, i);
         compact(&a);
         if (k > 0 && (pfd[0].revents & POLLIN) && a.want > 0)
-            DDP_TRY_OUT(accept_new(&a));
+            accept_new(&a);
     }
 out:
     if (a.p) {
