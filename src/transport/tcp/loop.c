@@ -183,9 +183,9 @@ static int parse_header(tcp *t, peer *p)
 static int rx_stalled(tcp *t, peer *p, ssize_t n)
 {
     int err = errno;
-    if (n < 0 && errno == EINTR)
+    if (n < 0 && err == EINTR)
         return 1;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
         return 0;
     /* Which message it broke off in tells a crash from a lying header. */
     char in[96] = "";

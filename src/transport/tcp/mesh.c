@@ -22,7 +22,6 @@
 #include "transport/handshake.h"
 #include "transport/rendezvous.h"
 
-
 void ddp__tcp_destroy(ddp__tp *tp)
 {
     tcp *t = (tcp *)tp;
