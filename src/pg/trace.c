@@ -1,0 +1,149 @@
+/* The flight recorder's ring (trace.h): one record per operation, written
+ * when it is issued (queued, under the group's lock, which fixes the
+ * order) and updated when the executor starts and ends it.  The ring has a
+ * mutex of its own so that neither the dumper nor the executor's updates
+ * ever wait on the group's lock, which a caller may hold while waiting. */
+#include "pg/trace.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/env.h"
+#include "base/error.h"
+
+static int64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int ddp__trace_init(ddp__trace *t)
+{
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    size_t cap = 0;
+    DDP_TRY(ddp__env_size("DDP_TRACE_BUFFER", &cap));
+    if (cap) {
+        t->ring = calloc(cap, sizeof *t->ring);
+        DDP_FAIL_IF(!t->ring, DDP_ERR_NOMEM, "flight recorder: no memory for %zu records", cap);
+    }
+    t->cap = cap;
+    return 0;
+}
+
+void ddp__trace_free(ddp__trace *t)
+{
+    free(t->ring);
+    t->ring = NULL;
+    pthread_mutex_destroy(&t->mu);
+}
+
+uint64_t ddp__trace_queued(ddp__trace *t, const ddp__coll_args *a, uint64_t seq,
+                           const char *label)
+{
+    if (!t->cap)
+        return 0;
+    int64_t now = wall_us();
+    pthread_mutex_lock(&t->mu);
+    uint64_t id = ++t->next_id;
+    ddp__trace_entry *e = &t->ring[id % t->cap];
+    e->id = id;
+    e->seq = seq;
+    e->args = *a;
+    e->args.send = NULL; /* addresses mean nothing in a dump */
+    e->args.recv = NULL;
+    e->state = DDP__TR_QUEUED;
+    e->rc = 0;
+    e->queued_us = now;
+    e->started_us = e->done_us = 0;
+    if (label)
+        snprintf(e->label, sizeof e->label, "%s", label);
+    else
+        e->label[0] = '\0';
+    pthread_mutex_unlock(&t->mu);
+    return id;
+}
+
+/* Under mu: the record id, or NULL once the ring has moved past it. */
+static ddp__trace_entry *find(ddp__trace *t, uint64_t id)
+{
+    ddp__trace_entry *e = id && t->cap ? &t->ring[id % t->cap] : NULL;
+    return e && e->id == id ? e : NULL;
+}
+
+double ddp__trace_started(ddp__trace *t, uint64_t id)
+{
+    double t0 = ddp_time_now();
+    if (id) {
+        int64_t now = wall_us();
+        pthread_mutex_lock(&t->mu);
+        ddp__trace_entry *e = find(t, id);
+        if (e) {
+            e->state = DDP__TR_STARTED;
+            e->started_us = now;
+        }
+        pthread_mutex_unlock(&t->mu);
+    }
+    return t0;
+}
+
+static int stats_bucket(double bytes)
+{
+    int b = 0;
+    while (b + 1 < DDP__STATS_BUCKETS && bytes >= (double)((uint64_t)2 << b))
+        b++;
+    return b;
+}
+
+void ddp__trace_finished(ddp__trace *t, uint64_t id, const ddp__coll_args *a, int size,
+                         double t0, int rc)
+{
+    double dt = ddp_time_now() - t0;
+    int64_t now = id ? wall_us() : 0;
+    double bytes = ddp__stats_bytes(a, size);
+    pthread_mutex_lock(&t->mu);
+    ddp__trace_entry *e = find(t, id);
+    if (e) {
+        e->state = rc < 0 ? DDP__TR_FAILED : DDP__TR_DONE;
+        e->rc = rc;
+        e->done_us = now;
+    }
+    if (rc == 0 && a->kind >= 0 && a->kind < DDP__NUM_COLL) {
+        ddp__stat_cell *c = &t->stats[a->kind][stats_bucket(bytes)];
+        c->calls++;
+        c->bytes += (uint64_t)bytes;
+        c->seconds += dt;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+int ddp__trace_snapshot(ddp__trace *t, ddp__trace_entry **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!t->cap)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    uint64_t last = t->next_id, first = last > t->cap ? last - t->cap + 1 : 1;
+    size_t k = (size_t)(last - first + 1);
+    ddp__trace_entry *v = k ? malloc(k * sizeof *v) : NULL;
+    if (k && !v) {
+        pthread_mutex_unlock(&t->mu);
+        return DDP_ERROR(DDP_ERR_NOMEM, "flight recorder: no memory for a copy");
+    }
+    for (uint64_t id = first; k && id <= last; id++)
+        v[id - first] = t->ring[id % t->cap];
+    pthread_mutex_unlock(&t->mu);
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+const char *ddp__trace_state_name(int state)
+{
+    static const char *const names[] = {"queued", "started", "done", "failed"};
+    return state >= 0 && state <= DDP__TR_FAILED ? names[state] : "unknown";
+}
