@@ -17,6 +17,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "pg/internal.h"
 #include "pg/pg_impl.h"
 
 /* The fingerprint exchange's sequence numbers: the collective's with bit 33
@@ -32,6 +33,8 @@ int ddp__debug_init(ddp_pg_t *pg)
     pg->debug = level;
     return 0;
 }
+
+int ddp__pg_debug_level(const ddp_pg_t *pg) { return pg ? pg->debug : 0; }
 
 void ddp__op_text(const ddp__coll_args *a, char *out, size_t len)
 {

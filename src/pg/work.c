@@ -54,7 +54,7 @@ static int is_collective(int kind) { return kind != DDP__SEND && kind != DDP__RE
 static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, uint64_t trace_id,
                    char *msg)
 {
-    double t0 = ddp__trace_started(&pg->trace, trace_id);
+    int64_t t0 = ddp__trace_started(&pg->trace, trace_id);
     double deadline = ddp_time_now() + pg->timeout_s;
     int rc = 0;
     if (pg->debug == DDP__DEBUG_DETAIL && is_collective(a->kind))
