@@ -143,12 +143,15 @@ DDP_API int ddp_pg_backend_check(const char *name);
  * DIR/trace-rank<R>.json (R: its rank in the world group) when a
  * collective fails and when the world group is destroyed, with
  * DDP_TRACE_DIR=DIR (without it, the failure's message says how to get a
- * dump), and on SIGUSR1 (the handler is installed only where SIGUSR1 has
- * its default action; DDP_TRACE_DIR, else ./ddp-trace).  tools/ddp-trace
- * DIR reads all ranks' dumps and says where they diverged. */
+ * dump), and on SIGUSR1 (DDP_TRACE_DIR, else ./ddp-trace; the handler is
+ * installed with the first group only where SIGUSR1 has its default
+ * action, and once the process's last group is gone SIGUSR1 does
+ * nothing).  Subgroups destroyed before their world are not in its exit
+ * dump.  tools/ddp-trace DIR reads all ranks' dumps and says where they
+ * diverged. */
 
 /* Labels the group's operations issued from now on (say "backward/bucket
- * 3"), until the next call; NULL or "" clears it.  Copied (at most 47
+ * 3"), until the next call; NULL or "" clears it.  Copied (at most 59
  * bytes kept).  Thread-safe; the label is the group's, not the thread's. */
 DDP_API int ddp_pg_set_label(ddp_pg_t *pg, const char *label);
 /* Writes this process's dump now (pg's world group and its subgroups) to

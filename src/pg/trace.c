@@ -30,7 +30,9 @@ int ddp__trace_init(ddp__trace *t)
     size_t cap = 0;
     DDP_TRY(ddp__env_size("DDP_TRACE_BUFFER", &cap));
     if (cap) {
-        t->ring = calloc(cap, sizeof *t->ring);
+        t->ring = aligned_alloc(64, cap * sizeof *t->ring);
+        if (t->ring)
+            memset(t->ring, 0, cap * sizeof *t->ring);
         DDP_FAIL_IF(!t->ring, DDP_ERR_NOMEM, "flight recorder: no memory for %zu records", cap);
     }
     t->cap = cap;
@@ -45,24 +47,33 @@ void ddp__trace_free(ddp__trace *t)
 }
 
 uint64_t ddp__trace_queued(ddp__trace *t, const ddp__coll_args *a, uint64_t seq,
-                           const char *label)
+                           const char *label, int started, int64_t *t0_us)
 {
-    if (!t->cap)
+    if (!t->cap && !started)
         return 0;
     int64_t now = wall_us();
+    if (started)
+        *t0_us = now;
+    if (!t->cap)
+        return 0;
     pthread_mutex_lock(&t->mu);
     uint64_t id = ++t->next_id;
     ddp__trace_entry *e = &t->ring[id % t->cap];
     e->id = id;
     e->seq = seq;
-    e->args = *a;
-    e->args.send = NULL; /* addresses mean nothing in a dump */
-    e->args.recv = NULL;
-    e->state = DDP__TR_QUEUED;
-    e->rc = 0;
     e->queued_us = now;
-    e->started_us = e->done_us = 0;
-    if (label)
+    e->started_us = started ? now : 0;
+    e->done_us = 0;
+    e->count = a->count;
+    e->root = a->root;
+    e->peer = a->peer;
+    e->tag = a->tag;
+    e->rc = 0;
+    e->kind = (uint8_t)a->kind;
+    e->dtype = (uint8_t)a->dtype;
+    e->op = (uint8_t)a->op;
+    e->state = started ? DDP__TR_STARTED : DDP__TR_QUEUED;
+    if (label && label[0])
         snprintf(e->label, sizeof e->label, "%s", label);
     else
         e->label[0] = '\0';
@@ -92,12 +103,12 @@ int64_t ddp__trace_started(ddp__trace *t, uint64_t id)
     return now;
 }
 
+/* [2^b, 2^(b+1)) holds bytes; 0 and 1 byte go to bucket 0. */
 static int stats_bucket(double bytes)
 {
-    int b = 0;
-    while (b + 1 < DDP__STATS_BUCKETS && bytes >= (double)((uint64_t)2 << b))
-        b++;
-    return b;
+    uint64_t v = bytes >= 2 ? (uint64_t)bytes : 1;
+    int b = 63 - __builtin_clzll(v);
+    return b < DDP__STATS_BUCKETS ? b : DDP__STATS_BUCKETS - 1;
 }
 
 void ddp__trace_finished(ddp__trace *t, uint64_t id, const ddp__coll_args *a, int size,

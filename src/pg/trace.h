@@ -22,20 +22,23 @@
 
 #include "coll/coll.h"
 
-#define DDP__TRACE_LABEL 48
+#define DDP__TRACE_LABEL 60
 #define DDP__STATS_BUCKETS 48 /* power-of-two byte sizes: [2^b, 2^(b+1)) */
 
 enum { DDP__TR_QUEUED, DDP__TR_STARTED, DDP__TR_DONE, DDP__TR_FAILED };
 
+/* 128 bytes: two cache lines per record (the ring is written, cold, once
+ * per operation). */
 typedef struct ddp__trace_entry {
     uint64_t id;         /* record number in this group, from 1; 0: an empty slot */
     uint64_t seq;        /* the collective's sequence number (point to point: 0) */
-    ddp__coll_args args; /* buffers are not dumped */
-    int state;           /* DDP__TR_* */
-    int rc;              /* failed: the error code */
     int64_t queued_us, started_us, done_us; /* wall clock (CLOCK_REALTIME), 0: not yet */
+    uint64_t count;
+    int32_t root, peer, tag, rc; /* rc: a failed operation's error code */
+    uint8_t kind, dtype, op, state; /* enum ddp__coll_kind, ddp_dtype, ddp_reduce_op, DDP__TR_* */
     char label[DDP__TRACE_LABEL];
 } ddp__trace_entry;
+_Static_assert(sizeof(ddp__trace_entry) == 128, "a record is two cache lines");
 
 typedef struct ddp__stat_cell {
     uint64_t calls, bytes;
@@ -68,9 +71,11 @@ int ddp__trace_init(ddp__trace *t);
 void ddp__trace_free(ddp__trace *t);
 
 /* An operation issued with sequence number seq: its record id (0 when the
- * recorder is off).  label may be NULL. */
+ * recorder is off).  label may be NULL.  started: the caller runs it at
+ * once (one clock read for both events); *t0_us is then its start time for
+ * ddp__trace_finished, read even with the recorder off. */
 uint64_t ddp__trace_queued(ddp__trace *t, const ddp__coll_args *a, uint64_t seq,
-                           const char *label);
+                           const char *label, int started, int64_t *t0_us);
 /* The executor starts record id (0: none); returns the start time (wall
  * clock, microseconds) for ddp__trace_finished. */
 int64_t ddp__trace_started(ddp__trace *t, uint64_t id);

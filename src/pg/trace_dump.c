@@ -14,8 +14,8 @@
  * watcher thread, blocked in read(2) on the other end, writes the dumps.
  * The handler is installed at the first group whose recorder is on, only
  * where SIGUSR1 still has its default action (a program's own handler, or
- * SIG_IGN, is left alone), and the watcher stops (the default action
- * back) when the last group goes, so that destroying every group gives
+ * SIG_IGN, is left alone), and the watcher stops when the last group goes
+ * (the handler then does nothing), so that destroying every group gives
  * every thread and descriptor back; a forked child gets a pipe and watcher
  * of its own at its first group. */
 #include <errno.h>
@@ -72,17 +72,17 @@ static void put_str(FILE *f, const char *s)
 
 static void put_entry(FILE *f, const ddp__trace_entry *e, int first)
 {
-    const ddp__coll_args *a = &e->args;
     fprintf(f, "%s\n    {\"id\": %llu, \"seq\": %llu, \"op\": \"%s\", \"dtype\": \"%s\", "
-               "\"count\": %zu",
+               "\"count\": %llu",
             first ? "" : ",", (unsigned long long)e->id, (unsigned long long)e->seq,
-            ddp__coll_name(a->kind), ddp_dtype_name(a->dtype), a->count);
-    if (ddp__op_has_root(a->kind))
-        fprintf(f, ", \"root\": %d", a->root);
-    if (ddp__op_has_reduce(a->kind))
-        fprintf(f, ", \"reduce_op\": \"%s\"", ddp_reduce_op_name(a->op));
-    if (a->kind == DDP__SEND || a->kind == DDP__RECV)
-        fprintf(f, ", \"peer\": %d, \"tag\": %d", a->peer, a->tag);
+            ddp__coll_name(e->kind), ddp_dtype_name((ddp_dtype)e->dtype),
+            (unsigned long long)e->count);
+    if (ddp__op_has_root(e->kind))
+        fprintf(f, ", \"root\": %d", (int)e->root);
+    if (ddp__op_has_reduce(e->kind))
+        fprintf(f, ", \"reduce_op\": \"%s\"", ddp_reduce_op_name((ddp_reduce_op)e->op));
+    if (e->kind == DDP__SEND || e->kind == DDP__RECV)
+        fprintf(f, ", \"peer\": %d, \"tag\": %d", (int)e->peer, (int)e->tag);
     fprintf(f, ", \"state\": \"%s\", \"queued_us\": %lld, \"started_us\": %lld, "
                "\"done_us\": %lld",
             ddp__trace_state_name(e->state), (long long)e->queued_us, (long long)e->started_us,
@@ -240,7 +240,7 @@ static void start_watcher(void)
     int ours = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == on_sigusr1; /* forked */
     if (!ours && ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL))
         return; /* the program's own: left alone */
-    if (ours && pipe_rd >= 0) { /* a forked child: the parent's pipe is not ours */
+    if (ours && pipe_rd >= 0) { /* a forked child's copy of its parent's pipe */
         close(pipe_rd);
         close(atomic_exchange(&pipe_wr, -1));
         pipe_rd = -1;
@@ -288,12 +288,13 @@ void ddp__trace_unregister(ddp_pg_t *pg)
             break;
         }
     /* The last group: the watcher goes (joined outside the lock, which a
-     * dump in progress needs), SIGUSR1 gets its default action back. */
+     * dump in progress needs).  The handler stays, writing nowhere: a
+     * launcher that signals every worker must not kill one that has no
+     * group any more. */
     int stop = !reg_head && watcher_running && watcher_pid == getpid();
     int rd = -1, wr = -1;
     pthread_t t = watcher_thread;
     if (stop) {
-        signal(SIGUSR1, SIG_DFL);
         wr = atomic_exchange(&pipe_wr, -1);
         rd = pipe_rd;
         pipe_rd = -1;
