@@ -112,14 +112,15 @@ int ddp_init_process_group(const char *backend, const char *init_method, int ran
 static void pg_free(ddp_pg_t *pg)
 {
     if (pg->thread_started) {
-        ddp__comm_stats_at_destroy(pg);
-        ddp__trace_at_destroy(pg);
-        ddp__trace_unregister(pg);
         pthread_mutex_lock(&pg->mu);
         pg->stop = 1;
         pthread_cond_broadcast(&pg->cv_work);
         pthread_mutex_unlock(&pg->mu);
         pthread_join(pg->thread, NULL); /* drains the queue: each op is bounded */
+        /* every operation done: the statistics and the recorder are final */
+        ddp__comm_stats_at_destroy(pg);
+        ddp__trace_at_destroy(pg);
+        ddp__trace_unregister(pg);
     }
     if (pg->impl)
         pg->be->destroy(pg->impl);

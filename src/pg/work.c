@@ -48,9 +48,10 @@ struct ddp_work {
 
 static int is_collective(int kind) { return kind != DDP__SEND && kind != DDP__RECV; }
 
-/* Runs one operation on the executor thread (record trace_id of the
- * flight recorder, started at t0 when not 0); on failure aborts the backend and returns the message
- * in msg, which also says where the flight recorder went (trace_dump.c). */
+/* Runs one operation on the executor thread (record trace_id of the flight
+ * recorder, started at t0 when not 0); on failure aborts the backend and
+ * returns the message in msg, which also says where the flight recorder
+ * went (trace_dump.c). */
 static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, uint64_t trace_id,
                    int64_t t0, char *msg)
 {
