@@ -384,6 +384,7 @@ static void capture(int level, const char *msg, void *user)
 static int stats_rank(int rank, void *arg)
 {
     (void)arg;
+    setenv("DDP_COMM_STATS", "1", 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(init(rank, 2, 10, &pg) == 0);
     float x[1024] = {0};
@@ -392,7 +393,6 @@ static int stats_rank(int rank, void *arg)
     CHILD_CHECK(ddp_pg_broadcast(pg, x, 10, DDP_FLOAT32, 0) == 0);
     ddp_log_set_callback(capture, NULL);
     CHILD_CHECK(ddp_pg_log_comm_stats(pg) == 0);
-    ddp_log_set_callback(NULL, NULL);
     /* 3 x 4 KiB all-reduces: 12288 bytes in the 4 KiB bucket; 40 B broadcast in 32 B's */
     CHILD_CHECK(contains(logged, "group ddp/world, rank"));
     char *ar = strstr(logged, "all_reduce");
@@ -403,7 +403,14 @@ static int stats_rank(int rank, void *arg)
     char *bc = strstr(logged, "broadcast");
     CHILD_CHECK(bc && sscanf(bc, "broadcast 32 B %llu %llu", &calls, &bytes) == 2);
     CHILD_CHECK(calls == 1 && bytes == 40);
-    ddp_destroy_process_group(pg);
+    CHILD_CHECK(contains(logged, "comm stats: op ") && contains(logged, "busbw GB/s"));
+    ddp_destroy_process_group(pg); /* DDP_COMM_STATS=1: the table once more */
+    ddp_log_set_callback(NULL, NULL);
+    int tables = 0;
+    const char *t = "comm stats: group";
+    for (const char *p = strstr(logged, t); p; p = strstr(p + 1, t))
+        tables++;
+    CHILD_CHECK(tables == 2);
     return 0;
 }
 

@@ -48,6 +48,10 @@ static int is_p2p(const ddp__json *e)
 /* "all_reduce (4 x float32, sum)": what identifies a call. */
 static void call_text(const ddp__json *e, char *out, size_t len)
 {
+    if (str(e, "op") && strcmp(str(e, "op"), "barrier") == 0) {
+        snprintf(out, len, "barrier");
+        return;
+    }
     int n = snprintf(out, len, "%s (%.0f x %s", str(e, "op") ? str(e, "op") : "?",
                      num(e, "count", 0), str(e, "dtype") ? str(e, "dtype") : "?");
     if (str(e, "reduce_op") && n >= 0 && (size_t)n < len)

@@ -54,7 +54,7 @@ static void size_text(int b, char *out, size_t len)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = b / 10 < 4 ? b / 10 : 4;
-    snprintf(out, len, "%llu %s", 1ULL << (b - 10 * u), units[u]);
+    snprintf(out, len, "%llu %s", b ? 1ULL << (b - 10 * u) : 0ULL, units[u]); /* 0: 0-1 B */
 }
 
 int ddp_pg_log_comm_stats(ddp_pg_t *pg)

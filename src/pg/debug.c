@@ -38,6 +38,10 @@ int ddp__pg_debug_level(const ddp_pg_t *pg) { return pg ? pg->debug : 0; }
 
 void ddp__op_text(const ddp__coll_args *a, char *out, size_t len)
 {
+    if (a->kind == DDP__BARRIER) {
+        snprintf(out, len, "barrier");
+        return;
+    }
     int n = snprintf(out, len, "%s (%zu x %s", ddp__coll_name(a->kind), a->count,
                      ddp_dtype_name(a->dtype));
     if (n >= 0 && (size_t)n < len && ddp__op_has_reduce(a->kind))
