@@ -19,6 +19,7 @@
  * every thread and descriptor back; a forked child gets a pipe and watcher
  * of its own at its first group. */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -48,6 +49,7 @@ static pthread_t watcher_thread;
 static int watcher_running;
 static int pipe_rd = -1;
 static atomic_int pipe_wr = -1;    /* read by the handler */
+static atomic_int in_handler;      /* handlers running: the pipe is not closed under them */
 
 /* ------------------------------------------------------------------ */
 /* JSON                                                                 */
@@ -184,15 +186,19 @@ static const char *trace_dir(void)
 /* The registry and SIGUSR1                                             */
 /* ------------------------------------------------------------------ */
 
+/* Lock-free atomics and write(2) only: async-signal-safe. */
 static void on_sigusr1(int sig)
 {
     (void)sig;
-    int saved = errno, fd = atomic_load(&pipe_wr);
+    int saved = errno;
+    atomic_fetch_add(&in_handler, 1);
+    int fd = atomic_load(&pipe_wr);
     if (fd >= 0) {
         char c = 1;
         ssize_t r = write(fd, &c, 1); /* full pipe: a dump is pending anyway */
         (void)r;
     }
+    atomic_fetch_sub(&in_handler, 1);
     errno = saved;
 }
 
@@ -271,6 +277,7 @@ void ddp__trace_register(ddp_pg_t *pg)
     if (reg_pid != getpid()) { /* a forked child: its parent's groups are not its own */
         reg_head = NULL;
         reg_pid = getpid();
+        atomic_store(&in_handler, 0); /* nor its other threads' handlers */
     }
     if (pg->trace.cap && watcher_pid != getpid())
         start_watcher();
@@ -303,6 +310,10 @@ void ddp__trace_unregister(ddp_pg_t *pg)
     }
     pthread_mutex_unlock(&reg_mu);
     if (stop) {
+        /* A handler that read wr before the exchange may still write it:
+         * close it only once none runs (they take a few microseconds). */
+        while (atomic_load(&in_handler))
+            sched_yield();
         close(wr); /* the watcher reads end of file */
         pthread_join(t, NULL);
         close(rd);
