@@ -238,6 +238,30 @@ static void test_desync_count_detail(void **state)
     run_desync(1, 0);
 }
 
+static int hint_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5, &pg) == 0);
+    float x[8] = {0};
+    CHILD_CHECK(ddp_pg_all_reduce(pg, x, rank == 1 ? 5 : 4, DDP_FLOAT32, DDP_SUM) < 0);
+    CHILD_CHECK(contains(ddp_last_error(), " (DDP_TRACE_DIR=DIR: every rank's flight recorder, "
+                                           "explained by ddp-trace DIR)"));
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+/* Without DDP_TRACE_DIR a failure writes nothing and says how to get dumps. */
+static void test_failure_without_dir_says_how(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(2, hint_rank, NULL, 60), 0);
+    struct stat st;
+    assert_true(stat(trace_dir, &st) < 0);
+    job_end();
+}
+
 /* ---- a stopped rank ------------------------------------------------------ */
 
 static int stopped_rank(int rank, void *arg)
@@ -361,6 +385,29 @@ static int barrier_rank(int rank, void *arg)
     return 0;
 }
 
+static int no_root_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(init(rank, 2, 20, &pg) == 0);
+    if (rank == 1) {
+        CHILD_CHECK(ddp_pg_monitored_barrier(pg, 0.2, 0) == DDP_ERR_TIMEOUT);
+        CHILD_CHECK(contains(ddp_last_error(), "monitored_barrier on rank 1: rank 0 did not "
+                                               "answer within 2.2 s"));
+    }
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_monitored_barrier_without_rank0(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(2, no_root_rank, NULL, 60), 0);
+    job_end();
+}
+
 static void test_monitored_barrier_names_missing(void **state)
 {
     (void)state;
@@ -430,9 +477,11 @@ int main(void)
         cmocka_unit_test(test_desync_count),
         cmocka_unit_test(test_desync_skip),
         cmocka_unit_test(test_desync_count_detail),
+        cmocka_unit_test(test_failure_without_dir_says_how),
         cmocka_unit_test(test_stopped_rank_named),
         cmocka_unit_test(test_sigusr1_dump),
         cmocka_unit_test(test_monitored_barrier_names_missing),
+        cmocka_unit_test(test_monitored_barrier_without_rank0),
         cmocka_unit_test(test_comm_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
