@@ -38,13 +38,13 @@ def idx(typ, dims, body):
 
 labels = idx(8, [3], b"\x01\x02\x03")
 images = idx(8, [2, 2, 2], bytes(range(8)))
-put("idx", "labels", b"\x01" + labels)
-put("idx", "images", b"\x00" + images)
-put("idx", "labels.gz", b"\x01" + gzip.compress(labels, mtime=0))
-put("idx", "images.gz", b"\x00" + gzip.compress(images, mtime=0))
-put("idx", "two-members.gz", b"\x01" + gzip.compress(labels[:6], mtime=0) + gzip.compress(labels[6:], mtime=0))
-put("idx", "truncated", b"\x00" + images[:-1])
-put("idx", "4d", b"\x04" + idx(8, [1, 1, 2, 2], b"abcd"))
+put("idx", "labels", b"\x00" + labels)
+put("idx", "images", b"\x02" + images)
+put("idx", "labels.gz", b"\x00" + gzip.compress(labels, mtime=0))
+put("idx", "images.gz", b"\x02" + gzip.compress(images, mtime=0))
+put("idx", "two-members.gz", b"\x00" + gzip.compress(labels[:6], mtime=0) + gzip.compress(labels[6:], mtime=0))
+put("idx", "truncated", b"\x02" + images[:-1])
+put("idx", "4d", b"\x03" + idx(8, [1, 1, 2, 2], b"abcd"))
 
 
 # ---- safetensors -----------------------------------------------------------
