@@ -179,7 +179,7 @@ static void job_start(job *j, const char *save, double timeout)
                 _exit(126);
             dup2(fd, 1);
             dup2(fd, 2);
-            char rank[8];
+            char rank[16];
             snprintf(rank, sizeof rank, "%d", r);
             /* Workers 0: the data order must not depend on thread timing
              * (it does not, but one fewer thread per rank on 2 vCPUs). */

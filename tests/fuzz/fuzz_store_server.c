@@ -71,7 +71,7 @@ static conn *open_conn(ddp__ts_server *s, int i, int authed)
 /* The loop's on_readable for one chunk (minus recv). */
 static void receive(ddp__ts_server *s, conn *c, const uint8_t *p, size_t n)
 {
-    if (c->dead)
+    if (c->dead || n == 0)
         return;
     if (c->in_len + n > c->in_cap) {
         size_t cap = c->in_cap ? c->in_cap : 64;
