@@ -17,9 +17,9 @@
  *     formats: the job is untouched, the same weights.
  *
  * Needs root, `ip netns` and a veth pair; the drop tests also need nft.
- * Skipped, with the reason, where they are missing.  The times the faults
- * start at are fractions of the clean run measured here, so that a slow or
- * loaded machine moves them along. */
+ * Skipped, with the reason, where they are missing.  The link goes down
+ * once rank 0 has written its first checkpoint (10 steps in), so that a slow
+ * or loaded machine (or ASan) moves the fault along with the job. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -152,17 +152,21 @@ static int link_set(const char *state) { return sh("ip -n %s link set %s %s", ns
 
 typedef struct job {
     pid_t pid[2];
-    int status[2]; /* exit status, -1 killed or not exited */
+    int status[2]; /* exit status, -1 when killed */
+    int done[2];   /* reaped */
     double t0, secs;
     char log[2][128];
+    char ckpt[200]; /* rank 0's checkpoint file */
 } job;
 
 /* Starts rank 1 in B and rank 0 (with the store, and --save DIR/save) in A. */
 static void job_start(job *j, const char *save, double timeout)
 {
     int port = 29600 + job_no++;
-    char url[96], to[32], savep[160];
+    char url[96], to[32], savep[160], ckpt[160];
     snprintf(url, sizeof url, "tcp://%s:%d", addr[0], port);
+    snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", dir, save);
+    snprintf(j->ckpt, sizeof j->ckpt, "%s/checkpoint.safetensors", ckpt);
     snprintf(to, sizeof to, "%g", timeout);
     snprintf(savep, sizeof savep, "%s/%s", dir, save);
     int san = getenv("DDP_TEST_SANITIZER") != NULL;
@@ -191,6 +195,13 @@ static void job_start(job *j, const char *save, double timeout)
             int n = 0;
             while (argv[n])
                 n++;
+            /* A checkpoint every 10 steps: its file appearing tells the test
+             * that training runs (training_started).  Every job has it, the
+             * clean one too: it changes no weight. */
+            argv[n++] = "--checkpoint-dir";
+            argv[n++] = ckpt;
+            argv[n++] = "--checkpoint-every";
+            argv[n++] = "10";
             if (r == 0) {
                 argv[n++] = "--save";
                 argv[n++] = savep;
@@ -201,25 +212,45 @@ static void job_start(job *j, const char *save, double timeout)
         }
         j->pid[r] = pid;
         j->status[r] = -1;
+        j->done[r] = 0;
     }
 }
 
-static int job_alive(const job *j, int r) { return kill(j->pid[r], 0) == 0 && j->status[r] == -1; }
+/* Reaps rank r if it has ended: 1 when it has (status recorded). */
+static int job_reap(job *j, int r, int block)
+{
+    int st;
+    if (j->done[r])
+        return 1;
+    if (waitpid(j->pid[r], &st, block ? 0 : WNOHANG) != j->pid[r])
+        return 0;
+    j->status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    j->done[r] = 1;
+    return 1;
+}
+
+/* Waits until rank 0 wrote its first checkpoint (10 steps in: the group is
+ * up and training) while both ranks live; 0, or -1 if either ended first. */
+static int training_started(job *j)
+{
+    while (access(j->ckpt, F_OK) != 0) {
+        if (job_reap(j, 0, 0) || job_reap(j, 1, 0))
+            return -1;
+        if (now_s() - j->t0 > RUN_LIMIT_S)
+            return -1;
+        sleep_s(0.01);
+    }
+    return 0;
+}
 
 /* Waits for both ranks (killing them after RUN_LIMIT_S). */
 static void job_wait(job *j)
 {
     for (int r = 0; r < 2; r++) {
-        for (;;) {
-            int st;
-            pid_t p = waitpid(j->pid[r], &st, WNOHANG);
-            if (p == j->pid[r]) {
-                j->status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-                break;
-            }
+        while (!job_reap(j, r, 0)) {
             if (now_s() - j->t0 > RUN_LIMIT_S) {
                 kill(j->pid[r], SIGKILL);
-                waitpid(j->pid[r], &st, 0);
+                job_reap(j, r, 1);
                 j->status[r] = -1;
                 break;
             }
@@ -448,14 +479,13 @@ static void test_link_flap(void **state)
     assert_true(clean_s > 0);
     job j;
     job_start(&j, "flap", 60);
-    sleep_s(0.4 * clean_s);
-    int alive = job_alive(&j, 0) && job_alive(&j, 1);
+    int alive = training_started(&j) == 0;
     assert_int_equal(link_set("down"), 0);
     sleep_s(3.0);
     assert_int_equal(link_set("up"), 0);
     job_wait(&j);
     if (!alive)
-        fail_msg("the job ended before the link went down (%.1f s; clean run %.1f s)", j.secs,
+        fail_msg("the job ended before its first checkpoint (%.1f s; clean run %.1f s)", j.secs,
                  clean_s);
     job_expect_ok(&j, "link flap");
     fprintf(stderr, "link flap: 3 s down, job %.1f s (clean %.1f s)\n", j.secs, clean_s);
@@ -473,13 +503,13 @@ static void test_link_down_for_good(void **state)
     const double timeout = 4.0;
     job j;
     job_start(&j, "down", timeout);
-    sleep_s(0.4 * clean_s);
-    int alive = job_alive(&j, 0) && job_alive(&j, 1);
+    int alive = training_started(&j) == 0;
+    double t_down = now_s() - j.t0;
     assert_int_equal(link_set("down"), 0);
     job_wait(&j);
     assert_int_equal(link_set("up"), 0);
     if (!alive)
-        fail_msg("the job ended before the link went down (%.1f s)", j.secs);
+        fail_msg("the job ended before its first checkpoint (%.1f s)", j.secs);
     fprintf(stderr, "link down: ranks gave up after %.1f s (timeout %.0f s)\n", j.secs, timeout);
     for (int r = 0; r < 2; r++) {
         char *out = slurp(j.log[r]), peer[16];
@@ -489,7 +519,7 @@ static void test_link_down_for_good(void **state)
                      peer, out);
         free(out);
     }
-    assert_true(j.secs < 0.4 * clean_s + timeout + 20.0);
+    assert_true(j.secs < t_down + timeout + 20.0);
 }
 
 /* Hostile peers on both hosts for the whole job: garbage and oversized
