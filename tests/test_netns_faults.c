@@ -45,26 +45,16 @@
 #include "data_fixture.h"
 #include "fork_children.h"
 #include "mnist_output.h"
+#include "netns_fixture.h"
 
 #define RUN_LIMIT_S 120.0 /* any job: far beyond what it needs (no hang) */
 
 static char dir[64], bin[1024];
-static char ns[2][32], veth[2][16], addr[2][32];
+static netns_pair NP;
 static const char *skip_why; /* set when namespaces are unavailable */
 static int have_nft;
 static double clean_s;       /* duration of the clean run */
 static int job_no;
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static double now_s(void)
 {
@@ -75,55 +65,31 @@ static double now_s(void)
 
 /* ---- the two hosts -------------------------------------------------------- */
 
-static const char *netns_setup(void)
+/* Makes the two hosts, and nft's chain for random drops on what leaves
+ * each end (empty until set_drop). */
+static const char *hosts_setup(void)
 {
-    if (geteuid() != 0)
-        return "not root";
-    int id = (int)(getpid() % 200) + 20;
-    for (int i = 0; i < 2; i++) {
-        snprintf(ns[i], sizeof ns[i], "ddpf%d%c", (int)getpid(), 'a' + i);
-        snprintf(veth[i], sizeof veth[i], "df%d%c", (int)getpid() % 100000, 'a' + i);
-        snprintf(addr[i], sizeof addr[i], "10.217.%d.%d", id, i + 1);
-    }
-    if (sh("ip netns add %s 2>/dev/null", ns[0]) < 0) {
-        ns[0][0] = '\0';
-        return "'ip netns add' failed";
-    }
-    if (sh("ip netns add %s", ns[1]) < 0 ||
-        sh("ip link add %s type veth peer name %s", veth[0], veth[1]) < 0)
-        return "cannot create a veth pair";
-    for (int i = 0; i < 2; i++)
-        if (sh("ip link set %s netns %s", veth[i], ns[i]) < 0 ||
-            sh("ip -n %s addr add %s/24 dev %s", ns[i], addr[i], veth[i]) < 0 ||
-            sh("ip -n %s link set %s up", ns[i], veth[i]) < 0 ||
-            sh("ip -n %s link set lo up", ns[i]) < 0)
-            return "cannot configure the veth pair";
-    /* Random drops on what leaves each end; off until set_drop. */
+    const char *why = netns_pair_setup(&NP, "f", 217);
+    if (why)
+        return why;
     have_nft = 1;
     for (int i = 0; i < 2 && have_nft; i++)
-        have_nft = sh("ip netns exec %s nft add table inet ddpf 2>/dev/null && "
-                      "ip netns exec %s nft add chain inet ddpf out "
-                      "'{ type filter hook output priority 0; }'",
-                      ns[i], ns[i]) == 0;
+        have_nft = netns_sh("ip netns exec %s nft add table inet ddpf 2>/dev/null && "
+                            "ip netns exec %s nft add chain inet ddpf out "
+                            "'{ type filter hook output priority 0; }'",
+                            NP.ns[i], NP.ns[i]) == 0;
     return NULL;
-}
-
-static void netns_teardown(void)
-{
-    for (int i = 0; i < 2; i++)
-        if (ns[i][0])
-            sh("ip netns del %s 2>/dev/null", ns[i]);
 }
 
 /* Drops pct % of the packets that leave each end of the veth (0: none). */
 static int set_drop(int pct)
 {
     for (int i = 0; i < 2; i++) {
-        if (sh("ip netns exec %s nft flush chain inet ddpf out", ns[i]) < 0)
+        if (netns_sh("ip netns exec %s nft flush chain inet ddpf out", NP.ns[i]) < 0)
             return -1;
-        if (pct > 0 && sh("ip netns exec %s nft add rule inet ddpf out oifname %s "
+        if (pct > 0 && netns_sh("ip netns exec %s nft add rule inet ddpf out oifname %s "
                           "numgen random mod 100 '<' %d counter drop",
-                          ns[i], veth[i], pct) < 0)
+                          NP.ns[i], NP.veth[i], pct) < 0)
             return -1;
     }
     return 0;
@@ -133,7 +99,7 @@ static int set_drop(int pct)
 static long dropped(int i)
 {
     char cmd[256], line[512];
-    snprintf(cmd, sizeof cmd, "ip netns exec %s nft list chain inet ddpf out", ns[i]);
+    snprintf(cmd, sizeof cmd, "ip netns exec %s nft list chain inet ddpf out", NP.ns[i]);
     FILE *p = popen(cmd, "r");
     long n = -1;
     while (p && fgets(line, sizeof line, p)) {
@@ -146,7 +112,10 @@ static long dropped(int i)
     return n;
 }
 
-static int link_set(const char *state) { return sh("ip -n %s link set %s %s", ns[0], veth[0], state); }
+static int link_set(const char *state)
+{
+    return netns_sh("ip -n %s link set %s %s", NP.ns[0], NP.veth[0], state);
+}
 
 /* ---- jobs ---------------------------------------------------------------- */
 
@@ -164,7 +133,7 @@ static void job_start(job *j, const char *save, double timeout)
 {
     int port = 29600 + job_no++;
     char url[96], to[32], savep[160], ckpt[160];
-    snprintf(url, sizeof url, "tcp://%s:%d", addr[0], port);
+    snprintf(url, sizeof url, "tcp://%s:%d", NP.addr[0], port);
     snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", dir, save);
     snprintf(j->ckpt, sizeof j->ckpt, "%s/checkpoint.safetensors", ckpt);
     snprintf(to, sizeof to, "%g", timeout);
@@ -174,8 +143,8 @@ static void job_start(job *j, const char *save, double timeout)
     for (int r = 1; r >= 0; r--) {
         snprintf(j->log[r], sizeof j->log[r], "%s/%s.rank%d.log", dir, save, r);
         char host_id[48], tcp_host[64];
-        snprintf(host_id, sizeof host_id, "DDP_HOST_ID=%s", ns[r]);
-        snprintf(tcp_host, sizeof tcp_host, "DDP_TCP_HOST=%s", addr[r]);
+        snprintf(host_id, sizeof host_id, "DDP_HOST_ID=%s", NP.ns[r]);
+        snprintf(tcp_host, sizeof tcp_host, "DDP_TCP_HOST=%s", NP.addr[r]);
         pid_t pid = fork();
         if (pid == 0) {
             int fd = open(j->log[r], O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -187,7 +156,7 @@ static void job_start(job *j, const char *save, double timeout)
             snprintf(rank, sizeof rank, "%d", r);
             /* Workers 0: the data order must not depend on thread timing
              * (it does not, but one fewer thread per rank on 2 vCPUs). */
-            const char *argv[40] = {"ip", "netns", "exec", ns[r], "env", host_id, tcp_host,
+            const char *argv[40] = {"ip", "netns", "exec", NP.ns[r], "env", host_id, tcp_host,
                                     "DDP_TRANSPORT=tcp", bin, "--data", dir, "--epochs",
                                     san ? "1" : "2", "--batch-size", "16", "--seed", "1",
                                     "--workers", "0", "--init-method", url, "--rank", rank,
@@ -272,7 +241,7 @@ static void job_expect_ok(const job *j, const char *what)
 
 static int same_weights(const char *a, const char *b)
 {
-    return sh("cmp -s %s/%s %s/%s", dir, a, dir, b) == 0;
+    return netns_sh("cmp -s %s/%s %s/%s", dir, a, dir, b) == 0;
 }
 
 /* ---- hostile peers ------------------------------------------------------- */
@@ -355,10 +324,7 @@ static size_t hostile_payload(long k, uint8_t *b, size_t cap)
  * sets up) and sends one of the payloads, then closes. */
 static void hostile_main(int i, hostile_counts *cnt)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/run/netns/%s", ns[i]);
-    int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0)
+    if (netns_enter(&NP, i) < 0)
         _exit(1);
     srand((unsigned)getpid());
     static uint8_t buf[256 << 10];
@@ -370,7 +336,7 @@ static void hostile_main(int i, hostile_counts *cnt)
         for (int p = 0; p < n; p++) {
             int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
             struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[p])};
-            inet_pton(AF_INET, addr[i], &sa.sin_addr);
+            inet_pton(AF_INET, NP.addr[i], &sa.sin_addr);
             if (fd < 0)
                 continue;
             if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EINPROGRESS) {
@@ -400,15 +366,15 @@ static int group_setup(void **state)
     int san = getenv("DDP_TEST_SANITIZER") != NULL;
     fx_write_split(dir, "train", 0, san ? 1000 : 2000, 28, 28, 10);
     fx_write_split(dir, "t10k", 0, 100, 28, 28, 10);
-    skip_why = netns_setup();
+    skip_why = hosts_setup();
     return 0;
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    netns_teardown();
-    return sh("rm -rf %s", dir);
+    netns_pair_teardown(&NP);
+    return netns_sh("rm -rf %s", dir);
 }
 
 #define NEED_NETNS()                                                                    \
