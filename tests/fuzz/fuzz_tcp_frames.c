@@ -10,9 +10,9 @@
  * Input: byte 0 & 3 = number of receives rank 0 posts (0..3), each
  * described by 3 bytes (tag, length low, length high: up to 64 KiB, so
  * both the staged and the held/body paths are reached); the rest is the
- * stream.  Rank 0 waits for its receives (2 s at most); any outcome but a
- * crash, a hang or a sanitizer report is fine, and a completed receive
- * must have had its bytes written. */
+ * stream.  Rank 0 waits for its receives; any outcome but a crash, a
+ * timeout (the end of the stream went unnoticed) or a sanitizer report is
+ * fine. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,10 +66,10 @@ static void write_all(int fd, const uint8_t *p, size_t n)
  * ddp__match_arrive (src/transport/match.c) buffer it with one malloc of
  * the declared length, up to MAX_FRAME (1 TiB), before any body byte
  * arrives: over 2 GiB is an out-of-memory report here, and under ASan a
- * 1 GiB one costs seconds of shadow memory (a "hang").  Until that is
- * fixed, inputs declaring more than 16 MiB (no receive here is larger than
- * 64 KiB) are left out of fuzzing (they would only find it again), except
- * with FUZZ_STRICT=1, which run.sh sets to replay the known inputs. */
+ * 1 GiB one costs seconds of shadow memory.  Until that is fixed, inputs
+ * declaring more than 16 MiB (no receive here is larger than 64 KiB) are
+ * left out of fuzzing (they would only find it again, slowly), except with
+ * FUZZ_STRICT=1, which run.sh sets to replay the known inputs. */
 static int known_open_finding(const uint8_t *p, size_t n)
 {
     static int strict = -1;
@@ -127,11 +127,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     write_all(fd, q, size - (size_t)(q - data));
     shutdown(fd, SHUT_WR);
     if (nrecv > 0) {
-        double t0 = ddp_time_now();
-        int rc = ddp__tp_wait(tp0, rp, nrecv, t0 + 2.0, DDP__WAIT_ANY_PEER);
+        /* The stream ends, so the wait must end with an answer, not at its
+         * deadline: a timeout means the end went unnoticed (a hang).  The
+         * deadline is generous (a loaded machine is slow, not wrong) and
+         * under libFuzzer's -timeout of 10 s. */
+        int rc = ddp__tp_wait(tp0, rp, nrecv, ddp_time_now() + 8.0, DDP__WAIT_ANY_PEER);
         fuzz_note("tcp_frames", rc, ddp_last_error());
-        if (ddp_time_now() - t0 > 1.5) {
-            fprintf(stderr, "fuzz_tcp_frames: a wait ran to its deadline after end of stream\n");
+        if (rc == DDP_ERR_TIMEOUT) {
+            fprintf(stderr, "fuzz_tcp_frames: the wait timed out after end of stream: %s\n",
+                    ddp_last_error());
             abort();
         }
     }
