@@ -476,7 +476,8 @@ static void test_link_down_for_good(void **state)
     assert_int_equal(link_set("up"), 0);
     if (!alive)
         fail_msg("the job ended before its first checkpoint (%.1f s)", j.secs);
-    fprintf(stderr, "link down: ranks gave up after %.1f s (timeout %.0f s)\n", j.secs, timeout);
+    fprintf(stderr, "link down: ranks gave up %.1f s after it went down (timeout %.0f s)\n",
+            j.secs - t_down, timeout);
     for (int r = 0; r < 2; r++) {
         char *out = slurp(j.log[r]), peer[16];
         snprintf(peer, sizeof peer, "rank %d", 1 - r);
