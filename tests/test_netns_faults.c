@@ -14,12 +14,15 @@
  *   - hostile peers on both hosts hammering every listening port (the store,
  *     and each transport listener while it exists) with garbage and
  *     oversized headers of the store's, the handshake's and the frames'
- *     formats: the job is untouched, the same weights.
+ *     formats, without and with a shared secret: the job is untouched, the
+ *     same weights.
  *
  * Needs root, `ip netns` and a veth pair; the drop tests also need nft.
  * Skipped, with the reason, where they are missing.  The link goes down
  * once rank 0 has written its first checkpoint (10 steps in), so that a slow
- * or loaded machine (or ASan) moves the fault along with the job. */
+ * or loaded machine (or ASan) moves the fault along with the job.
+ * NETNS_KEEP=1 keeps the scratch folder (ranks' logs: the store server's
+ * and the transport's warnings name each hostile client they dropped). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -374,7 +377,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     netns_pair_teardown(&NP);
-    return netns_sh("rm -rf %s", dir);
+    return getenv("NETNS_KEEP") ? 0 : netns_sh("rm -rf %s", dir);
 }
 
 #define NEED_NETNS()                                                                    \
@@ -490,10 +493,11 @@ static void test_link_down_for_good(void **state)
 }
 
 /* Hostile peers on both hosts for the whole job: garbage and oversized
- * headers on the store's and the transports' ports change nothing. */
-static void test_hostile_peers(void **state)
+ * headers on the store's and the transports' ports change nothing.  With
+ * a secret (DDP_SECRET, inherited by the ranks), the same bytes meet the
+ * authentication first. */
+static void hostile_run(const char *name, const char *secret)
 {
-    (void)state;
     NEED_NETNS();
     assert_true(clean_s > 0);
     hostile_counts *cnt = mmap(NULL, 2 * sizeof *cnt, PROT_READ | PROT_WRITE,
@@ -506,20 +510,36 @@ static void test_hostile_peers(void **state)
         if (h[i] == 0)
             hostile_main(i, &cnt[i]);
     }
+    if (secret)
+        setenv("DDP_SECRET", secret, 1);
     job j;
-    job_start(&j, "hostile", 60);
+    job_start(&j, name, 60);
+    unsetenv("DDP_SECRET");
     job_wait(&j);
     for (int i = 0; i < 2; i++) {
         kill(h[i], SIGKILL);
         waitpid(h[i], NULL, 0);
     }
-    job_expect_ok(&j, "hostile peers");
-    fprintf(stderr, "hostile peers: %ld + %ld connections (up to %ld + %ld listening ports), "
+    job_expect_ok(&j, name);
+    fprintf(stderr, "%s: %ld + %ld connections (up to %ld + %ld listening ports), "
                     "job %.1f s (clean %.1f s)\n",
-            cnt[0].conns, cnt[1].conns, cnt[0].ports_seen, cnt[1].ports_seen, j.secs, clean_s);
+            name, cnt[0].conns, cnt[1].conns, cnt[0].ports_seen, cnt[1].ports_seen, j.secs,
+            clean_s);
     assert_true(cnt[0].conns > 0); /* the store server was attacked */
-    assert_true(same_weights("clean", "hostile"));
+    assert_true(same_weights("clean", name));
     munmap(cnt, 2 * sizeof *cnt);
+}
+
+static void test_hostile_peers(void **state)
+{
+    (void)state;
+    hostile_run("hostile", NULL);
+}
+
+static void test_hostile_peers_with_secret(void **state)
+{
+    (void)state;
+    hostile_run("hostile-secret", "netns-faults-secret");
 }
 
 int main(void)
@@ -532,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_link_flap),
         cmocka_unit_test(test_link_down_for_good),
         cmocka_unit_test(test_hostile_peers),
+        cmocka_unit_test(test_hostile_peers_with_secret),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
