@@ -262,6 +262,36 @@ static void test_failure_without_dir_says_how(void **state)
     job_end();
 }
 
+/* A program that exits without destroying its group (an error path, say)
+ * still leaves its dump with DDP_TRACE_DIR: the atexit hook writes it. */
+static int exit_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(init(rank, 2, 10, &pg) == 0);
+    int64_t v = 1;
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &v, 1, DDP_INT64, DDP_SUM) == 0);
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
+    exit(0); /* no destroy */
+}
+
+static void test_exit_without_destroy_dumps(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(2, exit_rank, NULL, 60), 0);
+    for (int r = 0; r < 2; r++) {
+        ddp__json *d = read_dump(r);
+        assert_non_null(d);
+        assert_string_equal(ddp__json_get(d, "reason")->str, "exit without destroying the group");
+        const ddp__json *es = entries(d);
+        assert_int_equal(es->len, 2);
+        assert_string_equal(ddp__json_get(es->child, "op")->str, "all_reduce");
+        ddp__json_free(d);
+    }
+    job_end();
+}
+
 /* ---- a stopped rank ------------------------------------------------------ */
 
 static int stopped_rank(int rank, void *arg)
@@ -478,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_desync_skip),
         cmocka_unit_test(test_desync_count_detail),
         cmocka_unit_test(test_failure_without_dir_says_how),
+        cmocka_unit_test(test_exit_without_destroy_dumps),
         cmocka_unit_test(test_stopped_rank_named),
         cmocka_unit_test(test_sigusr1_dump),
         cmocka_unit_test(test_monitored_barrier_names_missing),

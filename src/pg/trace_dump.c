@@ -1,7 +1,7 @@
 /* Flight-recorder dumps: every group of a process written as one JSON file,
  * DIR/trace-rank<R>.json (R: the rank in the world group), on a collective's
- * failure and at teardown when DDP_TRACE_DIR is set, on SIGUSR1, and on
- * request (ddp_pg_dump_trace).  tools/ddp-trace reads every rank's file.
+ * failure, at teardown and at exit (groups never destroyed) when
+ * DDP_TRACE_DIR is set, on SIGUSR1, and on request (ddp_pg_dump_trace).  tools/ddp-trace reads every rank's file.
  *
  * The registry.  A dump must reach every live group of the process, and
  * SIGUSR1 names no group: so the groups are listed in one process-wide
@@ -202,13 +202,12 @@ static void on_sigusr1(int sig)
     errno = saved;
 }
 
-/* Every world group of the process, dumped. */
-static void dump_all(const char *reason)
+/* Under reg_mu: every world group of the process, dumped. */
+static void dump_all_locked(const char *reason)
 {
     const char *dir = trace_dir();
     char path[4096], saved[1024];
     snprintf(saved, sizeof saved, "%s", ddp_last_error());
-    pthread_mutex_lock(&reg_mu);
     for (ddp_pg_t *g = reg_head; g; g = g->reg_next)
         if (g->world == g && g->trace.cap) {
             if (dump_world(g, dir ? dir : DEFAULT_DIR, reason, path, sizeof path) == 0)
@@ -217,8 +216,33 @@ static void dump_all(const char *reason)
             else
                 ddp__log(DDP_LOG_WARN, "flight recorder (%s): %s", reason, ddp_last_error());
         }
-    pthread_mutex_unlock(&reg_mu);
     ddp__error_restore(saved);
+}
+
+static void dump_all(const char *reason)
+{
+    pthread_mutex_lock(&reg_mu);
+    dump_all_locked(reason);
+    pthread_mutex_unlock(&reg_mu);
+}
+
+/* atexit: with DDP_TRACE_DIR, the groups a program never destroyed (it
+ * exited on an error, say) are dumped too.  Exit must not hang on a dump
+ * that another thread is writing: the registry is waited for 2 s at most. */
+static void dump_at_exit(void)
+{
+    if (reg_pid != getpid() || !trace_dir())
+        return;
+    for (int i = 0; i < 2000; i++) {
+        if (pthread_mutex_trylock(&reg_mu) == 0) {
+            if (reg_head)
+                dump_all_locked("exit without destroying the group");
+            pthread_mutex_unlock(&reg_mu);
+            return;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
 }
 
 static void *watcher(void *arg)
@@ -281,6 +305,9 @@ void ddp__trace_register(ddp_pg_t *pg)
     }
     if (pg->trace.cap && watcher_pid != getpid())
         start_watcher();
+    static int exit_hook;
+    if (pg->trace.cap && !exit_hook)
+        exit_hook = atexit(dump_at_exit) == 0;
     pg->reg_next = reg_head;
     reg_head = pg;
     pthread_mutex_unlock(&reg_mu);
