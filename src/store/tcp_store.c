@@ -366,6 +366,23 @@ static int check_job(const tcp_store *ts, const uint8_t *id, size_t n)
                      ts->base.desc, a, b);
 }
 
+/* Without a secret the server counts a connection as a stranger, which a
+ * flood of newer connections may push out, until its first whole request:
+ * one now (num_keys, one round trip) so this handle is never the one. */
+static int first_request(tcp_store *ts, double deadline)
+{
+    const char *what = ts->base.desc;
+    ddp__ts_header h;
+    ddp__ts_begin(&ts->req);
+    DDP_FAIL_IF(ddp__ts_finish(&ts->req, DDP__TS_NUM_KEYS, 0) < 0, DDP_ERR_NOMEM,
+                "%s: out of memory", what);
+    DDP_TRY(ddp__sock_send_all(ts->fd, ts->req.buf, ts->req.len, deadline, what));
+    DDP_TRY(receive(ts, DDP__TS_NUM_KEYS, deadline, &h, what));
+    DDP_FAIL_IF(h.status < 0 || h.length != 8, DDP_ERR_PROTOCOL,
+                "%s: bad answer to num_keys from the server", what);
+    return 0;
+}
+
 /* HELLO from the server (its job), then (when it asks) the
  * challenge-response: each side proves it knows the secret without sending
  * it. */
@@ -394,7 +411,7 @@ static int handshake(tcp_store *ts, double deadline)
                 "does not ask for one: refusing an unauthenticated server",
                 what);
     if (!auth)
-        return 0;
+        return first_request(ts, deadline);
     uint8_t cnonce[DDP__TS_NONCE], mac[32];
     DDP_TRY(ddp__random_bytes(cnonce, sizeof cnonce));
     ddp__ts_auth_mac(ts->secret, ts->slen, 0, snonce, cnonce, mac);
