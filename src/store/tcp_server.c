@@ -192,7 +192,7 @@ static void *server_main(void *arg)
     struct epoll_event events[64];
     while (!s->stop) {
         int timeout_ms = ddp__ts_expire(s);
-        int resume_ms = ddp__ts_accept_resume(s);
+        int resume_ms = ddp__ts_admission_tick(s);
         if (resume_ms >= 0 && (timeout_ms < 0 || resume_ms < timeout_ms))
             timeout_ms = resume_ms;
         reap(s); /* expire may have dropped some */
@@ -223,6 +223,8 @@ static void *server_main(void *arg)
         }
         reap(s);
     }
+    s->drops_logged_at = 0; /* the last drops are reported now, not a second later */
+    ddp__ts_admission_tick(s);
     while (s->conns)
         close_conn(s, s->conns);
     return NULL;

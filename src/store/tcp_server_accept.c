@@ -160,19 +160,29 @@ static int out_of_descriptors(ddp__ts_server *s)
     return 0;
 }
 
-int ddp__ts_accept_resume(ddp__ts_server *s)
+/* The epoll timeout in ms until t (-1: t is 0, nothing due). */
+static int ms_until(double t, double now)
 {
-    if (s->accept_resume_at == 0)
+    if (t == 0)
         return -1;
+    return t <= now ? 0 : (int)((t - now) * 1000.0) + 1;
+}
+
+int ddp__ts_admission_tick(ddp__ts_server *s)
+{
+    report_drops(s);
     double now = ddp_time_now();
-    if (now < s->accept_resume_at)
-        return (int)((s->accept_resume_at - now) * 1000.0) + 1;
-    if (s->reserve_fd < 0)
-        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s->listen_marker};
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev);
-    s->accept_resume_at = 0;
-    return -1;
+    if (s->accept_resume_at != 0 && now >= s->accept_resume_at) {
+        if (s->reserve_fd < 0)
+            s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s->listen_marker};
+        epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev);
+        s->accept_resume_at = 0;
+    }
+    int a = ms_until(s->accept_resume_at, now);
+    int b = s->drops_unreported || s->refused_unreported ? ms_until(s->drops_logged_at + 1.0, now)
+                                                         : -1;
+    return a < 0 ? b : b < 0 ? a : a < b ? a : b;
 }
 
 /* ---- accepting ------------------------------------------------------------ */

@@ -83,9 +83,10 @@ int ddp__ts_admission_init(ddp__ts_server *s);
 void ddp__ts_accept(ddp__ts_server *s);
 /* c proved itself (or is going): off the strangers' FIFO. */
 void ddp__ts_stranger_remove(ddp__ts_server *s, conn *c);
-/* After a pause of accepting: listens again when it is over.  Returns the
- * epoll timeout in ms until then (-1: no pause). */
-int ddp__ts_accept_resume(ddp__ts_server *s);
+/* Between batches of events: listens again after a pause of accepting, and
+ * logs the drops not yet reported.  Returns the epoll timeout in ms until
+ * the next of those is due (-1: none). */
+int ddp__ts_admission_tick(ddp__ts_server *s);
 
 /* ---- requests (tcp_server_requests.c) ------------------------------------ */
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -430,6 +431,28 @@ static int handshake(tcp_store *ts, double deadline)
     return 0;
 }
 
+/* Connects and shakes hands.  A connection closed before the handshake is
+ * done is retried until the deadline: a server flooded by strangers drops
+ * the oldest connections that have not proven themselves
+ * (tcp_server_accept.c), and a real client that lost that race comes back
+ * as the newest one. */
+static int connect_and_handshake(tcp_store *ts, const char *host, double deadline)
+{
+    for (int attempt = 0;; attempt++) {
+        DDP_TRY(ddp__sock_connect(host, ts->port, deadline, ts->base.desc, &ts->fd));
+        int rc = handshake(ts, deadline);
+        double pause = attempt < 20 ? 0.005 * (attempt + 1) : 0.1;
+        if (rc != DDP_ERR_CONNECTION || ddp_time_now() + pause >= deadline)
+            return rc;
+        DDP_DEBUG("%s: connection closed during the handshake (%s); again", ts->base.desc,
+                  ddp_last_error());
+        close(ts->fd);
+        ts->fd = -1;
+        struct timespec t = {0, (long)(pause * 1e9)};
+        nanosleep(&t, NULL);
+    }
+}
+
 int ddp_store_tcp_create(const char *host, int port, int is_server, int world_size,
                          double timeout_s, ddp_store_t **out)
 {
@@ -508,8 +531,7 @@ int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int
         ddp__store_init(&ts->base, &tcp_ops, "tcp store %s", hp);
         ts->base.timeout_s = timeout_s;
     }
-    DDP_TRY_OUT(ddp__sock_connect(connect_host, ts->port, deadline, ts->base.desc, &ts->fd));
-    DDP_TRY_OUT(handshake(ts, deadline));
+    DDP_TRY_OUT(connect_and_handshake(ts, connect_host, deadline));
     *out = &ts->base;
 out:
     if (rc < 0)
