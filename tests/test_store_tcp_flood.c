@@ -78,6 +78,18 @@ static int client_round(int port, const char *tag)
     return 0;
 }
 
+/* hog_fds: when the rest of the process takes every descriptor left. */
+enum { HOG_NONE, HOG_AT_START, HOG_WHEN_TOLD };
+
+/* Takes every descriptor left. */
+static int hog_all(int *hog)
+{
+    int n = 0;
+    while (n < FD_LIMIT && (hog[n] = open("/dev/null", O_RDONLY)) >= 0)
+        n++;
+    return n;
+}
+
 /* The server's side: lowers its limit, serves, and when told ("go") opens
  * files of its own, saying how that went and how much CPU it used. */
 static int serve(int report_fd, int hog_fds)
@@ -87,20 +99,23 @@ static int serve(int report_fd, int hog_fds)
     ddp_store_t *s = NULL;
     CHILD_CHECK(ddp_store_tcp_create("127.0.0.1", 0, 1, 2, 30, &s) == 0);
     int port = ddp_store_tcp_port(s);
-    int hog[FD_LIMIT], nhog = 0;
-    if (hog_fds) /* the rest of the process takes every descriptor left */
-        while (nhog < FD_LIMIT && (hog[nhog] = open("/dev/null", O_RDONLY)) >= 0)
-            nhog++;
+    int hog[FD_LIMIT], nhog = hog_fds == HOG_AT_START ? hog_all(hog) : 0;
     double t0 = ddp_time_now(), c0 = cpu_s();
     CHILD_CHECK(write(report_fd, &port, sizeof port) == (ssize_t)sizeof port);
-    if (hog_fds) {
+    if (hog_fds == HOG_WHEN_TOLD) {
+        char go;
+        CHILD_CHECK(read(report_fd, &go, 1) == 1); /* strangers are connected */
+        nhog = hog_all(hog);
+        CHILD_CHECK(write(report_fd, "h", 1) == 1);
+        CHILD_CHECK(read(report_fd, &go, 1) == 1); /* the real client is done */
+    } else if (hog_fds == HOG_AT_START) {
         char go;
         CHILD_CHECK(read(report_fd, &go, 1) == 1); /* the parent's flood is over */
         double busy = (cpu_s() - c0) / (ddp_time_now() - t0);
         CHILD_CHECK(write(report_fd, &busy, sizeof busy) == (ssize_t)sizeof busy);
-        while (nhog > 0)
-            close(hog[--nhog]);
     }
+    while (nhog > 0)
+        close(hog[--nhog]);
     void *v = NULL;
     size_t len;
     ddp_store_set_timeout(s, 60);
@@ -185,7 +200,7 @@ static void test_flood_without_secret(void **state)
 {
     (void)state;
     int port, sock;
-    pid_t pid = start_server(0, &port, &sock);
+    pid_t pid = start_server(HOG_NONE, &port, &sock);
     flood(port, FD_LIMIT / 4); /* the cap: a quarter of the limit */
     finish_server(pid, port, sock);
 }
@@ -196,7 +211,7 @@ static void test_flood_with_secret(void **state)
     setenv("DDP_SECRET", "flood secret", 1);
     setenv("DDP_STORE_MAX_UNAUTH", "5", 1); /* below a quarter of the limit: this one rules */
     int port, sock;
-    pid_t pid = start_server(0, &port, &sock);
+    pid_t pid = start_server(HOG_NONE, &port, &sock);
     unsetenv("DDP_STORE_MAX_UNAUTH");
     flood(port, 5);
     finish_server(pid, port, sock);
@@ -217,7 +232,7 @@ static void test_burst_of_real_clients(void **state)
     (void)state;
     setenv("DDP_STORE_MAX_UNAUTH", "2", 1);
     int port, sock;
-    pid_t pid = start_server(0, &port, &sock);
+    pid_t pid = start_server(HOG_NONE, &port, &sock);
     unsetenv("DDP_STORE_MAX_UNAUTH");
     assert_int_equal(run_children(24, burst_client, &port, 60), 0);
     finish_server(pid, port, sock);
@@ -227,7 +242,7 @@ static void test_no_descriptor_left(void **state)
 {
     (void)state;
     int port, sock;
-    pid_t pid = start_server(1, &port, &sock);
+    pid_t pid = start_server(HOG_AT_START, &port, &sock);
     /* No descriptor to give: each newcomer is accepted on the reserve and
      * closed at once, not left waiting for a HELLO that never comes. */
     for (int i = 0; i < 50; i++) {
@@ -245,6 +260,29 @@ static void test_no_descriptor_left(void **state)
     finish_server(pid, port, sock);
 }
 
+/* Out of descriptors with strangers held: the oldest stranger makes room
+ * for the newcomer, which gets in. */
+static void test_stranger_makes_room(void **state)
+{
+    (void)state;
+    int port, sock;
+    pid_t pid = start_server(HOG_WHEN_TOLD, &port, &sock);
+    int fds[8];
+    for (int i = 0; i < 8; i++)
+        fds[i] = raw_connect(port);
+    for (int i = 0; i < 8; i++) /* each has its HELLO: accepted and held */
+        assert_false(closed_within(fds[i], 0.2));
+    assert_int_equal(write(sock, "f", 1), 1);
+    char h;
+    assert_int_equal(read(sock, &h, 1), 1);
+    assert_int_equal(client_round(port, "room"), 0);
+    assert_true(closed_within(fds[0], 5.0)); /* the oldest went */
+    assert_int_equal(write(sock, "g", 1), 1);
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+    finish_server(pid, port, sock);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_flood_with_secret),
         cmocka_unit_test(test_burst_of_real_clients),
         cmocka_unit_test(test_no_descriptor_left),
+        cmocka_unit_test(test_stranger_makes_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
