@@ -22,12 +22,10 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/rng.h"
 #include "base/sock.h"
 
 #define AUTH_TIMEOUT_MAX_S 30.0
