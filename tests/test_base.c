@@ -234,7 +234,18 @@ static void test_secret_file_errors(void **state)
         unlink(secret_path);
     }
     setenv("DDP_SECRET_FILE", "/tmp", 1);
-    expect_secret_error(DDP_ERR_IO, "DDP_SECRET_FILE=/tmp: read: Is a directory");
+    expect_secret_error(DDP_ERR_IO, "DDP_SECRET_FILE=/tmp: a directory, not a regular file");
+    /* A FIFO without a writer: refused at once (it used to read as empty,
+     * and a blocking open would wait forever). */
+    assert_int_equal(mkfifo(secret_path, 0600), 0);
+    setenv("DDP_SECRET_FILE", secret_path, 1);
+    double t0 = ddp_time_now();
+    snprintf(msg, sizeof msg, "DDP_SECRET_FILE=%s: a FIFO, not a regular file", secret_path);
+    expect_secret_error(DDP_ERR_IO, msg);
+    assert_true(ddp_time_now() - t0 < 5.0);
+    unlink(secret_path);
+    setenv("DDP_SECRET_FILE", "/dev/zero", 1);
+    expect_secret_error(DDP_ERR_IO, "DDP_SECRET_FILE=/dev/zero: a character device, not a regular file");
     unsetenv("DDP_SECRET_FILE");
 }
 

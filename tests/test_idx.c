@@ -275,8 +275,18 @@ static void test_bad_dimensions_and_open_errors(void **state)
     expect_error(dir, "none", DDP_IDX_MAGIC_LABELS, DDP_ERR_FORMAT,
                  "dimension 0 is 0 in the header", NULL);
     expect_error(dir, "missing", DDP_IDX_MAGIC_LABELS, DDP_ERR_NOT_FOUND,
-                 "missing: open: No such file or directory", NULL);
-    expect_error(dir, ".", DDP_IDX_MAGIC_LABELS, DDP_ERR_IO, "not a regular file", NULL);
+                 "missing: No such file or directory", NULL);
+    expect_error(dir, ".", DDP_IDX_MAGIC_LABELS, DDP_ERR_IO, "a directory, not a regular file",
+                 NULL);
+    /* A FIFO without a writer: refused before any read (a blocking open or
+     * read would wait forever; alarm turns a hang into a failure). */
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    expect_error(dir, "fifo", DDP_IDX_MAGIC_LABELS, DDP_ERR_IO, "a FIFO, not a regular file",
+                 NULL);
+    alarm(0);
     ddp_idx idx;
     assert_int_equal(ddp_idx_read(NULL, DDP_IDX_MAGIC_LABELS, &idx), DDP_ERR_INVALID_ARG);
 }

@@ -6,8 +6,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ddp/base.h"
 
@@ -96,6 +99,80 @@ static void test_malformed(void **state)
     assert_non_null(strstr(ddp_last_error(), "WORLD_SIZE=0: world size must be >= 1"));
 }
 
+/* Half a launcher's environment is an error naming the missing half, not
+ * "no launcher" (which trains alone and exits 0). */
+static void test_partial(void **state)
+{
+    (void)state;
+    ddp_launch_info info;
+    static const struct {
+        const char *set[2][2]; /* up to two NAME=value pairs */
+        const char *message;
+    } cases[] = {
+        {{{"RANK", "1"}, {NULL, NULL}},
+         "partial launcher environment: RANK=1 is set but WORLD_SIZE is not (torchrun sets both"},
+        {{{"WORLD_SIZE", "4"}, {NULL, NULL}},
+         "partial launcher environment: WORLD_SIZE=4 is set but RANK is not"},
+        {{{"RANK", "1"}, {"WORLD_SIZE", "2"}}, NULL}, /* whole: fine without the local pair */
+        {{{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}},
+         "LOCAL_RANK=0 is set but RANK and WORLD_SIZE are not"},
+        {{{"OMPI_COMM_WORLD_RANK", "1"}, {NULL, NULL}},
+         "OMPI_COMM_WORLD_RANK=1 is set but OMPI_COMM_WORLD_SIZE is not (openmpi sets both"},
+        {{{"PMI_SIZE", "3"}, {NULL, NULL}}, "PMI_SIZE=3 is set but PMI_RANK is not"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        clear_env(NULL);
+        for (int k = 0; k < 2; k++)
+            if (cases[i].set[k][0])
+                setenv(cases[i].set[k][0], cases[i].set[k][1], 1);
+        int rc = ddp_launch_info_from_env(&info);
+        if (!cases[i].message) {
+            assert_int_equal(rc, 0);
+            continue;
+        }
+        if (rc != DDP_ERR_INVALID_ARG || !strstr(ddp_last_error(), cases[i].message))
+            fail_msg("case %zu: rc %d, \"%s\"", i, rc, ddp_last_error());
+    }
+    /* The local pair in halves, with the global one whole. */
+    clear_env(NULL);
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    assert_int_equal(ddp_launch_info_from_env(&info), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "LOCAL_RANK=1 is set but LOCAL_WORLD_SIZE is not"));
+    /* An empty value is unset: RANK= alone is no launcher at all. */
+    clear_env(NULL);
+    setenv("RANK", "", 1);
+    assert_int_equal(ddp_launch_info_from_env(&info), DDP_ERR_NOT_FOUND);
+    /* Slurm's pairs are not whole by nature (a batch shell has SLURM_PROCID
+     * alone): tested in test_openmpi_and_slurm. */
+}
+
+/* ddp-mnist with RANK but no WORLD_SIZE: exits non-zero with that message
+ * instead of training alone. */
+static void test_mnist_refuses_partial(void **state)
+{
+    (void)state;
+    const char *build = getenv("DDP_TEST_BUILD");
+    if (!build)
+        skip();
+    char out[64], cmd[1024];
+    snprintf(out, sizeof out, "/tmp/ddp-test-launch-%d.txt", (int)getpid());
+    snprintf(cmd, sizeof cmd, "env -u WORLD_SIZE RANK=1 %s/bin/ddp-mnist --epochs 1 >%s 2>&1",
+             build, out);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    char text[4096] = {0};
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    unlink(out);
+    if (!strstr(text, "RANK=1 is set but WORLD_SIZE is not"))
+        fail_msg("ddp-mnist said: %s", text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -103,6 +180,8 @@ int main(void)
         cmocka_unit_test_setup(test_torchrun, clear_env),
         cmocka_unit_test_setup(test_openmpi_and_slurm, clear_env),
         cmocka_unit_test_setup(test_malformed, clear_env),
+        cmocka_unit_test_setup(test_partial, clear_env),
+        cmocka_unit_test_setup(test_mnist_refuses_partial, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/json.h"
+#include "nn/safetensors.h"
 #include "ddp.h"
 
 static char dir[256];
@@ -232,6 +234,15 @@ static void test_malformed_rejected(void **state)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", UINT64_MAX,
          4, "a: unknown field \"x\""},
         {"{\"a\":[1,2]}", UINT64_MAX, 0, "a: expected an object, found array"},
+        /* products that wrap to 0 must not pass as an empty tensor */
+        {"{\"big\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}",
+         UINT64_MAX, 0, "big: shape (4294967296, 4294967296) of F32 is 2^64 bytes or more"},
+        {"{\"b\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}",
+         UINT64_MAX, 0, "b: shape (4611686018427387904) of F32 is 2^64 bytes or more"},
+        {"{\"c\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808],\"data_offsets\":[0,0]}}",
+         UINT64_MAX, 0, "c: shape entry 0 is not a non-negative integer"},
+        {"{\"d\":{\"dtype\":\"F32\",\"shape\":[1099511627776],\"data_offsets\":[0,4]}}",
+         UINT64_MAX, 4, "d: data_offsets [0, 4] hold 4 bytes, but F32 of 1099511627776 elements needs 4398046511104"},
         {"{\"__metadata__\":{\"k\":1}}", UINT64_MAX, 0, "__metadata__ value \"k\" is not a string"},
     };
     ddp_model_t *m = tiny(1, 3);
@@ -251,8 +262,17 @@ static void test_malformed_rejected(void **state)
     assert_int_equal(ddp_model_load_safetensors(m, path_of("short.safetensors")), DDP_ERR_FORMAT);
     assert_non_null(strstr(ddp_last_error(), "file of 3 bytes is too short for the 8-byte header length"));
     assert_int_equal(ddp_model_load_safetensors(m, path_of("nope.safetensors")), DDP_ERR_NOT_FOUND);
-    assert_non_null(strstr(ddp_last_error(), "cannot open"));
+    assert_non_null(strstr(ddp_last_error(), "nope.safetensors: No such file or directory"));
     assert_non_null(strstr(ddp_last_error(), "No such file or directory"));
+    /* A FIFO or a directory: refused before any read, never a hang (alarm
+     * turns one into a failure). */
+    assert_int_equal(mkfifo(path_of("fifo.safetensors"), 0600), 0);
+    alarm(20);
+    assert_int_equal(ddp_model_load_safetensors(m, path_of("fifo.safetensors")), DDP_ERR_IO);
+    alarm(0);
+    assert_non_null(strstr(ddp_last_error(), "fifo.safetensors: a FIFO, not a regular file"));
+    assert_int_equal(ddp_model_load_safetensors(m, dir), DDP_ERR_IO);
+    assert_non_null(strstr(ddp_last_error(), ": a directory, not a regular file"));
     assert_int_equal(ddp_model_save_safetensors(m, path_of("no/such/dir/m.safetensors")), DDP_ERR_IO);
     assert_non_null(strstr(ddp_last_error(), "cannot create"));
     ddp_model_destroy(m);
@@ -304,6 +324,71 @@ static void test_json_strict(void **state)
     assert_non_null(strstr(ddp_last_error(), "nesting deeper than 64"));
 }
 
+/* A header of 100k tensors: the duplicate check must be linear (a list
+ * scan took 45 s), and a duplicate is still refused by name. */
+static void test_many_keys(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    size_t cap = (size_t)N * 96 + 200, len = 0;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    size_t tenth = 0; /* where the first N/10 entries end */
+    for (int i = 0; i < N; i++, tenth = i == N / 10 ? len : tenth)
+        len += (size_t)snprintf(h + len, cap - len,
+                                "%s\"layer.%d.w\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                "\"data_offsets\":[0,0]}", i ? "," : "", i);
+    size_t open_end = len; /* before the closing brace */
+    snprintf(h + len, cap - len, "}");
+    ddp__json *v = NULL;
+    /* Linear: 10x the keys take about 10x the time (quadratic: 100x).  The
+     * best of 3 of each, against the small one measured here, so that a
+     * loaded machine does not decide. */
+    double small_s = 1e9, parse_s = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        char keep = h[tenth];
+        h[tenth] = '}';
+        double t0 = ddp_time_now();
+        assert_int_equal(ddp__json_parse(h, tenth + 1, &v), 0);
+        double dt = ddp_time_now() - t0;
+        small_s = dt < small_s ? dt : small_s;
+        assert_int_equal(v->len, N / 10);
+        ddp__json_free(v);
+        h[tenth] = keep;
+        t0 = ddp_time_now();
+        if (ddp__json_parse(h, open_end + 1, &v) != 0)
+            fail_msg("%s", ddp_last_error());
+        dt = ddp_time_now() - t0;
+        parse_s = dt < parse_s ? dt : parse_s;
+        assert_int_equal(v->len, N);
+        ddp__json_free(v);
+    }
+    /* The same header through the safetensors reader. */
+    const char *p = write_raw("many.safetensors", h, UINT64_MAX, NULL, 0);
+    double t0 = ddp_time_now();
+    ddp__st_file f;
+    if (ddp__st_read(p, &f) != 0)
+        fail_msg("%s", ddp_last_error());
+    double read_s = ddp_time_now() - t0;
+    assert_int_equal(f.n, N);
+    ddp__st_close(&f);
+    print_message("100k-key header: JSON parse %.3f s (10k keys: %.3f s), safetensors read "
+                  "%.3f s\n", parse_s, small_s, read_s);
+    assert_true(parse_s < 30 * small_s + 0.05);
+    /* Generous bounds (a loaded machine; quadratic was 45 s). */
+    assert_true(parse_s < 5.0);
+    assert_true(read_s < 10.0);
+    /* A duplicate at the end is found, named, at its byte. */
+    snprintf(h + open_end, cap - open_end,
+             ",\"layer.7.w\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}");
+    assert_int_equal(ddp__json_parse(h, strlen(h), &v), DDP_ERR_FORMAT);
+    char want[80];
+    snprintf(want, sizeof want, "duplicate member \"layer.7.w\" at byte %zu", open_end + 1);
+    assert_non_null(strstr(ddp_last_error(), want));
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_mismatch_named),
         cmocka_unit_test(test_malformed_rejected),
         cmocka_unit_test(test_json_strict),
+        cmocka_unit_test(test_many_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

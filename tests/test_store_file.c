@@ -217,7 +217,21 @@ static void test_open_errors(void **state)
     ddp_store_t *s = NULL;
     assert_int_equal(ddp_store_file_create("/nonexistent-dir/x/store", 1, &s), DDP_ERR_IO);
     assert_non_null(strstr(ddp_last_error(),
-                           "file store /nonexistent-dir/x/store: open: No such file or directory"));
+                           "file store /nonexistent-dir/x/store: No such file or directory"));
+    /* A FIFO (or a directory) where the file should be: refused at once,
+     * not a read that waits forever (alarm: a hang fails the test). */
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s.fifo", store_path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    assert_int_equal(ddp_store_file_create(fifo, 1, &s), DDP_ERR_IO);
+    alarm(0);
+    assert_null(s);
+    assert_non_null(strstr(ddp_last_error(), "a FIFO, not a regular file"));
+    assert_non_null(strstr(ddp_last_error(), fifo));
+    unlink(fifo);
+    assert_int_equal(ddp_store_file_create("/tmp", 1, &s), DDP_ERR_IO);
+    assert_non_null(strstr(ddp_last_error(), "file store /tmp: "));
     assert_int_equal(ddp_store_file_create("", 1, &s), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "empty path"));
     assert_int_equal(ddp_store_file_create(store_path, -1, &s), DDP_ERR_INVALID_ARG);

@@ -387,7 +387,7 @@ static void test_connect_errors(void **state)
     waitpid(pid, NULL, 0);
 }
 
-/* A peer that says HELLO and then never answers: calls fail at their
+/* A peer that says HELLO, answers the handshake, and then never answers: calls fail at their
  * deadline (the store timeout; get's timeout plus a grace period) and the
  * handle stops using the connection. */
 static void test_silent_server(void **state)
@@ -406,6 +406,13 @@ static void test_silent_server(void **state)
         uint8_t hello[DDP__TS_HEADER + 1 + DDP__TS_NONCE] = {0};
         ddp__ts_header_encode(hello, DDP__TS_HELLO, 1 + DDP__TS_NONCE, 0);
         if (send(fd, hello, sizeof hello, MSG_NOSIGNAL) < 0)
+            _exit(1);
+        /* The handshake's num_keys (without a secret) is answered; then silence. */
+        uint8_t req[DDP__TS_HEADER], ans[DDP__TS_HEADER + 8] = {0};
+        if (recv(fd, req, sizeof req, MSG_WAITALL) != (ssize_t)sizeof req)
+            _exit(1);
+        ddp__ts_header_encode(ans, DDP__TS_NUM_KEYS, 8, 0);
+        if (send(fd, ans, sizeof ans, MSG_NOSIGNAL) < 0)
             _exit(1);
         sleep_s(10);
         _exit(0);

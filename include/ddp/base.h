@@ -79,14 +79,17 @@ DDP_API double ddp_time_now(void);
  * (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE), MPICH/Hydra (PMI_RANK,
  * PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS) and Slurm's srun (SLURM_PROCID,
  * SLURM_STEP_NUM_TASKS, SLURM_LOCALID).  Missing local values default to rank and
- * world size (one node). */
+ * world size (one node).  Half of a pair (RANK without WORLD_SIZE,
+ * LOCAL_RANK without LOCAL_WORLD_SIZE, a local pair without the global one;
+ * likewise for Open MPI and PMI, not Slurm) is DDP_ERR_INVALID_ARG naming
+ * the missing variable, not "no launcher". */
 typedef struct ddp_launch_info {
     int rank, world_size, local_rank, local_world_size;
     const char *source; /* "torchrun", "openmpi", "pmi", "slurm"; static string */
 } ddp_launch_info;
 /* 0 when a launcher was found, DDP_ERR_NOT_FOUND when none was,
  * DDP_ERR_INVALID_ARG when a variable is malformed or out of range (the
- * message names it and quotes its value). */
+ * message names it and quotes its value) or half of a pair is set. */
 DDP_API int ddp_launch_info_from_env(ddp_launch_info *out);
 
 /* Element types of buffers (collectives, communication hooks).  float16 is

@@ -36,6 +36,8 @@ static const ddp__env_var table[] = {
     PATH("DDP_SECRET_FILE", "file holding the shared secret (used when DDP_SECRET is unset)"),
     PATH("DDP_ERROR_FILE", "set by ddprun per worker: where a failing program may write its error"),
     STR("DDP_STORE_BIND", 255, "address rank 0's TCPStore listens on (default: the URL's host)"),
+    INT("DDP_STORE_MAX_UNAUTH", 1, 65536, "256",
+        "TCPStore server: unauthenticated connections held (oldest dropped first)"),
     SECONDS("DDP_RENDEZVOUS_REPORT_S", 0, 1e6, "10",
             "seconds between a waiting rank's reports of who is missing (0: none)"),
     SIZE("DDP_FILESTORE_COMPACT_BYTES", 0, TIB, "1048576",

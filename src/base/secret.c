@@ -3,21 +3,24 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/file.h"
 
-/* Reads up to cap bytes of path into buf.  O_NONBLOCK: a FIFO without a
- * writer reads as empty instead of blocking forever (a regular file ignores
- * the flag). */
+/* Reads up to cap bytes of path into buf: a regular file only (a FIFO
+ * would block, or read as empty). */
 static int read_file(const char *path, uint8_t *buf, size_t cap, size_t *n)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "DDP_SECRET_FILE=%s", path);
+    char what[4200];
+    snprintf(what, sizeof what, "DDP_SECRET_FILE=%s", path);
+    int fd;
+    if (ddp__open_regular(path, O_RDONLY, what, &fd, NULL) < 0)
+        return DDP_ERR_IO; /* the message says why */
     *n = 0;
     while (*n < cap) {
         ssize_t got = read(fd, buf + *n, cap - *n);

@@ -30,6 +30,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/file.h"
 
 #define GZ_IN_BYTES (128u << 10)  /* compressed input chunk */
 #define READ_CHUNK (1u << 30)     /* largest single read()/inflate output */
@@ -140,15 +141,8 @@ static int source_open(source *s, const char *path)
 {
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0)
-        return DDP_ERROR_ERRNO(errno == ENOENT ? DDP_ERR_NOT_FOUND : DDP_ERR_IO, errno,
-                               "%s: open", path);
     struct stat st;
-    if (fstat(s->fd, &st) != 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: stat", path);
-    if (!S_ISREG(st.st_mode))
-        return DDP_ERROR(DDP_ERR_IO, "%s: not a regular file", path);
+    DDP_TRY(ddp__open_regular(path, O_RDONLY, path, &s->fd, &st));
     s->file_size = (uint64_t)st.st_size;
     uint8_t magic[2];
     if (s->file_size >= 2 && pread(s->fd, magic, 2, 0) == 2 && magic[0] == 0x1f &&

@@ -37,6 +37,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/file.h"
 
 #define TMP_MAX_AGE_S (15 * 60)   /* writing an entry takes about a second */
 #define WRITE_CHUNK (1u << 30)    /* largest single write() */
@@ -115,8 +116,8 @@ int ddp__idx_cache_lookup(const char *path, ddp__idx_cache *c)
         return 0;
     struct stat st;
     uint8_t tail[8];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    int ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 18 &&
+    int fd = -1; /* a FIFO is refused here without blocking; the reader says why */
+    int ok = ddp__open_regular(path, O_RDONLY, path, &fd, &st) == 0 && st.st_size >= 18 &&
              pread(fd, tail, 8, st.st_size - 8) == 8 && realpath(path, c->source);
     if (fd >= 0)
         close(fd);

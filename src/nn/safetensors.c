@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "ddp/nn.h"
 
@@ -244,6 +245,15 @@ static size_t dtype_size(const char *d)
     return 0;
 }
 
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, len, "(");
+    for (int d = 0; d < ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len)
+        snprintf(buf + n, len - n, ")");
+}
+
 /* One header member -> entry, checking its fields. */
 static int parse_entry(const char *path, const ddp__json *m, size_t data_len, ddp__st_entry *e)
 {
@@ -269,19 +279,30 @@ static int parse_entry(const char *path, const ddp__json *m, size_t data_len, dd
     DDP_FAIL_IF(sh->len > DDP_ST_MAX_DIM, DDP_ERR_FORMAT,
                 "safetensors %s: %s: shape has %zu dimensions (at most %d)", path, name,
                 sh->len, DDP_ST_MAX_DIM);
-    uint64_t numel = 1;
     int d = 0;
     for (const ddp__json *x = sh->child; x; x = x->next, d++) {
-        DDP_FAIL_IF(x->type != DDP_JSON_NUMBER || !x->is_uint || x->u64 > (1ull << 48),
+        DDP_FAIL_IF(x->type != DDP_JSON_NUMBER || !x->is_uint || x->u64 > INT64_MAX,
                     DDP_ERR_FORMAT,
                     "safetensors %s: %s: shape entry %d is not a non-negative integer", path,
                     name, d);
         e->shape[d] = (int64_t)x->u64;
-        numel *= x->u64;
-        DDP_FAIL_IF(numel > (1ull << 56), DDP_ERR_FORMAT,
-                    "safetensors %s: %s: shape too large", path, name);
     }
     e->ndim = d;
+    /* Checked products: [2^32, 2^32] must not wrap to 0 elements and pass
+     * as an empty tensor.  Without a wrap, the size must equal the span of
+     * data_offsets, which lies inside the file (checked below). */
+    uint64_t numel = 1, bytes = 0;
+    int wraps = 0;
+    for (d = 0; d < e->ndim; d++)
+        wraps |= __builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel);
+    wraps |= __builtin_mul_overflow(numel, (uint64_t)e->elem_size, &bytes);
+    if (wraps) {
+        char shape[DDP_ST_MAX_DIM * 22 + 4];
+        shape_str(shape, sizeof shape, e->ndim, e->shape);
+        return DDP_ERROR(DDP_ERR_FORMAT,
+                         "safetensors %s: %s: shape %s of %s is 2^64 bytes or more (the data "
+                         "buffer has %zu)", path, name, shape, e->dtype, data_len);
+    }
     DDP_FAIL_IF(!of || of->type != DDP_JSON_ARRAY || of->len != 2 ||
                     of->child->type != DDP_JSON_NUMBER || !of->child->is_uint ||
                     of->child->next->type != DDP_JSON_NUMBER || !of->child->next->is_uint,
@@ -294,11 +315,11 @@ static int parse_entry(const char *path, const ddp__json *m, size_t data_len, dd
                 "safetensors %s: %s: data_offsets [%llu, %llu] out of range (data buffer of "
                 "%zu bytes)", path, name, (unsigned long long)e->begin,
                 (unsigned long long)e->end, data_len);
-    DDP_FAIL_IF(e->end - e->begin != numel * e->elem_size, DDP_ERR_FORMAT,
+    DDP_FAIL_IF(e->end - e->begin != bytes, DDP_ERR_FORMAT,
                 "safetensors %s: %s: data_offsets [%llu, %llu] hold %llu bytes, but %s of %llu "
                 "elements needs %llu", path, name, (unsigned long long)e->begin,
                 (unsigned long long)e->end, (unsigned long long)(e->end - e->begin), e->dtype,
-                (unsigned long long)numel, (unsigned long long)(numel * e->elem_size));
+                (unsigned long long)numel, (unsigned long long)bytes);
     e->name = strdup(name);
     DDP_FAIL_IF(!e->name, DDP_ERR_NOMEM, "safetensors: out of memory");
     return 0;
@@ -369,12 +390,10 @@ int ddp__st_read(const char *path, ddp__st_file *out)
     ddp__st_file f = {0};
     DDP_FAIL_IF(!path || !out, DDP_ERR_INVALID_ARG, "safetensors: NULL path or output");
     memset(out, 0, sizeof *out);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    DDP_FAIL_OUT(fd < 0, errno == ENOENT ? DDP_ERR_NOT_FOUND : DDP_ERR_IO,
-                 "safetensors: cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    DDP_FAIL_OUT(fstat(fd, &st) < 0, DDP_ERR_IO, "safetensors: stat %s: %s", path,
-                 strerror(errno));
+    char what[4200];
+    snprintf(what, sizeof what, "safetensors %s", path);
+    DDP_TRY_OUT(ddp__open_regular(path, O_RDONLY, what, &fd, &st));
     uint64_t size = (uint64_t)st.st_size;
     DDP_FAIL_OUT(size < 8, DDP_ERR_FORMAT,
                  "safetensors %s: file of %llu bytes is too short for the 8-byte header length",
@@ -480,15 +499,6 @@ int ddp_model_save_safetensors(ddp_model_t *m, const char *path)
     int rc = ddp__st_write(path, t, n, NULL, 0);
     free(t);
     return rc;
-}
-
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, len, "(");
-    for (int d = 0; d < ndim && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (n < len)
-        snprintf(buf + n, len - n, ")");
 }
 
 int ddp_model_load_safetensors(ddp_model_t *m, const char *path)

@@ -27,6 +27,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/log.h"
 
 #define RECORD_HEADER 16
@@ -388,9 +389,9 @@ int ddp__fs_append(file_store *fs, int type, const char *key, const void *value,
  * also have been removed by the last member of an earlier job. */
 int ddp__fs_reopen(file_store *fs, int create)
 {
-    int fd = open(fs->path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
-    if (fd < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: reopen", fs->base.desc);
+    int fd;
+    if (ddp__open_regular(fs->path, O_RDWR | (create ? O_CREAT : 0), fs->base.desc, &fd, NULL) < 0)
+        return DDP_ERR_IO; /* the message says why */
     close(fs->fd);
     fs->fd = fd;
     fs->generation = 0;

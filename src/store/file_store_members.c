@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/host.h"
 #include "base/log.h"
 
@@ -97,9 +98,9 @@ static int admit(file_store *fs, header *h)
  * under the exclusive lock: the header's count, and a JOIN record. */
 int ddp__fs_join(file_store *fs)
 {
-    fs->fd = open(fs->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fs->fd < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "%s: open", fs->base.desc);
+    /* A regular file only: a FIFO there would block the first read. */
+    if (ddp__open_regular(fs->path, O_RDWR | O_CREAT, fs->base.desc, &fs->fd, NULL) < 0)
+        return DDP_ERR_IO; /* the message says why */
     for (int attempt = 0; attempt < 100; attempt++) {
         DDP_TRY(ddp__fs_lock(fs, LOCK_EX, fs->base.timeout_s));
         struct stat st;

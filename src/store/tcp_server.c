@@ -10,7 +10,8 @@
  * of a parked request or of an authentication (ddp__ts_expire).  No
  * polling.  A connection that breaks the protocol is dropped with a logged
  * reason; the server keeps serving the others.  Wire format: tcp_proto.h
- * and docs/store.md. */
+ * and docs/store.md.  Admitting connections, and the cap on those that
+ * have not proven themselves, is tcp_server_accept.c. */
 #include "store/tcp_server_internal.h"
 
 #include <errno.h>
@@ -21,15 +22,12 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/rng.h"
 #include "base/sock.h"
 
-#define MAX_CONNS 65536
 #define AUTH_TIMEOUT_MAX_S 30.0
 #define READ_CHUNK 65536
 #define READS_PER_EVENT 64 /* then let other connections have a turn */
@@ -48,8 +46,11 @@ void ddp__ts_drop(ddp__ts_server *s, conn *c, const char *why)
 
 static void close_conn(ddp__ts_server *s, conn *c)
 {
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
+    if (c->fd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+    }
+    ddp__ts_stranger_remove(s, c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -172,60 +173,6 @@ static void on_readable(ddp__ts_server *s, conn *c)
     }
 }
 
-static void on_accept(ddp__ts_server *s)
-{
-    for (;;) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                DDP_WARN("%s: accept: %s", s->where, strerror(errno));
-                /* Out of descriptors: pause so level-triggered epoll does
-                 * not turn this into a busy loop. */
-                struct timespec ts = {0, 10000000};
-                nanosleep(&ts, NULL);
-            }
-            return;
-        }
-        char peer[64];
-        ddp__sock_addr_str((struct sockaddr *)&ss, peer, sizeof peer);
-        conn *c = s->nconns < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
-        if (!c) {
-            DDP_WARN("%s: refusing client %s: %d connections open", s->where, peer, s->nconns);
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        snprintf(c->peer, sizeof c->peer, "%s", peer);
-        c->authed = s->secret == NULL;
-        c->auth_deadline = ddp_time_now() + s->auth_timeout_s;
-        ddp__sock_set_nodelay(fd);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (ddp__random_bytes(c->nonce, sizeof c->nonce) < 0 ||
-            epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            DDP_WARN("%s: refusing client %s: %s", s->where, peer, ddp_last_error());
-            close(fd);
-            free(c);
-            continue;
-        }
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
-        s->nconns++;
-        DDP_DEBUG("%s: client %s connected", s->where, peer);
-        ddp__ts_begin(&c->out);
-        ddp__ts_u8(&c->out, s->secret != NULL);
-        ddp__ts_raw(&c->out, c->nonce, sizeof c->nonce);
-        if (s->job_id[0]) /* optional: a server of no job sends the short HELLO */
-            ddp__ts_bytes(&c->out, s->job_id, strlen(s->job_id));
-        ddp__ts_answer(s, c, DDP__TS_HELLO, 0);
-    }
-}
-
 /* Closes the connections marked dead.  Only here, between batches of
  * events: an event later in a batch may name a connection dropped earlier. */
 static void reap(ddp__ts_server *s)
@@ -243,6 +190,9 @@ static void *server_main(void *arg)
     struct epoll_event events[64];
     while (!s->stop) {
         int timeout_ms = ddp__ts_expire(s);
+        int resume_ms = ddp__ts_admission_tick(s);
+        if (resume_ms >= 0 && (timeout_ms < 0 || resume_ms < timeout_ms))
+            timeout_ms = resume_ms;
         reap(s); /* expire may have dropped some */
         int n = epoll_wait(s->epfd, events, 64, timeout_ms);
         if (n < 0) {
@@ -254,11 +204,13 @@ static void *server_main(void *arg)
         for (int i = 0; i < n; i++) {
             void *p = events[i].data.ptr;
             if (p == &listen_marker) {
-                on_accept(s);
+                ddp__ts_accept(s);
             } else if (p == &wake_marker) {
                 s->stop = 1;
             } else {
                 conn *c = p;
+                if (c->dead) /* dropped earlier in this batch */
+                    continue;
                 if (events[i].events & EPOLLOUT)
                     flush(s, c);
                 if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
@@ -269,6 +221,8 @@ static void *server_main(void *arg)
         }
         reap(s);
     }
+    s->drops_logged_at = 0; /* the last drops are reported now, not a second later */
+    ddp__ts_admission_tick(s);
     while (s->conns)
         close_conn(s, s->conns);
     return NULL;
@@ -282,6 +236,8 @@ static void free_server(ddp__ts_server *s)
         close(s->epfd);
     if (s->wake_fd >= 0)
         close(s->wake_fd);
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
     ddp__kv_free(&s->kv);
     if (s->secret) {
         memset(s->secret, 0, s->slen);
@@ -297,7 +253,8 @@ int ddp__ts_server_start(const char *host, int port, const uint8_t *secret, size
     ddp__ts_server *s = calloc(1, sizeof *s);
     DDP_FAIL_IF(!s, DDP_ERR_NOMEM, "tcp store server: out of memory");
     s->auth_timeout_s = timeout_s < AUTH_TIMEOUT_MAX_S ? timeout_s : AUTH_TIMEOUT_MAX_S;
-    s->listen_fd = s->epfd = s->wake_fd = -1;
+    s->listen_fd = s->epfd = s->wake_fd = s->reserve_fd = -1;
+    s->listen_marker = &listen_marker;
     ddp__kv_init(&s->kv);
     snprintf(s->job_id, sizeof s->job_id, "%s", job_id ? job_id : "");
     int rc = 0;
@@ -311,6 +268,7 @@ int ddp__ts_server_start(const char *host, int port, const uint8_t *secret, size
     char hp[300];
     ddp__sock_hostport(host, *port_out, hp, sizeof hp);
     snprintf(s->where, sizeof s->where, "tcp store server %s", hp);
+    DDP_TRY_OUT(ddp__ts_admission_init(s));
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     DDP_FAIL_OUT(s->epfd < 0, DDP_ERR_SYSTEM, "%s: epoll_create1: %s", s->where, strerror(errno));
     s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -338,7 +296,8 @@ void ddp__ts_server_abandon(ddp__ts_server *s)
     while (s->conns) {
         conn *c = s->conns;
         s->conns = c->next;
-        close(c->fd); /* our copy only: no EPOLL_CTL_DEL on the shared epoll */
+        if (c->fd >= 0)
+            close(c->fd); /* our copy only: no EPOLL_CTL_DEL on the shared epoll */
         ddp__ts_unpark(c);
         free(c->in);
         free(c->out.buf);

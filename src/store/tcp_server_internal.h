@@ -19,7 +19,9 @@
 
 typedef struct conn {
     struct conn *prev, *next;
-    int fd;
+    struct conn *sprev, *snext; /* the strangers' FIFO (tcp_server_accept.c) */
+    int stranger;               /* not yet proven: on that FIFO */
+    int fd;                     /* -1 once dropped to make room */
     char peer[64];
     int authed;
     int dead;          /* close after this loop iteration */
@@ -48,11 +50,18 @@ struct ddp__ts_server {
     ddp__kv kv;
     conn *conns;
     int nconns;
+    /* Admission (tcp_server_accept.c). */
+    void *listen_marker;          /* epoll's data for the listening socket */
+    conn *strangers, *strangers_tail; /* oldest first */
+    int nstrangers, max_strangers;
+    int reserve_fd;               /* closed to accept-and-refuse at EMFILE */
+    double accept_resume_at;      /* accepting paused until then (0: not) */
+    int drops_unreported, refused_unreported;
+    double drops_logged_at;
     int stop;
     double auth_timeout_s;
 };
 
-/* Markers for the two non-client fds in epoll. */
 /* ---- connections (tcp_server.c) ------------------------------------------ */
 
 /* Marks c to be closed after this loop iteration, logging why (once). */
@@ -65,6 +74,19 @@ void ddp__ts_answer_error(ddp__ts_server *s, conn *c, int op, int32_t status, co
                           ...) __attribute__((format(printf, 5, 6)));
 /* An answer still being written: the next request waits for it. */
 static inline int ddp__ts_pending_out(const conn *c) { return c->out.len > 0; }
+
+/* ---- admission (tcp_server_accept.c) ------------------------------------- */
+
+/* Reads the cap on strangers and opens the reserve descriptor. */
+int ddp__ts_admission_init(ddp__ts_server *s);
+/* Accepts what is pending on the listening socket. */
+void ddp__ts_accept(ddp__ts_server *s);
+/* c proved itself (or is going): off the strangers' FIFO. */
+void ddp__ts_stranger_remove(ddp__ts_server *s, conn *c);
+/* Between batches of events: listens again after a pause of accepting, and
+ * logs the drops not yet reported.  Returns the epoll timeout in ms until
+ * the next of those is due (-1: none). */
+int ddp__ts_admission_tick(ddp__ts_server *s);
 
 /* ---- requests (tcp_server_requests.c) ------------------------------------ */
 

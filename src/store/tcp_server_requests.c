@@ -330,6 +330,10 @@ void ddp__ts_process(ddp__ts_server *s, conn *c)
             break; /* the rest of the payload is still on its way */
         handle(s, c, &h, c->in + pos + DDP__TS_HEADER);
         pos += DDP__TS_HEADER + h.length;
+        /* Authenticated, or (no secret) a whole first request: no longer a
+         * stranger that a flood of newer ones may push out. */
+        if (c->stranger && c->authed && !c->dead)
+            ddp__ts_stranger_remove(s, c);
     }
     if (pos) {
         memmove(c->in, c->in + pos, c->in_len - pos);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -366,6 +367,23 @@ static int check_job(const tcp_store *ts, const uint8_t *id, size_t n)
                      ts->base.desc, a, b);
 }
 
+/* Without a secret the server counts a connection as a stranger, which a
+ * flood of newer connections may push out, until its first whole request:
+ * one now (num_keys, one round trip) so this handle is never the one. */
+static int first_request(tcp_store *ts, double deadline)
+{
+    const char *what = ts->base.desc;
+    ddp__ts_header h;
+    ddp__ts_begin(&ts->req);
+    DDP_FAIL_IF(ddp__ts_finish(&ts->req, DDP__TS_NUM_KEYS, 0) < 0, DDP_ERR_NOMEM,
+                "%s: out of memory", what);
+    DDP_TRY(ddp__sock_send_all(ts->fd, ts->req.buf, ts->req.len, deadline, what));
+    DDP_TRY(receive(ts, DDP__TS_NUM_KEYS, deadline, &h, what));
+    DDP_FAIL_IF(h.status < 0 || h.length != 8, DDP_ERR_PROTOCOL,
+                "%s: bad answer to num_keys from the server", what);
+    return 0;
+}
+
 /* HELLO from the server (its job), then (when it asks) the
  * challenge-response: each side proves it knows the secret without sending
  * it. */
@@ -394,7 +412,7 @@ static int handshake(tcp_store *ts, double deadline)
                 "does not ask for one: refusing an unauthenticated server",
                 what);
     if (!auth)
-        return 0;
+        return first_request(ts, deadline);
     uint8_t cnonce[DDP__TS_NONCE], mac[32];
     DDP_TRY(ddp__random_bytes(cnonce, sizeof cnonce));
     ddp__ts_auth_mac(ts->secret, ts->slen, 0, snonce, cnonce, mac);
@@ -411,6 +429,28 @@ static int handshake(tcp_store *ts, double deadline)
     DDP_FAIL_IF(h.length != 32 || !ddp__ct_equal(mac, ts->ans, 32), DDP_ERR_AUTH,
                 "%s: the server does not know the shared secret", what);
     return 0;
+}
+
+/* Connects and shakes hands.  A connection closed before the handshake is
+ * done is retried until the deadline: a server flooded by strangers drops
+ * the oldest connections that have not proven themselves
+ * (tcp_server_accept.c), and a real client that lost that race comes back
+ * as the newest one. */
+static int connect_and_handshake(tcp_store *ts, const char *host, double deadline)
+{
+    for (int attempt = 0;; attempt++) {
+        DDP_TRY(ddp__sock_connect(host, ts->port, deadline, ts->base.desc, &ts->fd));
+        int rc = handshake(ts, deadline);
+        double pause = attempt < 20 ? 0.005 * (attempt + 1) : 0.1;
+        if (rc != DDP_ERR_CONNECTION || ddp_time_now() + pause >= deadline)
+            return rc;
+        DDP_DEBUG("%s: connection closed during the handshake (%s); again", ts->base.desc,
+                  ddp_last_error());
+        close(ts->fd);
+        ts->fd = -1;
+        struct timespec t = {0, (long)(pause * 1e9)};
+        nanosleep(&t, NULL);
+    }
 }
 
 int ddp_store_tcp_create(const char *host, int port, int is_server, int world_size,
@@ -491,8 +531,7 @@ int ddp__store_tcp_open(const char *host, const char *listen_host, int port, int
         ddp__store_init(&ts->base, &tcp_ops, "tcp store %s", hp);
         ts->base.timeout_s = timeout_s;
     }
-    DDP_TRY_OUT(ddp__sock_connect(connect_host, ts->port, deadline, ts->base.desc, &ts->fd));
-    DDP_TRY_OUT(handshake(ts, deadline));
+    DDP_TRY_OUT(connect_and_handshake(ts, connect_host, deadline));
     *out = &ts->base;
 out:
     if (rc < 0)

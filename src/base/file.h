@@ -1,0 +1,19 @@
+/* Opening a file that a user named: a regular file, or a clear refusal. */
+#ifndef DDP_BASE_FILE_H
+#define DDP_BASE_FILE_H
+
+#include <sys/stat.h>
+
+/* Opens path with flags (O_RDONLY, O_RDWR, | O_CREAT: mode 0600; O_CLOEXEC
+ * is added) and refuses, before any read, what is not a regular file: a
+ * FIFO, a directory, a device or a socket in place of a data file would
+ * block a read forever or feed it garbage.  The open itself is
+ * non-blocking, so that even opening a FIFO without a writer returns at
+ * once; the descriptor is blocking again when returned.  Returns 0 with
+ * *fd (and *st, when not NULL, the file's fstat), or DDP_ERR_NOT_FOUND /
+ * DDP_ERR_IO with "WHAT: why" (strerror) or "WHAT: a FIFO, not a regular file",
+ * where what (borrowed) names the file as the caller's messages do: the
+ * path, "file store PATH", "DDP_SECRET_FILE=PATH". */
+int ddp__open_regular(const char *path, int flags, const char *what, int *fd, struct stat *st);
+
+#endif
