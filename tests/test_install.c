@@ -1,6 +1,6 @@
 /* `make install PREFIX=DIR` puts the headers, both libraries, the pkg-config
  * file and the programs in place, and a program built the way README.md says
- * (its line `cc examples/mnist.c $(pkg-config --cflags --libs libddp) ...`,
+ * (its line `cc examples/mnist/<files> $(pkg-config --cflags --libs libddp) ...`,
  * read from README.md itself) starts and trains without LD_LIBRARY_PATH: the
  * installed libddp.pc carries an rpath.  Run from the source tree's root. */
 #include <setjmp.h>
