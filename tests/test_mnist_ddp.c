@@ -2,7 +2,8 @@
  * ddp-mnist under ddprun (env://), by hand with file:// and tcp://, and a
  * run whose rank 1 is killed once and restarted by ddprun --max-restarts,
  * which must end with the same weights as an uninterrupted run; a broken
- * test split stops every rank before training. */
+ * test split, or an output rank 0 cannot write, stops every rank before
+ * training, each saying why; so does a failed broadcast of the checkpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,11 +11,15 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,6 +191,104 @@ static void test_waiting_rank_reports(void **state)
     free(r.out);
 }
 
+/* An output rank 0 cannot write (--checkpoint-dir naming a file, --save in
+ * a folder that does not exist, --save naming a folder) stops the job
+ * before it loads data, every rank with a message naming the path. */
+static void test_unwritable_outputs_found_before_training(void **state)
+{
+    (void)state;
+    fx_write(fx_path(dir, "afile"), (const uint8_t *)"x", 1);
+    struct {
+        const char *flag, *path, *in, *why; /* in: the folder named, when not path */
+    } cases[] = {
+        {"--checkpoint-dir", "afile", NULL, "Not a directory"},
+        {"--save", "none/x.safetensors", "none", "No such file or directory"},
+        {"--save", ".", NULL, "is a directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char why[512], rank1[700];
+        if (cases[i].in)
+            snprintf(why, sizeof why, "%s %s/%s: cannot create files in %s/%s: %s", cases[i].flag,
+                     dir, cases[i].path, dir, cases[i].in, cases[i].why);
+        else
+            snprintf(why, sizeof why, "%s %s/%s: %s", cases[i].flag, dir, cases[i].path,
+                     cases[i].why);
+        snprintf(rank1, sizeof rank1,
+                 "ddp-mnist: rank 1: stopping: rank 0 cannot write its output: %s", why);
+        result r = sh("%s --standalone --nproc-per-node 2 %s %s %s/%s", ddprun, bin,
+                      cases[i].flag, dir, cases[i].path);
+        if (r.status != 1 || !strstr(r.out, "exited with code 2") || !strstr(r.out, why) ||
+            !strstr(r.out, rank1))
+            fail_msg("%s %s: exit %d, expected 1, a rank's exit code 2, '%s' and '%s': %s",
+                     cases[i].flag, cases[i].path, r.status, why, rank1, r.out);
+        if (strstr(r.out, "Loaded ") || strstr(r.out, "Epoch ["))
+            fail_msg("%s %s: went on to load data or train: %s", cases[i].flag, cases[i].path,
+                     r.out);
+        free(r.out);
+        r = sh("%s %s %s/%s", bin, cases[i].flag, dir, cases[i].path); /* one process */
+        if (r.status != 2 || !strstr(r.out, why) || strstr(r.out, "Loaded "))
+            fail_msg("alone, %s %s: exit %d, expected 2 and '%s': %s", cases[i].flag,
+                     cases[i].path, r.status, why, r.out);
+        free(r.out);
+    }
+}
+
+/* The integer in dir/name, polled for up to 120 s; -1 if it never came. */
+static long wait_number(const char *name)
+{
+    for (int i = 0; i < 6000; i++) {
+        char *s = slurp(fx_path(dir, name));
+        long v = s[0] ? strtol(s, NULL, 10) : -1;
+        free(s);
+        if (v >= 0)
+            return v;
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* A rank whose broadcast of the checkpoint fails says why (it used to exit
+ * 2 in silence).  Rank 0 is held inside its checkpoint load, the file being
+ * a FIFO nobody writes, and killed there; rank 1, in the broadcast, must
+ * name it and exit 1. */
+static void test_checkpoint_broadcast_failure_named(void **state)
+{
+    (void)state;
+    char ck[128], fifo[192];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(fifo, sizeof fifo, "%s/checkpoint.safetensors", ck);
+    assert_int_equal(mkdir(ck, 0755), 0);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    char common[2048];
+    snprintf(common, sizeof common,
+             "%s --epochs 1 --world-size 2 --init-method file://%s/rdzv --checkpoint-dir %s "
+             "--resume --timeout 60",
+             bin, dir, ck);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "sh -c 'echo $$ >%s/r0.pid; exec %s --rank 0 >%s/r0.log 2>&1' & "
+             "sh -c '%s --rank 1 >%s/r1.log 2>&1; echo $? >%s/r1.rc' &",
+             dir, common, dir, common, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    /* A writer can open the FIFO once rank 0 opened it to read. */
+    int fd = -1;
+    for (int i = 0; i < 6000 && fd < 0; i++)
+        if ((fd = open(fifo, O_WRONLY | O_NONBLOCK)) < 0)
+            usleep(20000);
+    long pid = wait_number("r0.pid");
+    if (pid > 0)
+        kill((pid_t)pid, SIGKILL);
+    if (fd < 0)
+        fail_msg("rank 0 never opened its checkpoint: %s", slurp(fx_path(dir, "r0.log")));
+    long st = wait_number("r1.rc");
+    close(fd);
+    char *out = slurp(fx_path(dir, "r1.log"));
+    if (st != 1 || !strstr(out, "ddp-mnist: rank 1: sharing the checkpoint ") ||
+        !strstr(out, "checkpoint.safetensors from rank 0 failed: "))
+        fail_msg("rank 1: exit %ld, expected 1 and the failed broadcast named: '%s'", st, out);
+    free(out);
+}
+
 int main(void)
 {
     const char *build = getenv("DDP_TEST_BUILD");
@@ -201,6 +304,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_rank_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unwritable_outputs_found_before_training, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint_broadcast_failure_named, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

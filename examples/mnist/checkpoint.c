@@ -38,28 +38,38 @@ int load_checkpoint(job *j)
 }
 
 /* Rank 0's load result, position and optimizer state go to every rank (the
- * parameters follow with DDP's broadcast), so only rank 0 needs the file. */
+ * parameters follow with DDP's broadcast), so only rank 0 needs the file.
+ * Returns 0, or the exit status once this rank has said why it stops: 2 when
+ * rank 0 could not load the checkpoint, 1 when sharing it failed (a peer
+ * gone, a timeout). */
 int share_checkpoint(job *j, int loaded)
 {
     if (!j->pg)
-        return loaded < 0 ? loaded : 0;
+        return loaded < 0 ? 2 : 0;
     int64_t v[5] = {loaded, j->st.epoch, j->st.step, j->st.global_step, ddp_optim_steps(j->opt)};
     int rc = ddp_pg_broadcast(j->pg, v, 5, DDP_INT64, 0);
-    if (rc == 0 && v[0] < 0 && j->rank != 0)
-        fprintf(stderr, "ddp-mnist: rank %d: rank 0 could not load %s\n", j->rank, j->ckpt);
-    if (rc < 0 || v[0] <= 0)
-        return rc < 0 ? rc : v[0] < 0 ? DDP_ERR_MISMATCH : 0;
-    j->st.epoch = v[1];
-    j->st.step = v[2];
-    j->st.global_step = v[3];
-    ddp_optim_set_steps(j->opt, v[4]);
-    for (int k = 0; k < ddp_optim_num_states(j->opt); k++) {
+    if (rc == 0 && v[0] < 0) {
+        if (j->rank != 0) /* rank 0 said why already */
+            fprintf(stderr, "ddp-mnist: rank %d: rank 0 could not load %s\n", j->rank, j->ckpt);
+        return 2;
+    }
+    if (rc == 0 && v[0] > 0) {
+        j->st.epoch = v[1];
+        j->st.step = v[2];
+        j->st.global_step = v[3];
+        ddp_optim_set_steps(j->opt, v[4]);
+    }
+    for (int k = 0; rc == 0 && v[0] > 0 && k < ddp_optim_num_states(j->opt); k++) {
         const char *name;
         float *data;
         size_t n;
-        if ((rc = ddp_optim_state(j->opt, k, &name, &data, &n)) < 0 ||
-            (rc = ddp_pg_broadcast(j->pg, data, n, DDP_FLOAT32, 0)) < 0)
-            return rc;
+        if ((rc = ddp_optim_state(j->opt, k, &name, &data, &n)) == 0)
+            rc = ddp_pg_broadcast(j->pg, data, n, DDP_FLOAT32, 0);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "ddp-mnist: rank %d: sharing the checkpoint %s from rank 0 failed: %s\n",
+                j->rank, j->ckpt, ddp_last_error());
+        return 1;
     }
     return 0;
 }

@@ -22,11 +22,8 @@
  *
  * Exit status: 0 on success, 2 for bad flags, a missing/malformed data set
  * or --load file (one line on stderr), 1 for any other failure.  See --help. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mnist.h"
@@ -84,13 +81,11 @@ int main(int argc, char **argv)
         status = rc == DDP_ERR_INVALID_ARG ? 2 : 1;
         goto out;
     }
-    if (a.ckpt_dir) {
-        snprintf(j.ckpt, sizeof j.ckpt, "%s/checkpoint.safetensors", a.ckpt_dir);
-        if (j.rank == 0 && mkdir(a.ckpt_dir, 0755) < 0 && errno != EEXIST) {
-            fprintf(stderr, "ddp-mnist: --checkpoint-dir %s: %s\n", a.ckpt_dir, strerror(errno));
-            status = 2;
-            goto out;
-        }
+    /* Outputs before anything else: an unwritable --save or --checkpoint-dir
+     * stops the job now, not after training. */
+    if ((prc = check_outputs(&j)) != 0) {
+        status = prc; /* reported */
+        goto out;
     }
 
     /* Data first, every input before the first step: a missing or broken
@@ -126,9 +121,8 @@ int main(int argc, char **argv)
     so.momentum = a.momentum;
     if ((rc = ddp_sgd_create(j.model, &so, &j.opt)) < 0)
         goto out;
-    if ((rc = share_checkpoint(&j, load_checkpoint(&j))) < 0) {
-        status = 2;
-        rc = 0; /* already reported */
+    if ((prc = share_checkpoint(&j, load_checkpoint(&j))) != 0) {
+        status = prc; /* reported */
         goto out;
     }
     if (j.pg && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)

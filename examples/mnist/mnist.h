@@ -71,7 +71,10 @@ int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *
 /* train.c */
 int train(job *j, ddp_loader_t *dl);
 
-/* checkpoint.c */
+/* outputs.c: returns 0, or the exit status once this rank said why it stops */
+int check_outputs(job *j);
+
+/* checkpoint.c: share_checkpoint returns 0 or an exit status, as check_outputs */
 int save_checkpoint(job *j, int64_t epoch, int64_t step);
 int load_checkpoint(job *j);
 int share_checkpoint(job *j, int loaded);
