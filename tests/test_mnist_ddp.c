@@ -192,7 +192,8 @@ static void test_waiting_rank_reports(void **state)
 }
 
 /* An output rank 0 cannot write (--checkpoint-dir naming a file, --save in
- * a folder that does not exist, --save naming a folder) stops the job
+ * a folder that does not exist, --save naming a folder, --metrics in a
+ * folder that does not exist) stops the job
  * before it loads data, every rank with a message naming the path. */
 static void test_unwritable_outputs_found_before_training(void **state)
 {
@@ -204,6 +205,7 @@ static void test_unwritable_outputs_found_before_training(void **state)
         {"--checkpoint-dir", "afile", NULL, "Not a directory"},
         {"--save", "none/x.safetensors", "none", "No such file or directory"},
         {"--save", ".", NULL, "is a directory"},
+        {"--metrics", "none/m.jsonl", "none", "No such file or directory"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char why[512], rank1[700];

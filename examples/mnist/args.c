@@ -27,6 +27,10 @@ static void usage(FILE *f)
             "                    host runs at least as many ranks as it has CPUs)\n"
             "  --load FILE       start from parameters saved with --save (safetensors)\n"
             "  --save FILE       write the trained parameters (safetensors)\n"
+            "  --metrics FILE    rank 0 writes one JSON line per log step (loss, lr,\n"
+            "                    samples/s) and per evaluation (test loss, accuracy)\n"
+            "  --eval-every N    also evaluate on the test split every N steps\n"
+            "  --no-progress     log lines, not a progress bar, on a terminal too\n"
             "Distributed (started by ddprun, mpirun or srun, or by hand):\n"
             "  --backend NAME    process group backend: tcp (default; gloo is the same),\n"
             "                    or mpi when built with MPI\n"
@@ -82,7 +86,7 @@ int parse_args(int argc, char **argv, args *a)
 {
     enum { O_DATA = 256, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_SEED, O_NOSHUF, O_LOAD, O_SAVE,
            O_WORKERS, O_HELP, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_CKDIR,
-           O_CKEVERY, O_RESUME, O_CRASH };
+           O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
         {"epochs", required_argument, NULL, O_EPOCHS},
@@ -104,12 +108,15 @@ int parse_args(int argc, char **argv, args *a)
         {"checkpoint-every", required_argument, NULL, O_CKEVERY},
         {"resume", no_argument, NULL, O_RESUME},
         {"crash-at-step", required_argument, NULL, O_CRASH},
+        {"metrics", required_argument, NULL, O_METRICS},
+        {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
         {NULL, 0, NULL, 0},
     };
     *a = (args){.data = "/usr/share/datasets/fashion-mnist", .epochs = 1, .batch = 64,
                 .lr = 0.1, .momentum = 0.0, .seed = 0, .shuffle = 1, .workers = -1,
                 .backend = "tcp", .rank = -1, .world_size = -1, .timeout = 300,
-                .ckpt_every = 100, .crash_at = -1};
+                .ckpt_every = 100, .crash_at = -1, .progress = 1};
     opterr = 0; /* our own one-line messages */
     int c, rc = 0;
     long seed;
@@ -142,6 +149,11 @@ int parse_args(int argc, char **argv, args *a)
         case O_CKEVERY: rc = parse_long("--checkpoint-every", optarg, 1, 1L << 40, &a->ckpt_every); break;
         case O_RESUME: a->resume = 1; break;
         case O_CRASH: rc = parse_long("--crash-at-step", optarg, 1, 1L << 40, &a->crash_at); break;
+        case O_METRICS: a->metrics = optarg; break;
+        case O_EVAL_EVERY:
+            rc = parse_long("--eval-every", optarg, 1, 1L << 40, &a->eval_every);
+            break;
+        case O_NO_PROGRESS: a->progress = 0; break;
         case ':':
             return bad_usage("option '%s' needs a value", argv[optind - 1]);
         default:

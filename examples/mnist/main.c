@@ -107,8 +107,11 @@ int main(int argc, char **argv)
         status = 2;
         goto out;
     }
-    ddp_dataset_destroy(test_ds);
-    test_ds = NULL;
+    if (j.rank != 0 || !a.eval_every) { /* kept by rank 0 to evaluate during training */
+        ddp_dataset_destroy(test_ds);
+        test_ds = NULL;
+    }
+    j.test = test_ds;
 
     if ((rc = build_model(a.seed, &j.model)) < 0 || (rc = ddp_tape_create(&j.tape)) < 0)
         goto out;
@@ -163,14 +166,13 @@ int main(int argc, char **argv)
     if (j.rank == 0) {
         if (a.save && (rc = ddp_model_save_safetensors(j.model, a.save)) < 0)
             goto out;
-        double acc;
-        if (open_split(a.data, 0, &test_ds) < 0) {
+        if (!test_ds && open_split(a.data, 0, &test_ds) < 0) {
             status = 2;
             goto out;
         }
-        if ((rc = evaluate(j.model, j.tape, test_ds, &acc)) < 0)
+        j.test = test_ds;
+        if ((rc = report_eval(&j, (long)a.epochs, 1)) < 0)
             goto out;
-        printf("Test accuracy: %.2f %%\n", acc);
     }
     /* The others wait for rank 0's evaluation before leaving the group. */
     if (j.pg && (rc = ddp_pg_barrier(j.pg)) < 0)
@@ -183,6 +185,7 @@ out:
         else
             fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
     }
+    report_end(&j);
     ddp_loader_destroy(dl);
     ddp_sampler_destroy(sampler);
     ddp_data_parallel_destroy(j.dm);

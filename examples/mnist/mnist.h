@@ -34,6 +34,9 @@ typedef struct args {
     long ckpt_every;
     int resume;
     long crash_at;           /* fault injection for restart tests: -1 off */
+    const char *metrics;     /* --metrics FILE, or NULL */
+    long eval_every;         /* evaluate every N global steps; 0: at the end only */
+    int progress;            /* 0: --no-progress */
 } args;
 
 /* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
@@ -55,6 +58,14 @@ typedef struct job {
     int profile;          /* DDP_MNIST_PROFILE=1 */
     int timestamps;       /* DDP_MNIST_TIMESTAMPS=1 */
     double phase[PH_N];   /* seconds spent in each phase (with profile) */
+    /* what rank 0 shows and records (report.c) */
+    ddp_progress_t *bar;  /* drawing on rank 0's terminal only */
+    ddp_metrics_t *metrics;         /* rank 0 with --metrics, else NULL */
+    ddp_dataset_t *test;  /* the test split on rank 0 during training, with --eval-every */
+    size_t samples;       /* this rank's samples trained in this run */
+    size_t epoch_samples; /* ... in this epoch */
+    size_t rec_samples;   /* samples at the last train record */
+    double rec_time;      /* ... and its time */
 } job;
 
 /* args.c: returns 0 to run, 2 on bad flags (message printed), -1 after
@@ -66,7 +77,19 @@ int build_model(unsigned long long seed, ddp_model_t **model);
 int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
             ddp_var_t **logits);
 int open_split(const char *dir, int train, ddp_dataset_t **ds);
-int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *acc);
+int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *loss,
+             double *acc);
+
+/* report.c: the log line or progress bar of each step, metrics records,
+ * evaluations; each returns 0 or a negative code (message in ddp_last_error) */
+int report_begin(job *j);
+int report_epoch_begin(job *j, long epoch, size_t total);
+int report_step(job *j, long epoch, const ddp_batch *b, size_t total, float loss);
+int report_epoch_end(job *j);
+/* Rank 0 evaluates on the test split, prints the accuracy when final (the
+ * program's last line) and writes the record; others do nothing. */
+int report_eval(job *j, long epoch, int final);
+void report_end(job *j);
 
 /* train.c */
 int train(job *j, ddp_loader_t *dl);

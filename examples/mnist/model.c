@@ -56,7 +56,9 @@ int open_split(const char *dir, int train, ddp_dataset_t **ds)
     return 0;
 }
 
-int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *acc)
+/* *loss: the mean cross-entropy over the split, *acc: percent right. */
+int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *loss,
+             double *acc)
 {
     ddp_loader_options o = ddp_loader_defaults();
     o.batch_size = EVAL_BATCH;
@@ -67,12 +69,15 @@ int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *
     ddp_model_train(model, 0);
     ddp_tape_set_grad_enabled(tape, 0); /* torch.no_grad() */
     size_t correct = 0, n = 0;
+    double loss_sum = 0;
     ddp_batch b;
     rc = ddp_loader_epoch_begin(dl, 0);
     while (rc >= 0 && (rc = ddp_loader_next(dl, &b)) == 1) {
-        ddp_var_t *logits;
-        if ((rc = forward(NULL, model, tape, &b, &logits)) < 0)
+        ddp_var_t *logits, *l;
+        if ((rc = forward(NULL, model, tape, &b, &logits)) < 0 ||
+            (rc = ddp_op_cross_entropy(tape, logits, b.y64, &l)) < 0)
             break;
+        loss_sum += (double)ddp_var_item(l) * (double)b.size; /* the batch's mean */
         const float *z = ddp_var_tensor(logits)->data; /* (B, 10) */
         for (size_t i = 0; i < b.size; i++) {
             int best = 0;
@@ -87,5 +92,6 @@ int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *
     ddp_tape_set_grad_enabled(tape, 1);
     ddp_model_train(model, 1);
     *acc = n ? 100.0 * (double)correct / (double)n : 0.0;
+    *loss = n ? loss_sum / (double)n : 0.0;
     return rc < 0 ? rc : 0;
 }

@@ -75,6 +75,13 @@ static void rank0_checks(job *j, char *msg)
         check_dir("--checkpoint-dir", a->ckpt_dir, msg);
     if (!msg[0] && a->save)
         check_file("--save", a->save, msg);
+    /* The metrics file is opened here, for good: appended to when the run
+     * resumes, so that its records continue the first attempt's. */
+    int resuming = a->ckpt_dir && (a->resume || j->restart > 0);
+    if (!msg[0] && a->metrics)
+        check_file("--metrics", a->metrics, msg);
+    if (!msg[0] && a->metrics && ddp_metrics_create(a->metrics, resuming, &j->metrics) < 0)
+        snprintf(msg, MSG_CAP, "--metrics %s: %s", a->metrics, ddp_last_error());
 }
 
 int check_outputs(job *j)

@@ -101,11 +101,15 @@ static int report_throughput(job *j, size_t samples, double dt)
 int train(job *j, ddp_loader_t *dl)
 {
     const args *a = j->a;
-    size_t total = ddp_loader_length(dl), samples = 0, steps = 0;
+    size_t total = ddp_loader_length(dl), steps = 0;
+    int rc = report_begin(j);
+    if (rc < 0)
+        return rc;
     double t0 = ddp_time_now();
     double cpu0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID), main0 = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (long epoch = (long)j->st.epoch; epoch < a->epochs; epoch++) {
-        int rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch);
+        if ((rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch)) >= 0)
+            rc = report_epoch_begin(j, epoch, total);
         size_t skip = epoch == j->st.epoch ? (size_t)j->st.step : 0; /* trained before */
         ddp_batch b;
         double tl = j->profile ? ddp_time_now() : 0;
@@ -117,14 +121,14 @@ int train(job *j, ddp_loader_t *dl)
             if ((rc = train_step(j, &b, &loss)) < 0)
                 break;
             steps++;
-            samples += b.size;
+            j->samples += b.size;
+            j->epoch_samples += b.size;
             j->st.global_step++;
-            if (samples == b.size && j->rank == 0 && j->timestamps)
+            if (j->samples == b.size && j->rank == 0 && j->timestamps)
                 printf("First step at: %.6f\n", wall_clock()); /* for bench/ddp_mnist.sh */
             maybe_crash(j);
-            if (j->rank == 0 && (b.index + 1) % 100 == 0)
-                printf("Epoch [%ld/%ld], Step [%zu/%zu], Loss: %.4f\n", epoch + 1, a->epochs,
-                       b.index + 1, total, loss);
+            if ((rc = report_step(j, epoch, &b, total, loss)) < 0)
+                break;
             if (j->ckpt[0] && j->st.global_step % a->ckpt_every == 0)
                 rc = b.index + 1 == total ? save_checkpoint(j, epoch + 1, 0)
                                           : save_checkpoint(j, epoch, (int64_t)b.index + 1);
@@ -133,13 +137,13 @@ int train(job *j, ddp_loader_t *dl)
             if (j->profile)
                 tl = ddp_time_now();
         }
-        if (rc < 0)
+        if (rc < 0 || (rc = report_epoch_end(j)) < 0)
             return rc;
         fflush(stdout);
     }
     print_profile(j, steps, ddp_time_now() - t0, clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0,
                   clock_seconds(CLOCK_THREAD_CPUTIME_ID) - main0);
     if (a->epochs > j->st.epoch)
-        return report_throughput(j, samples, ddp_time_now() - t0);
+        return report_throughput(j, j->samples, ddp_time_now() - t0);
     return 0;
 }
