@@ -5,7 +5,7 @@
 #   (MPICH, to build the mpi backend against it too: ... libmpich-dev)
 set -eu
 pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libcmocka-dev
-dataset-fashion-mnist iproute2 procps openmpi-bin libopenmpi-dev libcairo2-dev tmux $*"
+dataset-fashion-mnist iproute2 procps openmpi-bin libopenmpi-dev libcairo2-dev fonts-dejavu-core tmux $*"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

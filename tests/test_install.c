@@ -71,6 +71,15 @@ static void test_install_and_build_a_user_program(void **state)
         if (access(path, F_OK) != 0)
             fail_msg("make install did not put %s in place", path);
     }
+    /* ddp-plot, when this build has it (cairo found), is installed too. */
+    char built[1100];
+    snprintf(built, sizeof built, "%s/bin/ddp-plot", build);
+    if (access(built, X_OK) == 0) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/bin/ddp-plot", prefix);
+        if (access(path, X_OK) != 0)
+            fail_msg("make install did not put %s in place", path);
+    }
     /* The README's line, run as written but for its output (into PREFIX)
      * and its arguments: PKG_CONFIG_PATH exported, no LD_LIBRARY_PATH.  Under
      * the sanitizers, libddp.so needs their runtime in the program too. */

@@ -222,6 +222,7 @@ static void test_metrics_file_of_two_ranks(void **state)
         char prefix[96];
         if (!strcmp(want[i].kind, "train")) {
             assert_true(num(r, "step") == 100 && num(r, "lr") == 0.1);
+            assert_true(num(r, "mean_loss") > 0 && num(r, "mean_loss") < 10);
             assert_true(num(r, "samples_per_s") > 0);
             snprintf(prefix, sizeof prefix, "Epoch [%d/2], Step [100/100], Loss: ", want[i].epoch);
             assert_true(fabs(num(r, "loss") - printed(out, prefix)) <= 0.00005);

@@ -66,6 +66,8 @@ typedef struct job {
     size_t epoch_samples; /* ... in this epoch */
     size_t rec_samples;   /* samples at the last train record */
     double rec_time;      /* ... and its time */
+    double loss_sum;      /* rank 0's losses since the last train record */
+    size_t loss_n;        /* ... and their number */
 } job;
 
 /* args.c: returns 0 to run, 2 on bad flags (message printed), -1 after

@@ -26,19 +26,24 @@ int report_epoch_begin(job *j, long epoch, size_t total)
     return ddp_progress_begin(j->bar, label, total);
 }
 
-/* The record of a log step: samples/s since the last one, all ranks'
- * (this rank's share times the world: the ranks run in lockstep). */
+/* The record of a log step: its loss, the mean loss and samples/s since
+ * the last record (rank 0's losses; samples of all ranks: this rank's share
+ * times the world, the ranks run in lockstep). */
 static int record_step(job *j, long epoch, size_t step, float loss)
 {
     double now = ddp_time_now(), dt = now - j->rec_time;
     double rate = dt > 0 ? (double)(j->samples - j->rec_samples) * j->world / dt : 0;
+    double mean = j->loss_n ? j->loss_sum / (double)j->loss_n : (double)loss;
     j->rec_time = now;
     j->rec_samples = j->samples;
+    j->loss_sum = 0;
+    j->loss_n = 0;
     ddp_metric f[] = {
         {"epoch", (double)epoch + 1},
         {"step", (double)step},
         {"global_step", (double)j->st.global_step},
         {"loss", loss},
+        {"mean_loss", mean},
         {"lr", ddp_optim_lr(j->opt)},
         {"samples_per_s", rate},
     };
@@ -50,6 +55,8 @@ int report_step(job *j, long epoch, const ddp_batch *b, size_t total, float loss
     if (j->rank != 0)
         return 0;
     size_t step = b->index + 1;
+    j->loss_sum += loss;
+    j->loss_n++;
     int rc = ddp_progress_update(j->bar, step, j->epoch_samples * (size_t)j->world, loss);
     if (rc == 0 && step % LOG_EVERY == 0) {
         if (!ddp_progress_enabled(j->bar))
