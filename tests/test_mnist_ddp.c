@@ -11,7 +11,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -251,8 +250,8 @@ static long wait_number(const char *name)
 
 /* A rank whose broadcast of the checkpoint fails says why (it used to exit
  * 2 in silence).  Rank 0 is held inside its checkpoint load, the file being
- * a FIFO nobody writes, and killed there; rank 1, in the broadcast, must
- * name it and exit 1. */
+ * a FIFO nobody opens for writing, and killed there; rank 1, in the
+ * broadcast, must name it and exit 1. */
 static void test_checkpoint_broadcast_failure_named(void **state)
 {
     (void)state;
@@ -272,18 +271,28 @@ static void test_checkpoint_broadcast_failure_named(void **state)
              "sh -c '%s --rank 1 >%s/r1.log 2>&1; echo $? >%s/r1.rc' &",
              dir, common, dir, common, dir, dir);
     assert_int_equal(system(cmd), 0);
-    /* A writer can open the FIFO once rank 0 opened it to read. */
-    int fd = -1;
-    for (int i = 0; i < 6000 && fd < 0; i++)
-        if ((fd = open(fifo, O_WRONLY | O_NONBLOCK)) < 0)
-            usleep(20000);
+    /* Rank 0 blocked in its open of the FIFO, the kernel says (a writer
+     * would let the open return, and the load fail on its own). */
     long pid = wait_number("r0.pid");
+    int held = 0;
+    for (int i = 0; i < 6000 && pid > 0 && !held; i++) {
+        char path[64], wchan[64] = "";
+        snprintf(path, sizeof path, "/proc/%ld/wchan", pid);
+        int fd = open(path, O_RDONLY); /* read, not slurp: /proc's files say size 0 */
+        ssize_t n = fd >= 0 ? read(fd, wchan, sizeof wchan - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        wchan[n > 0 ? n : 0] = '\0';
+        held = strcmp(wchan, "wait_for_partner") == 0;
+        if (!held)
+            usleep(20000);
+    }
     if (pid > 0)
         kill((pid_t)pid, SIGKILL);
-    if (fd < 0)
-        fail_msg("rank 0 never opened its checkpoint: %s", slurp(fx_path(dir, "r0.log")));
+    if (!held)
+        fail_msg("rank 0 never waited in its open of the checkpoint: %s",
+                 slurp(fx_path(dir, "r0.log")));
     long st = wait_number("r1.rc");
-    close(fd);
     char *out = slurp(fx_path(dir, "r1.log"));
     if (st != 1 || !strstr(out, "ddp-mnist: rank 1: sharing the checkpoint ") ||
         !strstr(out, "checkpoint.safetensors from rank 0 failed: "))

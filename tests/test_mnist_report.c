@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base/json.h"
 #include "data_fixture.h"
 #include "mnist_output.h"
 
@@ -157,29 +156,6 @@ static void test_no_bar_in_a_pipe(void **state)
     if (*p)
         fail_msg("more than the log lines:\n%s", out);
     free(out);
-}
-
-/* Line k (from 0) of text, parsed; NULL past the end. */
-static ddp__json *record(const char *text, int k)
-{
-    const char *p = text;
-    for (int i = 0; i < k && p; i++)
-        p = (p = strchr(p, '\n')) ? p + 1 : NULL;
-    if (!p || !*p)
-        return NULL;
-    ddp__json *v;
-    size_t n = strcspn(p, "\n");
-    if (ddp__json_parse(p, n, &v) < 0)
-        fail_msg("line %d '%.*s': %s", k + 1, (int)n, p, ddp_last_error());
-    return v;
-}
-
-static double num(const ddp__json *o, const char *key)
-{
-    const ddp__json *v = ddp__json_get(o, key);
-    if (!v || v->type != DDP_JSON_NUMBER)
-        fail_msg("record without the number '%s'", key);
-    return v->num;
 }
 
 /* The printed number after the first occurrence of prefix, -1 if none. */

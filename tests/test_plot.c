@@ -18,6 +18,8 @@
 #include <cairo.h>
 #endif
 
+#include "mnist_output.h"
+
 
 static char dir[64], plot[1024];
 
@@ -42,19 +44,6 @@ static int teardown(void **state)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     return system(cmd) == 0 ? 0 : -1;
-}
-
-/* The whole file as a string (caller frees); "" when unreadable. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *s = calloc(1, 65536);
-    if (f) {
-        size_t n = fread(s, 1, 65535, f);
-        s[n] = '\0';
-        fclose(f);
-    }
-    return s;
 }
 
 /* Runs ddp-plot with args; its exit status, its stderr in *err. */

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "ddp.h"
-#include "base/json.h"
+#include "mnist_output.h"
 
 /* A bar drawing into a memory stream; *buf holds what it wrote after
  * fflush. */
@@ -218,29 +218,13 @@ static int rm_tmpdir(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Line k (from 0) of path, parsed; NULL past the end. */
-static ddp__json *record(const char *path, int k)
+/* Line k (from 0) of the file at path, parsed; NULL past the end. */
+static ddp__json *file_record(const char *path, int k)
 {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char line[1024];
-    ddp__json *v = NULL;
-    for (int i = 0; fgets(line, sizeof line, f); i++)
-        if (i == k) {
-            if (ddp__json_parse(line, strlen(line), &v) < 0)
-                fail_msg("line %d '%s': %s", k, line, ddp_last_error());
-            break;
-        }
-    fclose(f);
+    char *text = slurp(path);
+    ddp__json *v = record(text, k);
+    free(text);
     return v;
-}
-
-static double num(const ddp__json *o, const char *key)
-{
-    const ddp__json *v = ddp__json_get(o, key);
-    if (!v || v->type != DDP_JSON_NUMBER)
-        fail_msg("no number '%s'", key);
-    return v->num;
 }
 
 static void test_metrics_records_parse_back(void **state)
@@ -257,7 +241,7 @@ static void test_metrics_records_parse_back(void **state)
         {"x", NAN}, {"y", INFINITY}, {"big", 9007199254740991.0}, {"tiny", 1e-30}};
     assert_int_equal(ddp_metrics_write(m, "odd", odd, 4), 0);
     /* written and flushed at once: readable while the file is open */
-    ddp__json *r = record(path, 0);
+    ddp__json *r = file_record(path, 0);
     assert_non_null(r);
     assert_int_equal(r->len, 7);
     assert_string_equal(r->child->key, "kind"); /* kind, then wall_s, then the fields */
@@ -269,7 +253,7 @@ static void test_metrics_records_parse_back(void **state)
     assert_true(fabs(num(r, "loss") - 0.6123) < 1e-9 && num(r, "lr") == 0.1);
     assert_true(fabs(num(r, "samples_per_s") - 41234.5) < 1e-6);
     ddp__json_free(r);
-    r = record(path, 1);
+    r = file_record(path, 1);
     assert_int_equal(ddp__json_get(r, "x")->type, DDP_JSON_NULL);
     assert_int_equal(ddp__json_get(r, "y")->type, DDP_JSON_NULL);
     const ddp__json *big = ddp__json_get(r, "big");
@@ -281,16 +265,16 @@ static void test_metrics_records_parse_back(void **state)
     assert_int_equal(ddp_metrics_create(path, 1, &m), 0);
     assert_int_equal(ddp_metrics_write(m, "eval", (ddp_metric[]){{"accuracy", 81.5}}, 1), 0);
     ddp_metrics_destroy(m);
-    r = record(path, 2);
+    r = file_record(path, 2);
     assert_true(num(r, "accuracy") == 81.5);
     ddp__json_free(r);
     assert_int_equal(ddp_metrics_create(path, 0, &m), 0);
     assert_int_equal(ddp_metrics_write(m, "eval", NULL, 0), 0);
     ddp_metrics_destroy(m);
-    r = record(path, 0);
+    r = file_record(path, 0);
     assert_int_equal(r->len, 2);
     ddp__json_free(r);
-    assert_null(record(path, 1));
+    assert_null(file_record(path, 1));
     ddp_metrics_destroy(NULL);
 }
 
