@@ -70,10 +70,10 @@ EXD_OBJ   := $(EXD_SRC:%.c=$(BUILD)/obj/%.o)
 EXD_NAMES := $(sort $(patsubst examples/%/,%,$(dir $(EXD_SRC))))
 EX_BIN    += $(EXD_NAMES:%=$(BUILD)/bin/ddp-%)
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
-# ddp-plot draws with cairo (libcairo2-dev); without it, it is not built and
-# its test skips.
-CAIRO_CFLAGS := $(shell pkg-config --cflags cairo 2>/dev/null)
-CAIRO_LIBS   := $(shell pkg-config --libs cairo 2>/dev/null)
+# ddp-plot draws with cairo and fontconfig (libcairo2-dev brings both);
+# without them it is not built, and its test skips.
+CAIRO_CFLAGS := $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
+CAIRO_LIBS   := $(shell pkg-config --libs cairo fontconfig 2>/dev/null)
 ifeq ($(CAIRO_LIBS),)
 TOOL_SRC  := $(filter-out tools/ddp-plot.c,$(TOOL_SRC))
 $(info libddp: no cairo found (pkg-config cairo): building without ddp-plot)
