@@ -45,7 +45,8 @@ static void usage(FILE *f)
             "                    the first attempt: a fault to test restarts with\n"
             "  --help            this text\n"
             "\n"
-            "Exit status: 0 ok, 2 bad flags, data set or --load file, 1 other failure.\n");
+            "Exit status: 0 ok, 2 bad flags, data set, --load file or an unwritable\n"
+            "output, 1 other failure.\n");
 }
 
 /* One-line complaint about the command line; exit status 2. */

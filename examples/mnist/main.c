@@ -10,6 +10,9 @@
  *       every 100 steps print "Epoch [e/N], Step [i/total], Loss: x.xxxx"
  *   then "Throughput: N samples/s" (training loop only, all ranks together)
  *   and "Test accuracy: NN.NN %" on the test split, from rank 0.
+ * On a terminal a progress bar per epoch stands for the step lines;
+ * --metrics FILE records the log steps and evaluations as JSON lines
+ * (tools/ddp-plot draws them).
  *
  * Distributed: rank and world size come from the launcher's environment
  * (RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_*) or --rank and
@@ -21,7 +24,8 @@
  * same weights as an uninterrupted run.
  *
  * Exit status: 0 on success, 2 for bad flags, a missing/malformed data set
- * or --load file (one line on stderr), 1 for any other failure.  See --help. */
+ * or --load file, or an output rank 0 cannot write (one line on stderr, on
+ * every rank), 1 for any other failure.  See --help. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -81,8 +85,8 @@ int main(int argc, char **argv)
         status = rc == DDP_ERR_INVALID_ARG ? 2 : 1;
         goto out;
     }
-    /* Outputs before anything else: an unwritable --save or --checkpoint-dir
-     * stops the job now, not after training. */
+    /* Outputs before anything else: an unwritable --save, --checkpoint-dir
+     * or --metrics stops the job now, not after training. */
     if ((prc = check_outputs(&j)) != 0) {
         status = prc; /* reported */
         goto out;
