@@ -25,8 +25,9 @@
 #include "data_fixture.h"
 #include "mnist_output.h"
 #include "free_port.h"
+#include "scratch_dir.h"
 
-static char dir[64], bin[1024], ddprun[1024];
+static char bin[1024], ddprun[1024];
 
 typedef struct {
     int status; /* exit status, -1 when killed */
@@ -56,20 +57,6 @@ static int same_files(const char *a, const char *b)
     return system(cmd) == 0;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(dir, "/tmp/ddp-mnist-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static void test_two_ranks_under_ddprun(void **state)
 {
@@ -307,18 +294,14 @@ int main(void)
     snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
     snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_two_ranks_under_ddprun, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_file_and_tcp_init_by_hand, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_restart_resumes_to_the_same_weights, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_broken_test_split_found_before_training, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_waiting_rank_reports, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unwritable_outputs_found_before_training, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_checkpoint_broadcast_failure_named, setup,
-                                        teardown),
+        IN_SCRATCH(test_two_ranks_under_ddprun),
+        IN_SCRATCH(test_file_and_tcp_init_by_hand),
+        IN_SCRATCH(test_restart_resumes_to_the_same_weights),
+        IN_SCRATCH(test_broken_test_split_found_before_training),
+        IN_SCRATCH(test_bad_distributed_flags),
+        IN_SCRATCH(test_waiting_rank_reports),
+        IN_SCRATCH(test_unwritable_outputs_found_before_training),
+        IN_SCRATCH(test_checkpoint_broadcast_failure_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

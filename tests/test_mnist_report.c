@@ -19,8 +19,9 @@
 
 #include "data_fixture.h"
 #include "mnist_output.h"
+#include "scratch_dir.h"
 
-static char dir[64], bin[1024], ddprun[1024];
+static char bin[1024], ddprun[1024];
 
 /* Runs a shell command (at most 300 s); its exit status. */
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -39,22 +40,13 @@ static int sh(const char *fmt, ...)
 /* A small data set: 200 training images (100 steps of 2), 50 test ones. */
 static int setup(void **state)
 {
-    (void)state;
-    strcpy(dir, "/tmp/ddp-report-XXXXXX");
-    if (!mkdtemp(dir))
+    if (scratch_setup(state) < 0)
         return -1;
     fx_write_split(dir, "train", 0, 200, 28, 28, 10);
     fx_write_split(dir, "t10k", 0, 50, 28, 28, 10);
     return 0;
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static size_t count(const char *s, const char *what)
 {
@@ -102,8 +94,9 @@ static void test_progress_bar_in_a_terminal(void **state)
         char line[256];
         snprintf(line, sizeof line, "%.*s", (int)n, p);
         size_t cols = strcspn(line, "]") - strlen(label);
-        if (cols < 10 || strspn(line + strlen(label), "=") != cols || !strstr(line, "] 100/100  ") ||
-            !strstr(line, " samples/s  loss ") || !strstr(line, "  ETA 0:00") || n > 99)
+        int full = cols >= 10 && strspn(line + strlen(label), "=") == cols;
+        if (!full || !strstr(line, "] 100/100  ") || !strstr(line, " samples/s  loss ") ||
+            !strstr(line, "  ETA 0:00") || n > 99)
             fail_msg("bar line '%s' is not full, lacks a field or is over 99 columns", line);
         double loss = strtod(strstr(line, "loss ") + 5, NULL);
         assert_true(loss > 0 && loss < 10);
@@ -244,10 +237,11 @@ int main(void)
     snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
     snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_progress_bar_in_a_terminal, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_bar_in_a_pipe, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metrics_file_of_two_ranks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metrics_untrained_loss_near_ln10, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_bar_in_a_terminal, setup, scratch_teardown),
+        cmocka_unit_test_setup_teardown(test_no_bar_in_a_pipe, setup, scratch_teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_file_of_two_ranks, setup, scratch_teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_untrained_loss_near_ln10, setup,
+                                        scratch_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,9 +19,10 @@
 #endif
 
 #include "mnist_output.h"
+#include "scratch_dir.h"
 
 
-static char dir[64], plot[1024];
+static char plot[1024];
 
 /* dir/name (one at a time) */
 static const char *in_dir(const char *name)
@@ -31,20 +32,6 @@ static const char *in_dir(const char *name)
     return buf;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(dir, "/tmp/ddp-plot-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 /* Runs ddp-plot with args; its exit status, its stderr in *err. */
 static int run_plot(char **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -210,8 +197,8 @@ int main(void)
     build = build && *build ? build : "build";
     snprintf(plot, sizeof plot, "%s/bin/ddp-plot", build);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_png_size_and_curves, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input_named, setup, teardown),
+        IN_SCRATCH(test_png_size_and_curves),
+        IN_SCRATCH(test_bad_input_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

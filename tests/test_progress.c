@@ -17,6 +17,7 @@
 
 #include "ddp.h"
 #include "mnist_output.h"
+#include "scratch_dir.h"
 
 /* A bar drawing into a memory stream; *buf holds what it wrote after
  * fflush. */
@@ -201,23 +202,6 @@ static void test_bar_bad_options(void **state)
 
 /* ---- the metrics file ------------------------------------------------------ */
 
-static char tmpdir[64];
-
-static int mk_tmpdir(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/ddp-progress-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int rm_tmpdir(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 /* Line k (from 0) of the file at path, parsed; NULL past the end. */
 static ddp__json *file_record(const char *path, int k)
 {
@@ -231,7 +215,7 @@ static void test_metrics_records_parse_back(void **state)
 {
     (void)state;
     char path[128];
-    snprintf(path, sizeof path, "%s/m.jsonl", tmpdir);
+    snprintf(path, sizeof path, "%s/m.jsonl", dir);
     ddp_metrics_t *m;
     assert_int_equal(ddp_metrics_create(path, 0, &m), 0);
     ddp_metric train[] = {{"epoch", 1}, {"step", 100}, {"loss", 0.6123}, {"lr", 0.1},
@@ -282,7 +266,7 @@ static void test_metrics_refuses_bad_names_and_paths(void **state)
 {
     (void)state;
     char path[128];
-    snprintf(path, sizeof path, "%s/m.jsonl", tmpdir);
+    snprintf(path, sizeof path, "%s/m.jsonl", dir);
     ddp_metrics_t *m;
     assert_int_equal(ddp_metrics_create(path, 0, &m), 0);
     struct {
@@ -305,7 +289,7 @@ static void test_metrics_refuses_bad_names_and_paths(void **state)
     FILE *f = fopen(path, "r"); /* nothing written by the refused calls */
     assert_int_equal(fgetc(f), EOF);
     fclose(f);
-    snprintf(path, sizeof path, "%s/none/m.jsonl", tmpdir);
+    snprintf(path, sizeof path, "%s/none/m.jsonl", dir);
     m = (ddp_metrics_t *)path;
     assert_int_equal(ddp_metrics_create(path, 0, &m), DDP_ERR_IO);
     assert_null(m);
@@ -329,9 +313,8 @@ int main(void)
         cmocka_unit_test(test_bar_silent_off_a_terminal),
         cmocka_unit_test(test_bar_clear_and_destroy),
         cmocka_unit_test(test_bar_bad_options),
-        cmocka_unit_test_setup_teardown(test_metrics_records_parse_back, mk_tmpdir, rm_tmpdir),
-        cmocka_unit_test_setup_teardown(test_metrics_refuses_bad_names_and_paths, mk_tmpdir,
-                                        rm_tmpdir),
+        IN_SCRATCH(test_metrics_records_parse_back),
+        IN_SCRATCH(test_metrics_refuses_bad_names_and_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -297,44 +297,47 @@ static void text(cairo_t *cr, double x, double y, double ha, double va, const ch
     cairo_show_text(cr, s);
 }
 
+/* A line from (x0, y0) to (x1, y1) in grey g. */
+static void line(cairo_t *cr, double g, double x0, double y0, double x1, double y1)
+{
+    cairo_set_source_rgb(cr, g, g, g);
+    cairo_move_to(cr, x0, y0);
+    cairo_line_to(cr, x1, y1);
+    cairo_stroke(cr);
+}
+
+/* One axis' grid lines, tick marks and labels: the x axis below the
+ * panel, or (vertical) the y axis on its left. */
+static void draw_ticks(cairo_t *cr, const panel *p, int vertical)
+{
+    const axis *a = vertical ? &p->ay : &p->ax;
+    char s[64];
+    for (int k = 0; k <= 1000; k++) {
+        double v = a->lo + k * a->tick;
+        if (v > a->hi + a->tick * 1e-6)
+            break;
+        tick_label(s, sizeof s, v, a->tick);
+        /* on a pixel's centre: a sharp 1-pixel line */
+        double c = round(vertical ? py(p, v) : px(p, v)) + 0.5;
+        if (vertical) {
+            line(cr, 0.9, p->x0, c, p->x1, c);
+            line(cr, 0.2, p->x0 - 5, c, p->x0, c);
+            text(cr, p->x0 - 8, c, 1, 0.5, s);
+        } else {
+            line(cr, 0.9, c, p->y0, c, p->y1);
+            line(cr, 0.2, c, p->y1, c, p->y1 + 5);
+            text(cr, c, p->y1 + 8, 0.5, 0, s);
+        }
+    }
+}
+
 /* Frame, grid, ticks, tick labels, axis labels and title of a panel. */
 static void draw_axes(cairo_t *cr, const panel *p, const char *title, const char *ylabel)
 {
-    char s[64];
     cairo_set_line_width(cr, 1);
     cairo_set_font_size(cr, 11);
-    for (int k = 0; k <= 1000; k++) { /* x ticks */
-        double v = p->ax.lo + k * p->ax.tick;
-        if (v > p->ax.hi + p->ax.tick * 1e-6)
-            break;
-        double x = round(px(p, v)) + 0.5;
-        cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-        cairo_move_to(cr, x, p->y0);
-        cairo_line_to(cr, x, p->y1);
-        cairo_stroke(cr);
-        cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-        cairo_move_to(cr, x, p->y1);
-        cairo_line_to(cr, x, p->y1 + 5);
-        cairo_stroke(cr);
-        tick_label(s, sizeof s, v, p->ax.tick);
-        text(cr, x, p->y1 + 8, 0.5, 0, s);
-    }
-    for (int k = 0; k <= 1000; k++) { /* y ticks */
-        double v = p->ay.lo + k * p->ay.tick;
-        if (v > p->ay.hi + p->ay.tick * 1e-6)
-            break;
-        double y = round(py(p, v)) + 0.5;
-        cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-        cairo_move_to(cr, p->x0, y);
-        cairo_line_to(cr, p->x1, y);
-        cairo_stroke(cr);
-        cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-        cairo_move_to(cr, p->x0 - 5, y);
-        cairo_line_to(cr, p->x0, y);
-        cairo_stroke(cr);
-        tick_label(s, sizeof s, v, p->ay.tick);
-        text(cr, p->x0 - 8, y, 1, 0.5, s);
-    }
+    draw_ticks(cr, p, 0);
+    draw_ticks(cr, p, 1);
     cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
     cairo_rectangle(cr, round(p->x0) + 0.5, round(p->y0) + 0.5, round(p->x1 - p->x0),
                     round(p->y1 - p->y0));
