@@ -64,7 +64,20 @@ THELP_SRC := $(sort $(wildcard tests/helpers/*.c))
 THELP_BIN := $(THELP_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 EX_SRC    := $(sort $(wildcard examples/*.c))
 EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/bin/ddp-%)
+# A program of several files: examples/NAME/*.c -> ddp-NAME.
+EXD_SRC   := $(sort $(wildcard examples/*/*.c))
+EXD_OBJ   := $(EXD_SRC:%.c=$(BUILD)/obj/%.o)
+EXD_NAMES := $(sort $(patsubst examples/%/,%,$(dir $(EXD_SRC))))
+EX_BIN    += $(EXD_NAMES:%=$(BUILD)/bin/ddp-%)
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
+# ddp-plot draws with cairo and fontconfig (libcairo2-dev brings both);
+# without them it is not built, and its test skips.
+CAIRO_CFLAGS := $(shell pkg-config --cflags cairo fontconfig 2>/dev/null)
+CAIRO_LIBS   := $(shell pkg-config --libs cairo fontconfig 2>/dev/null)
+ifeq ($(CAIRO_LIBS),)
+TOOL_SRC  := $(filter-out tools/ddp-plot.c,$(TOOL_SRC))
+$(info libddp: no cairo found (pkg-config cairo): building without ddp-plot)
+endif
 TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 # ddprun is several files: tools/ddprun/*.c make bin/ddprun.
 DDPRUN_SRC := $(sort $(wildcard tools/ddprun/*.c))
@@ -107,6 +120,19 @@ $(BUILD)/bin/ddp-%: examples/%.c $(STATIC)
 	$(call program,)
 $(BUILD)/bin/%: tools/%.c $(STATIC)
 	$(call program,)
+$(BUILD)/obj/examples/%.o: examples/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+define example_dir
+$(BUILD)/bin/ddp-$(1): $(filter $(BUILD)/obj/examples/$(1)/%,$(EXD_OBJ)) $(STATIC)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS_ALL) $$(LDFLAGS) $$(filter %.o,$$^) -o $$@ $$(STATIC) $$(LDLIBS_ALL)
+endef
+$(foreach d,$(EXD_NAMES),$(eval $(call example_dir,$(d))))
+ifneq ($(CAIRO_LIBS),)
+$(BUILD)/bin/ddp-plot $(BUILD)/tests/test_plot: private CPPFLAGS_ALL += -DDDP_HAVE_CAIRO $(CAIRO_CFLAGS)
+$(BUILD)/bin/ddp-plot $(BUILD)/tests/test_plot: private LDLIBS_ALL += $(CAIRO_LIBS)
+endif
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	$(call program,)
 $(BUILD)/obj/tools/ddprun/%.o: tools/ddprun/%.c
@@ -168,5 +194,5 @@ install: all $(BUILD)/libddp.pc
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(DDPRUN_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(DDPRUN_OBJ:.o=.d) $(EXD_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
 -include $(FUZZ_BIN:=.d)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # End-to-end benchmark of the reference program against PyTorch: ddp-mnist
-# (examples/mnist.c) and bench/mnist_torch.py (torch 1.13, one thread) train
+# (examples/mnist/) and bench/mnist_torch.py (torch 1.13, one thread) train
 # one epoch of Fashion-MNIST with the same model, batch, lr and data files,
 # alternately, REPEATS times per batch size, so that noise from other
 # processes falls on both.  Reports per batch size the median training

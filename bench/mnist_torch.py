@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch twin of ddp-mnist (examples/mnist.c), for bench/mnist_e2e.sh.
+"""PyTorch twin of ddp-mnist (examples/mnist/), for bench/mnist_e2e.sh.
 
 Same model (Sequential(Linear(784,256), ReLU, Linear(256,10))), loss
 (CrossEntropyLoss), optimizer (SGD), batch size, learning rate and output

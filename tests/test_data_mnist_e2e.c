@@ -1,5 +1,5 @@
 /* End-to-end tests of the reference program, build/bin/ddp-mnist
- * (examples/mnist.c), run as a separate process from DDP_TEST_BUILD:
+ * (examples/mnist/), run as a separate process from DDP_TEST_BUILD:
  * one epoch on Fashion-MNIST at batch 64, lr 0.1 must reach >= 82 % test
  * accuracy (PyTorch 1.13 gets 82.4 % with the same recipe); the output
  * format; identical losses for any number of loader workers; --save/--load;

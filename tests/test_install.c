@@ -1,6 +1,6 @@
 /* `make install PREFIX=DIR` puts the headers, both libraries, the pkg-config
  * file and the programs in place, and a program built the way README.md says
- * (its line `cc examples/mnist.c $(pkg-config --cflags --libs libddp) ...`,
+ * (its line `cc examples/mnist/<files> $(pkg-config --cflags --libs libddp) ...`,
  * read from README.md itself) starts and trains without LD_LIBRARY_PATH: the
  * installed libddp.pc carries an rpath.  Run from the source tree's root. */
 #include <setjmp.h>
@@ -69,6 +69,15 @@ static void test_install_and_build_a_user_program(void **state)
         char path[256];
         snprintf(path, sizeof path, "%s/%s", prefix, files[i]);
         if (access(path, F_OK) != 0)
+            fail_msg("make install did not put %s in place", path);
+    }
+    /* ddp-plot, when this build has it (cairo found), is installed too. */
+    char built[1100];
+    snprintf(built, sizeof built, "%s/bin/ddp-plot", build);
+    if (access(built, X_OK) == 0) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/bin/ddp-plot", prefix);
+        if (access(path, X_OK) != 0)
             fail_msg("make install did not put %s in place", path);
     }
     /* The README's line, run as written but for its output (into PREFIX)

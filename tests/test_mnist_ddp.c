@@ -2,7 +2,8 @@
  * ddp-mnist under ddprun (env://), by hand with file:// and tcp://, and a
  * run whose rank 1 is killed once and restarted by ddprun --max-restarts,
  * which must end with the same weights as an uninterrupted run; a broken
- * test split stops every rank before training. */
+ * test split, or an output rank 0 cannot write, stops every rank before
+ * training, each saying why; so does a failed broadcast of the checkpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,19 +11,23 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "data_fixture.h"
 #include "mnist_output.h"
 #include "free_port.h"
+#include "scratch_dir.h"
 
-static char dir[64], bin[1024], ddprun[1024];
+static char bin[1024], ddprun[1024];
 
 typedef struct {
     int status; /* exit status, -1 when killed */
@@ -52,20 +57,6 @@ static int same_files(const char *a, const char *b)
     return system(cmd) == 0;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    strcpy(dir, "/tmp/ddp-mnist-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static void test_two_ranks_under_ddprun(void **state)
 {
@@ -186,6 +177,116 @@ static void test_waiting_rank_reports(void **state)
     free(r.out);
 }
 
+/* An output rank 0 cannot write (--checkpoint-dir naming a file, --save in
+ * a folder that does not exist, --save naming a folder, --metrics in a
+ * folder that does not exist) stops the job
+ * before it loads data, every rank with a message naming the path. */
+static void test_unwritable_outputs_found_before_training(void **state)
+{
+    (void)state;
+    fx_write(fx_path(dir, "afile"), (const uint8_t *)"x", 1);
+    struct {
+        const char *flag, *path, *in, *why; /* in: the folder named, when not path */
+    } cases[] = {
+        {"--checkpoint-dir", "afile", NULL, "Not a directory"},
+        {"--save", "none/x.safetensors", "none", "No such file or directory"},
+        {"--save", ".", NULL, "is a directory"},
+        {"--metrics", "none/m.jsonl", "none", "No such file or directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char why[512], rank1[700];
+        if (cases[i].in)
+            snprintf(why, sizeof why, "%s %s/%s: cannot create files in %s/%s: %s", cases[i].flag,
+                     dir, cases[i].path, dir, cases[i].in, cases[i].why);
+        else
+            snprintf(why, sizeof why, "%s %s/%s: %s", cases[i].flag, dir, cases[i].path,
+                     cases[i].why);
+        snprintf(rank1, sizeof rank1,
+                 "ddp-mnist: rank 1: stopping: rank 0 cannot write its output: %s", why);
+        result r = sh("%s --standalone --nproc-per-node 2 %s %s %s/%s", ddprun, bin,
+                      cases[i].flag, dir, cases[i].path);
+        if (r.status != 1 || !strstr(r.out, "exited with code 2") || !strstr(r.out, why) ||
+            !strstr(r.out, rank1))
+            fail_msg("%s %s: exit %d, expected 1, a rank's exit code 2, '%s' and '%s': %s",
+                     cases[i].flag, cases[i].path, r.status, why, rank1, r.out);
+        if (strstr(r.out, "Loaded ") || strstr(r.out, "Epoch ["))
+            fail_msg("%s %s: went on to load data or train: %s", cases[i].flag, cases[i].path,
+                     r.out);
+        free(r.out);
+        r = sh("%s %s %s/%s", bin, cases[i].flag, dir, cases[i].path); /* one process */
+        if (r.status != 2 || !strstr(r.out, why) || strstr(r.out, "Loaded "))
+            fail_msg("alone, %s %s: exit %d, expected 2 and '%s': %s", cases[i].flag,
+                     cases[i].path, r.status, why, r.out);
+        free(r.out);
+    }
+}
+
+/* The integer in dir/name, polled for up to 120 s; -1 if it never came. */
+static long wait_number(const char *name)
+{
+    for (int i = 0; i < 6000; i++) {
+        char *s = slurp(fx_path(dir, name));
+        long v = s[0] ? strtol(s, NULL, 10) : -1;
+        free(s);
+        if (v >= 0)
+            return v;
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* A rank whose broadcast of the checkpoint fails says why (it used to exit
+ * 2 in silence).  Rank 0 is held inside its checkpoint load, the file being
+ * a FIFO nobody opens for writing, and killed there; rank 1, in the
+ * broadcast, must name it and exit 1. */
+static void test_checkpoint_broadcast_failure_named(void **state)
+{
+    (void)state;
+    char ck[128], fifo[192];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(fifo, sizeof fifo, "%s/checkpoint.safetensors", ck);
+    assert_int_equal(mkdir(ck, 0755), 0);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    char common[2048];
+    snprintf(common, sizeof common,
+             "%s --epochs 1 --world-size 2 --init-method file://%s/rdzv --checkpoint-dir %s "
+             "--resume --timeout 60",
+             bin, dir, ck);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "sh -c 'echo $$ >%s/r0.pid; exec %s --rank 0 >%s/r0.log 2>&1' & "
+             "sh -c '%s --rank 1 >%s/r1.log 2>&1; echo $? >%s/r1.rc' &",
+             dir, common, dir, common, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    /* Rank 0 blocked in its open of the FIFO, the kernel says (a writer
+     * would let the open return, and the load fail on its own). */
+    long pid = wait_number("r0.pid");
+    int held = 0;
+    for (int i = 0; i < 6000 && pid > 0 && !held; i++) {
+        char path[64], wchan[64] = "";
+        snprintf(path, sizeof path, "/proc/%ld/wchan", pid);
+        int fd = open(path, O_RDONLY); /* read, not slurp: /proc's files say size 0 */
+        ssize_t n = fd >= 0 ? read(fd, wchan, sizeof wchan - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        wchan[n > 0 ? n : 0] = '\0';
+        held = strcmp(wchan, "wait_for_partner") == 0;
+        if (!held)
+            usleep(20000);
+    }
+    if (pid > 0)
+        kill((pid_t)pid, SIGKILL);
+    if (!held)
+        fail_msg("rank 0 never waited in its open of the checkpoint: %s",
+                 slurp(fx_path(dir, "r0.log")));
+    long st = wait_number("r1.rc");
+    char *out = slurp(fx_path(dir, "r1.log"));
+    if (st != 1 || !strstr(out, "ddp-mnist: rank 1: sharing the checkpoint ") ||
+        !strstr(out, "checkpoint.safetensors from rank 0 failed: "))
+        fail_msg("rank 1: exit %ld, expected 1 and the failed broadcast named: '%s'", st, out);
+    free(out);
+}
+
 int main(void)
 {
     const char *build = getenv("DDP_TEST_BUILD");
@@ -193,14 +294,14 @@ int main(void)
     snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
     snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_two_ranks_under_ddprun, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_file_and_tcp_init_by_hand, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_restart_resumes_to_the_same_weights, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_broken_test_split_found_before_training, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bad_distributed_flags, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_waiting_rank_reports, setup, teardown),
+        IN_SCRATCH(test_two_ranks_under_ddprun),
+        IN_SCRATCH(test_file_and_tcp_init_by_hand),
+        IN_SCRATCH(test_restart_resumes_to_the_same_weights),
+        IN_SCRATCH(test_broken_test_split_found_before_training),
+        IN_SCRATCH(test_bad_distributed_flags),
+        IN_SCRATCH(test_waiting_rank_reports),
+        IN_SCRATCH(test_unwritable_outputs_found_before_training),
+        IN_SCRATCH(test_checkpoint_broadcast_failure_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,7 @@
  *   ddp_loader_t          batches of float32 samples and integer labels, built by
  *                       background threads (num_workers) into buffers it owns
  *
- * A typical loop (see examples/mnist.c):
+ * A typical loop (see examples/mnist/train.c):
  *
  *   ddp_dataset_t *ds; ddp_loader_t *dl; ddp_batch b;
  *   ddp_mnist_create("/usr/share/datasets/fashion-mnist", NULL, &ds);

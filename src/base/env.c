@@ -107,7 +107,7 @@ static const ddp__env_var table[] = {
          "multiple"),
     WORD("DDP_MPI_PROGRESS", "blocking", "mpi: how operations wait", "blocking", "poll"),
     USEC("DDP_MPI_SPIN_US", "20000", "mpi with poll: test back to back this long"),
-    /* examples/mnist.c */
+    /* examples/mnist/ */
     BOOL("DDP_MNIST_PROFILE", "0", "ddp-mnist: 1: time per training phase, on stderr"),
     BOOL("DDP_MNIST_TIMESTAMPS", "0", "ddp-mnist: 1: print the wall time of the first step"),
 };

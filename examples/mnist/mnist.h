@@ -1,0 +1,107 @@
+/* ddp-mnist, the reference program (main.c says what it does): what its
+ * files share.  args.c reads the command line, model.c holds the model and
+ * the evaluation, train.c the training loop, checkpoint.c checkpoints and
+ * resuming, main.c joins the job and runs it. */
+#ifndef DDP_EXAMPLES_MNIST_H
+#define DDP_EXAMPLES_MNIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddp.h"
+
+#define IN 784
+#define HIDDEN 256
+#define CLASSES 10
+#define EVAL_BATCH 1000
+
+typedef struct args {
+    const char *data;
+    long epochs;
+    long batch;
+    double lr;
+    double momentum;
+    unsigned long long seed;
+    int shuffle;
+    const char *load;
+    const char *save;
+    long workers;
+    const char *backend;
+    const char *init_method; /* NULL: env:// when distributed */
+    long rank, world_size;   /* -1: from the launcher's environment */
+    double timeout;
+    const char *ckpt_dir;
+    long ckpt_every;
+    int resume;
+    long crash_at;           /* fault injection for restart tests: -1 off */
+    const char *metrics;     /* --metrics FILE, or NULL */
+    long eval_every;         /* evaluate every N global steps; 0: at the end only */
+    int progress;            /* 0: --no-progress */
+} args;
+
+/* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
+ * printed by every rank on stderr at the end (bench/ddp_mnist.sh). */
+enum { PH_LOAD, PH_FORWARD, PH_BACKWARD, PH_STEP, PH_N };
+
+/* One job: this process's place in it and what it trains. */
+typedef struct job {
+    const args *a;
+    int rank, world, restart;
+    int local_world;      /* processes of the job on this host (launcher's word, else 1) */
+    ddp_pg_t *pg;         /* NULL when alone */
+    ddp_data_parallel_t *dm;        /* NULL when alone */
+    ddp_model_t *model;
+    ddp_tape_t *tape;
+    ddp_optim_t *opt;
+    ddp_train_state st;   /* where training starts (after a resume) */
+    char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
+    int profile;          /* DDP_MNIST_PROFILE=1 */
+    int timestamps;       /* DDP_MNIST_TIMESTAMPS=1 */
+    double phase[PH_N];   /* seconds spent in each phase (with profile) */
+    /* what rank 0 shows and records (report.c) */
+    ddp_progress_t *bar;  /* drawing on rank 0's terminal only */
+    ddp_metrics_t *metrics;         /* rank 0 with --metrics, else NULL */
+    ddp_dataset_t *test;  /* the test split on rank 0 during training, with --eval-every */
+    size_t samples;       /* this rank's samples trained in this run */
+    size_t epoch_samples; /* ... in this epoch */
+    size_t rec_samples;   /* samples at the last train record */
+    double rec_time;      /* ... and its time */
+    double loss_sum;      /* rank 0's losses since the last train record */
+    size_t loss_n;        /* ... and their number */
+} job;
+
+/* args.c: returns 0 to run, 2 on bad flags (message printed), -1 after
+ * --help (exit 0). */
+int parse_args(int argc, char **argv, args *a);
+
+/* model.c */
+int build_model(unsigned long long seed, ddp_model_t **model);
+int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
+            ddp_var_t **logits);
+int open_split(const char *dir, int train, ddp_dataset_t **ds);
+int evaluate(ddp_model_t *model, ddp_tape_t *tape, ddp_dataset_t *test, double *loss,
+             double *acc);
+
+/* report.c: the log line or progress bar of each step, metrics records,
+ * evaluations; each returns 0 or a negative code (message in ddp_last_error) */
+int report_begin(job *j);
+int report_epoch_begin(job *j, long epoch, size_t total);
+int report_step(job *j, long epoch, const ddp_batch *b, size_t total, float loss);
+int report_epoch_end(job *j);
+/* Rank 0 evaluates on the test split, prints the accuracy when final (the
+ * program's last line) and writes the record; others do nothing. */
+int report_eval(job *j, long epoch, int final);
+void report_end(job *j);
+
+/* train.c */
+int train(job *j, ddp_loader_t *dl);
+
+/* outputs.c: returns 0, or the exit status once this rank said why it stops */
+int check_outputs(job *j);
+
+/* checkpoint.c: share_checkpoint returns 0 or an exit status, as check_outputs */
+int save_checkpoint(job *j, int64_t epoch, int64_t step);
+int load_checkpoint(job *j);
+int share_checkpoint(job *j, int loaded);
+
+#endif
