@@ -194,5 +194,5 @@ install: all $(BUILD)/libddp.pc
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(DDPRUN_OBJ:.o=.d) $(EXD_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(DDPRUN_OBJ:.o=.d) $(EXD_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_SRC:examples/%.c=$(BUILD)/bin/ddp-%.d) $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
 -include $(FUZZ_BIN:=.d)
