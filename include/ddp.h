@@ -10,5 +10,6 @@
 #include "ddp/store.h"
 #include "ddp/pg.h"
 #include "ddp/ddp.h"
+#include "ddp/timeline.h"
 
 #endif

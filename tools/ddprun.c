@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/timeline.h"
+
 #define MAX_WORKERS 1024
 #define LINE_MAX_LEN 4096
 
@@ -585,6 +587,8 @@ int main(int argc, char **argv)
         break;
     }
     free(ws);
+    if (ddp__timeline_merge_env() < 0) /* DDP_TIMELINE_DIR: the ranks' timelines in one file */
+        fprintf(stderr, "ddprun: %s\n", ddp_last_error());
     if (rc == -2) {
         fprintf(stderr, "ddprun: interrupted by signal %d; workers stopped\n", (int)got_signal);
         return 128 + got_signal;
