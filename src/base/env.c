@@ -51,7 +51,7 @@ static const ddp__env_var table[] = {
          "error", "warn", "info", "debug", "warning"),
     PATH("DDP_TIMELINE_DIR",
          "timeline: each rank writes DIR/timeline-rank<R>.json (Chrome trace; default: off)"),
-    SIZE("DDP_TIMELINE_MAX_EVENTS", 1, 1e9, "262144",
+    INT("DDP_TIMELINE_MAX_EVENTS", 1, 1000000000, "262144",
          "timeline: events kept per thread (48 bytes each); later ones are counted as dropped"),
     /* transport selection */
     WORD("DDP_TRANSPORT", "auto", "transport: auto (shm on one host, else tcp), tcp or shm",

@@ -92,15 +92,15 @@ static void init(void)
 {
     const char *dir = NULL;
     int on = 0;
-    size_t cap = 0;
+    int cap = 0;
     if (ddp__env_string("DDP_TIMELINE_DIR", &dir) < 0 ||
-        ddp__env_size("DDP_TIMELINE_MAX_EVENTS", &cap) < 0) {
+        ddp__env_int("DDP_TIMELINE_MAX_EVENTS", &cap) < 0) {
         DDP_WARN("timeline off: %s", ddp_last_error());
     } else if (dir && strlen(dir) >= sizeof tl.dir - 64) {
         DDP_WARN("timeline off: DDP_TIMELINE_DIR is longer than %zu bytes", sizeof tl.dir - 64);
     } else if (dir) {
         snprintf(tl.dir, sizeof tl.dir, "%s", dir);
-        tl.cap = cap;
+        tl.cap = (size_t)cap;
         ddp_launch_info li;
         if (ddp_launch_info_from_env(&li) == 0)
             tl.rank = li.rank;

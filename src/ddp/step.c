@@ -87,6 +87,7 @@ int ddp__dp_wait_buckets(ddp_data_parallel_t *dm, int finish)
     int rc = 0;
     char first_msg[1024] = "";
     uint64_t t_all = ddp__tl_begin(), t_pieces = t_all;
+    int waited = dm->pieces_launched > 0; /* the timeline shows waits for something only */
     for (int k = 0; k < dm->pieces_launched; k++) { /* the default hook: nothing to finish */
         if (!dm->piece_works[k])
             continue;
@@ -106,6 +107,7 @@ int ddp__dp_wait_buckets(ddp_data_parallel_t *dm, int finish)
         if (!dm->launched[b])
             continue;
         dm->launched[b] = 0;
+        waited = 1;
         int r = 0;
         if (dm->works[b]) {
             uint64_t t0 = ddp__tl_begin();
@@ -131,7 +133,8 @@ int ddp__dp_wait_buckets(ddp_data_parallel_t *dm, int finish)
             snprintf(first_msg, sizeof first_msg, "%s", ddp_last_error());
         }
     }
-    ddp__tl_end(t_all, "wait buckets", NULL, 0);
+    if (waited)
+        ddp__tl_end(t_all, "wait buckets", NULL, 0);
     if (rc < 0)
         ddp__error_restore(first_msg);
     return rc;
