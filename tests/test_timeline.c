@@ -279,7 +279,7 @@ typedef struct {
 static int ddp_rank(int rank, void *arg)
 {
     const ddp_job *j = arg;
-    char r[8];
+    char r[16];
     snprintf(r, sizeof r, "%d", rank);
     setenv("DDP_TIMELINE_DIR", j->dir, 1);
     setenv("RANK", r, 1);
