@@ -136,7 +136,8 @@ int ddp_timeline_enabled(void) { return ddp__tl_enabled(); }
 
 uint64_t ddp__tl_begin_slow(void)
 {
-    if (atomic_load_explicit(&ddp__tl_state, memory_order_relaxed) == DDP__TL_ON ||
+    /* acquire: init's writes (the cap, the folder) are seen before any event */
+    if (atomic_load_explicit(&ddp__tl_state, memory_order_acquire) == DDP__TL_ON ||
         ddp__tl_enabled())
         return ddp__tl_clock_ns();
     return 0;
