@@ -265,6 +265,17 @@ static void test_mnist_two_ranks(void **state)
     assert_int_equal(m.events, total);
     assert_int_equal(count_of(&m, "optimizer step"), 50);
     ddp__json_free(merged);
+    /* The picture of its last 3 steps names both ranks' main threads. */
+    snprintf(cmd, sizeof cmd, "%s/bin/ddp-timeline svg %s %s/tl.svg 3 && grep -c "
+             "'>rank [01] main<' %s/tl.svg >%s/n && grep -q '<title>optimizer step ' %s/tl.svg",
+             build, path, dir, dir, dir, dir);
+    assert_int_equal(run(cmd), 0);
+    snprintf(path, sizeof path, "%s/n", dir);
+    FILE *f = fopen(path, "r");
+    int rows = 0;
+    assert_true(f && fscanf(f, "%d", &rows) == 1);
+    fclose(f);
+    assert_int_equal(rows, 2);
 }
 
 /* ---- DDP with several buckets -------------------------------------------- */

@@ -88,6 +88,10 @@ int ddp__timeline_merge_dir(const char *dir, const char *out, int *nranks);
 /* ddprun's call after its workers exit: with DDP_TIMELINE_DIR set, merges
  * that folder's rank files into DIR/timeline.json; 0 when unset. */
 int ddp__timeline_merge_env(void);
+/* Reads and parses a trace file (one with a "traceEvents" array).  Caller
+ * frees *out with ddp__json_free. */
+struct ddp__json;
+int ddp__timeline_load(const char *path, struct ddp__json **out);
 /* Merges the given trace files into out. */
 int ddp__timeline_merge(const char *const *paths, int n, const char *out);
 

@@ -104,22 +104,34 @@ out:
     return rc;
 }
 
+int ddp__timeline_load(const char *path, ddp__json **out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    DDP_TRY(slurp(path, &text, &len));
+    int rc = ddp__json_parse(text, len, out);
+    free(text);
+    if (rc < 0)
+        return ddp__error_context(rc, "timeline: %s", path);
+    const ddp__json *ev = ddp__json_get(*out, "traceEvents");
+    if (!ev || ev->type != DDP_JSON_ARRAY) {
+        ddp__json_free(*out);
+        *out = NULL;
+        return DDP_ERROR(DDP_ERR_FORMAT, "timeline: %s is not a trace (no \"traceEvents\" array)",
+                         path);
+    }
+    return 0;
+}
+
 /* Appends path's events to f (a comma before each but the very first),
  * and to meta an entry naming the file, with its otherData. */
 static int copy_events(FILE *f, FILE *meta, const char *path, int *first)
 {
-    char *text = NULL;
-    size_t len = 0;
-    ddp__json *tree = NULL;
-    DDP_TRY(slurp(path, &text, &len));
-    int rc = ddp__json_parse(text, len, &tree);
-    free(text);
-    if (rc < 0)
-        return ddp__error_context(rc, "timeline: %s", path);
+    ddp__json *tree;
+    DDP_TRY(ddp__timeline_load(path, &tree));
     const ddp__json *ev = ddp__json_get(tree, "traceEvents");
     const ddp__json *other = ddp__json_get(tree, "otherData");
-    DDP_FAIL_OUT(!ev || ev->type != DDP_JSON_ARRAY, DDP_ERR_FORMAT,
-                 "timeline: %s is not a trace (no \"traceEvents\" array)", path);
     for (const ddp__json *e = ev->child; e; e = e->next) {
         fputs(*first ? "\n" : ",\n", f);
         *first = 0;
@@ -132,9 +144,8 @@ static int copy_events(FILE *f, FILE *meta, const char *path, int *first)
         put_value(meta, other);
     }
     fputc('}', meta);
-out:
     ddp__json_free(tree);
-    return rc;
+    return 0;
 }
 
 int ddp__timeline_merge(const char *const *paths, int n, const char *out)
