@@ -245,6 +245,7 @@ static void test_mnist_two_ranks(void **state)
         assert_true(count_of(&s, "DDP forward") >= 25); /* and the test split's */
         assert_true(count_of(&s, "loader next") >= 26); /* 25 batches and the end */
         assert_true(count_of(&s, "batch build") >= 25);
+        assert_int_equal(count_of(&s, "rebuild buckets"), 1); /* after the first backward */
         assert_int_equal(s.create_buckets, 1);
         assert_int_equal(s.nbuckets, 1);
         assert_int_equal(s.buckets[0], 0);

@@ -117,6 +117,7 @@ int ddp__dp_rebuild_buckets(ddp_data_parallel_t *dm)
     unsigned char *seen = calloc((size_t)dm->nparams + 1, 1);
     int rc = 0, n = 0;
     DDP_FAIL_OUT(!order || !seen, DDP_ERR_NOMEM, "DDP: out of memory");
+    uint64_t t0 = ddp__tl_begin();
     for (int i = 0; i < dm->nready; i++)
         if (!seen[dm->ready_order[i]]) {
             seen[dm->ready_order[i]] = 1;
@@ -129,6 +130,7 @@ int ddp__dp_rebuild_buckets(ddp_data_parallel_t *dm)
     if (memcmp(order, dm->order, (size_t)dm->nparams * sizeof *order) != 0)
         DDP_TRY_OUT(apply_layout(dm, order));
     dm->rebuilt = 1;
+    ddp__tl_end(t0, "rebuild buckets", "buckets", dm->layout.nbuckets);
 out:
     free(order);
     free(seen);
