@@ -103,12 +103,14 @@ static void flush_at_exit(void)
 }
 
 /* Reads the variables once.  A bad value leaves the timeline off and says
- * why (at warn level): a debugging aid must not stop training. */
+ * why (at warn level): a debugging aid must not stop training.  The first
+ * span may open anywhere, so the caller's last error is kept. */
 static void init(void)
 {
     const char *dir = NULL;
-    int on = 0;
-    int cap = 0;
+    int on = 0, cap = 0;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ddp_last_error());
     if (ddp__env_string("DDP_TIMELINE_DIR", &dir) < 0 ||
         ddp__env_int("DDP_TIMELINE_MAX_EVENTS", &cap) < 0) {
         DDP_WARN("timeline off: %s", ddp_last_error());
@@ -120,9 +122,9 @@ static void init(void)
         ddp_launch_info li;
         if (ddp_launch_info_from_env(&li) == 0)
             tl.rank = li.rank;
-        ddp_clear_error();
         on = atexit(flush_at_exit) == 0;
     }
+    ddp__error_restore(saved);
     atomic_store(&ddp__tl_state, on ? DDP__TL_ON : DDP__TL_OFF);
 }
 
