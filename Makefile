@@ -66,6 +66,10 @@ EX_SRC    := $(sort $(wildcard examples/*.c))
 EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/bin/ddp-%)
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
+# ddprun is several files: tools/ddprun/*.c make bin/ddprun.
+DDPRUN_SRC := $(sort $(wildcard tools/ddprun/*.c))
+DDPRUN_OBJ := $(DDPRUN_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_BIN  += $(BUILD)/bin/ddprun
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -105,9 +109,39 @@ $(BUILD)/bin/%: tools/%.c $(STATIC)
 	$(call program,)
 $(BUILD)/bench/%: bench/%.c $(STATIC)
 	$(call program,)
+$(BUILD)/obj/tools/ddprun/%.o: tools/ddprun/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+# ddprun takes a few base helpers from the static library and none of its
+# dependencies: no OpenBLAS or MPI to load (and, under sanitizers, to start)
+# at every launch.
+$(BUILD)/bin/ddprun: $(DDPRUN_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS) $(DDPRUN_OBJ) -o $@ $(STATIC) -lpthread -lm
 
 test check: all
 	$(if $(filter 1,$(SAN)),DDP_TEST_SANITIZER=1 )sh tests/run.sh $(BUILD)
+
+# libFuzzer harnesses (tests/fuzz/README.md): clang with address+undefined,
+# the library rebuilt with coverage in build-fuzz/.  `make fuzz FUZZ_TIME=N`
+# replays each harness's regression inputs and corpus, then fuzzes it N s.
+FUZZ_TIME  ?= 60
+FUZZ_CC    ?= clang
+FUZZ_BUILD := build-fuzz
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/fuzz/%)
+.PHONY: fuzz fuzz-build
+fuzz-build:
+	$(MAKE) WERROR=0 BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT='-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Wno-pass-failed' $(FUZZ_BUILD)/libddp.a
+	$(MAKE) $(FUZZ_BIN)
+$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(FUZZ_BUILD)/libddp.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS_ALL) -std=c11 -O1 -g $(WARN) -pthread $(FUZZ_SAN) -fsanitize=fuzzer -MMD -MP $< -o $@ $(FUZZ_BUILD)/libddp.a $(FUZZ_LDFLAGS) $(LDLIBS_ALL)
+# The handshake's server nonce is made all zeros, so a seed can carry a valid AUTH.
+$(FUZZ_BUILD)/fuzz/fuzz_handshake: FUZZ_LDFLAGS = -Wl,--wrap=ddp__random_bytes
+fuzz: fuzz-build
+	sh tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_TIME)
 
 # Written at every install: it records PREFIX, which may change between installs.
 # Outside /usr, the dynamic loader does not look in PREFIX/lib (and
@@ -132,6 +166,7 @@ install: all $(BUILD)/libddp.pc
 	$(if $(EX_BIN)$(TOOL_BIN),install -m 755 $(EX_BIN) $(TOOL_BIN) $(DESTDIR)$(PREFIX)/bin/)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_BIN:=.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(DDPRUN_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d) $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%.d) $(BENCH_BIN:=.d) $(THELP_BIN:=.d)
+-include $(FUZZ_BIN:=.d)

@@ -5,7 +5,7 @@
 #   (MPICH, to build the mpi backend against it too: ... libmpich-dev)
 set -eu
 pkgs="build-essential clang pkg-config libopenblas-dev zlib1g-dev libcmocka-dev
-dataset-fashion-mnist iproute2 procps openmpi-bin libopenmpi-dev $*"
+dataset-fashion-mnist iproute2 procps openmpi-bin libopenmpi-dev libclang-rt-14-dev nftables $*"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,9 +1,10 @@
 #!/bin/sh
 # The test command: installs dependencies, builds with warnings as errors
 # (gcc, and clang for the library), runs every test, then rebuilds with
-# address+undefined sanitizers and runs every test again.  The last line is
+# address+undefined sanitizers and runs every test again, then a short
+# smoke run of the fuzz harnesses (tests/fuzz/run.sh).  The last line is
 # the combined summary: "tests: N passed, N failed, N skipped" (exit status
-# 0 only when both runs ran tests and none failed).
+# 0 only when both runs ran tests and none failed, and the fuzz smoke passed).
 set -u
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh || exit 1
@@ -21,6 +22,12 @@ make -j"$jobs" WERROR=1 SAN=1 all >/dev/null || { echo "build failed (sanitizers
 echo "== tests (address+undefined sanitizers)"
 { ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     DDP_TEST_SANITIZER=1 sh tests/run.sh build-asan; echo $? >>"$rcs"; } | tee -a "$out"
+
+# Fuzz smoke (tests/fuzz/README.md): each libFuzzer harness replays its
+# regression inputs and seed corpus, then fuzzes FUZZ_SMOKE_S seconds.
+echo "== fuzz smoke"
+make -j"$jobs" fuzz-build >/dev/null 2>&1 || { echo "build failed (fuzz harnesses: make fuzz-build)"; exit 1; }
+sh tests/fuzz/run.sh build-fuzz "${FUZZ_SMOKE_S:-8}" || status=1
 
 # run.sh's exit status (the pipe to tee would lose it) and its summary line,
 # one per run: a run that printed none (no tests ran) fails the command.

@@ -1,6 +1,8 @@
 /* Tests of the ddprun launcher with real worker processes
- * (tests/helpers/ddprun_worker.c): environment, failure reporting, kill -9,
- * restarts, bad flags. */
+ * (tests/helpers/ddprun_worker.c): environment, job ids, failure
+ * reporting, kill -9, restarts, bad flags and numbers, signals.  The job's
+ * secret: test_ddprun_secret.c; log files, tee, filter, the failure report:
+ * test_ddprun_output.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,108 +10,15 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "ddprun_util.h"
 #include "free_port.h"
-
-static char ddprun[4096], worker[4096];
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-typedef struct {
-    pid_t pid;
-    int err_fd;
-} launch;
-
-/* Starts ddprun with argv (NULL-terminated), stderr to a pipe, stdout to
- * /dev/null. */
-static launch start(char *const argv[])
-{
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 2);
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
-        close(p[0]);
-        execv(argv[0], argv);
-        _exit(126);
-    }
-    close(p[1]);
-    return (launch){pid, p[0]};
-}
-
-/* Waits for ddprun to exit (at most limit_s), collecting its stderr. */
-static int finish(launch l, char *err, size_t len, double limit_s)
-{
-    size_t n = 0;
-    double deadline = now() + limit_s;
-    int status = -1;
-    for (;;) {
-        struct pollfd pfd = {.fd = l.err_fd, .events = POLLIN};
-        if (poll(&pfd, 1, 50) > 0) {
-            ssize_t r = read(l.err_fd, err + n, len - 1 - n);
-            if (r > 0)
-                n += (size_t)r;
-        }
-        if (waitpid(l.pid, &status, WNOHANG) == l.pid)
-            break;
-        if (now() > deadline) {
-            kill(l.pid, SIGKILL);
-            waitpid(l.pid, &status, 0);
-            fail_msg("ddprun did not exit within %.1f s", limit_s);
-        }
-    }
-    ssize_t r;
-    while ((r = read(l.err_fd, err + n, len - 1 - n)) > 0)
-        n += (size_t)r;
-    err[n] = '\0';
-    close(l.err_fd);
-    return status;
-}
-
-static void make_dir(char *dir)
-{
-    strcpy(dir, "/tmp/ddprun-test-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
-static int read_file(const char *dir, const char *what, int rank, char *buf, size_t len)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s.%d", dir, what, rank);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return 0;
-}
-
 static void test_environment(void **state)
 {
     (void)state;
@@ -180,7 +89,7 @@ static void test_job_id(void **state)
 static void test_two_jobs_one_port(void **state)
 {
     (void)state;
-    char dir[64], dir2[64], buf[64], port[16], err[8192], err2[8192];
+    char dir[64], dir2[64], buf[64], port[16], err2[8192];
     make_dir(dir);
     make_dir(dir2);
     snprintf(port, sizeof port, "%d", free_port());
@@ -189,22 +98,11 @@ static void test_two_jobs_one_port(void **state)
     char *second[] = {ddprun, "--nproc-per-node", "2", "--master-port", port, worker,
                       "allreduce", dir2, "0", NULL};
     launch a = start(first);
-    double deadline = now() + 20;
-    for (int r = 0; r < 2; r++)
-        while (read_file(dir, "joined", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
+    wait_files(dir, "joined", 2, NULL);
     double t0 = now();
     int st2 = finish(start(second), err2, sizeof err2, 15);
     double took = now() - t0;
-    int st = finish(a, err, sizeof err, 30);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("first job: status %d: %s", st, err);
-    for (int r = 0; r < 2; r++) {
-        assert_int_equal(read_file(dir, "sum", r, buf, sizeof buf), 0);
-        assert_string_equal(buf, "3\n");
-    }
+    expect_sums(a, dir, "first job");
     assert_true(WIFEXITED(st2) && WEXITSTATUS(st2) == 1);
     if (!strstr(err2, "address in use by another job (id 'first-job'; this job's id is '"))
         fail_msg("second job's stderr: %s", err2);
@@ -232,19 +130,12 @@ static void test_failure_names_rank_and_stops_others(void **state)
 static void test_kill9_worker(void **state)
 {
     (void)state;
-    char dir[64], buf[64], err[8192];
+    char dir[64], err[8192];
     make_dir(dir);
     char *argv[] = {ddprun, "--nproc-per-node", "3", worker, "sleep", dir, NULL};
     launch l = start(argv);
     pid_t pids[3];
-    double deadline = now() + 10;
-    for (int r = 0; r < 3; r++) {
-        while (read_file(dir, "pid", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
-        pids[r] = atoi(buf);
-    }
+    wait_files(dir, "pid", 3, pids);
     double t0 = now();
     assert_int_equal(kill(pids[1], SIGKILL), 0);
     int st = finish(l, err, sizeof err, 5);
@@ -313,19 +204,12 @@ static void test_prefix(void **state)
 static void test_sigterm_stops_everything(void **state)
 {
     (void)state;
-    char dir[64], buf[64], err[8192];
+    char dir[64], err[8192];
     make_dir(dir);
     char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "sleep", dir, NULL};
     launch l = start(argv);
     pid_t pids[2];
-    double deadline = now() + 10;
-    for (int r = 0; r < 2; r++) {
-        while (read_file(dir, "pid", r, buf, sizeof buf) != 0) {
-            assert_true(now() < deadline);
-            usleep(10000);
-        }
-        pids[r] = atoi(buf);
-    }
+    wait_files(dir, "pid", 2, pids);
     double t0 = now();
     assert_int_equal(kill(l.pid, SIGTERM), 0);
     int st = finish(l, err, sizeof err, 5);
@@ -384,13 +268,113 @@ static void test_bad_flags(void **state)
     }
 }
 
+/* Every numeric flag refuses nan, inf, negatives, trailing text, blanks,
+ * overflow and emptiness, naming the flag and the value. */
+static void test_bad_numbers(void **state)
+{
+    (void)state;
+    char err[4096], want[256];
+    static const struct {
+        const char *flag, *want;
+    } flags[] = {
+        {"--nproc-per-node", "want 1..1024"}, {"--nnodes", "want 1..1048576"},
+        {"--node-rank", "want 0..1048576"},   {"--master-port", "want 1..65535"},
+        {"--max-restarts", "want 0..1000000"}, {"--stop-timeout", "want seconds, 0..3600"},
+    };
+    static const char *const values[] = {"nan", "inf", "-1", "3x", " 3", "+3", "",
+                                         "99999999999999999999", "1e999", "0x"};
+    enum { NF = sizeof flags / sizeof *flags, NV = sizeof values / sizeof *values };
+    /* All at once, then collected: a sanitizer build starts slowly. */
+    launch runs[NF][NV];
+    for (size_t f = 0; f < NF; f++)
+        for (size_t v = 0; v < NV; v++) {
+            char arg[128];
+            snprintf(arg, sizeof arg, "%s=%s", flags[f].flag, values[v]);
+            char *argv[] = {ddprun, arg, worker, NULL};
+            runs[f][v] = start(argv);
+        }
+    for (size_t f = 0; f < NF; f++)
+        for (size_t v = 0; v < NV; v++) {
+            int st = finish(runs[f][v], err, sizeof err, 30);
+            snprintf(want, sizeof want, "ddprun: bad %s '%s': %s (see ddprun --help)\n",
+                     flags[f].flag, values[v], flags[f].want);
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || strcmp(err, want) != 0)
+                fail_msg("%s='%s': status %d, stderr '%s', want '%s'", flags[f].flag, values[v],
+                         st, err, want);
+        }
+    /* The port of --rdzv-endpoint, and the stream specs, the same way. */
+    static const struct {
+        const char *flag, *value, *msg;
+    } more[] = {
+        {"--rdzv-endpoint", "h:nan", "bad --rdzv-endpoint 'h:nan': want HOST:PORT, PORT 1..65535"},
+        {"--rdzv-endpoint", "h:99999999999999999999", "bad --rdzv-endpoint 'h:9999"},
+        {"--rdzv-endpoint", "h:12 ", "bad --rdzv-endpoint 'h:12 '"},
+        {"--redirects", "4", "bad --redirects '4': want 0..3, or LOCAL_RANK:0..3,..."},
+        {"--redirects", "0:1,", "bad --redirects '0:1,'"},
+        {"-r", "0:-1", "bad --redirects '0:-1'"},
+        {"--tee", "1:x", "bad --tee '1:x'"},
+        {"-t", "99999999999999999999:1", "bad --tee '9999"},
+        {"--local-ranks-filter", "0,nan", "bad --local-ranks-filter '0,nan': want local ranks"},
+        {"--local-ranks-filter", "", "bad --local-ranks-filter ''"},
+        {"--redirects", "3:1", "--redirects names local rank 3, but --nproc-per-node is 1"},
+        {"--local-ranks-filter", "0,1", "--local-ranks-filter names local rank 1, but"},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) {
+        char *argv[] = {ddprun, (char *)more[i].flag, (char *)more[i].value, worker, NULL};
+        int st = finish(start(argv), err, sizeof err, 5);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(err, more[i].msg))
+            fail_msg("%s %s: status %d, stderr '%s'", more[i].flag, more[i].value, st, err);
+    }
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+/* Waits until DIR/signals.RANK holds want for every rank. */
+static void wait_signals(const char *dir, int n, const char *want)
+{
+    char buf[256];
+    double deadline = now() + 10;
+    for (int r = 0; r < n; r++)
+        for (;;) {
+            if (read_file(dir, "signals", r, buf, sizeof buf) == 0 && !strcmp(buf, want))
+                break;
+            if (now() > deadline)
+                fail_msg("rank %d recorded '%s', not '%s'", r, buf, want);
+            usleep(10000);
+        }
+}
+
+/* SIGUSR1 reaches every worker, which go on; SIGTERM and SIGINT then stop
+ * them as before. */
+static void test_signals_forwarded(void **state)
+{
+    (void)state;
+    static const int stops[2] = {SIGTERM, SIGINT};
+    static const char *const recorded[2] = {"USR1\nUSR1\nTERM\n", "USR1\nUSR1\nINT\n"};
+    for (int k = 0; k < 2; k++) {
+        char dir[64], err[8192];
+        pid_t pids[2];
+        make_dir(dir);
+        char *argv[] = {ddprun, "--nproc-per-node", "2", worker, "signals", dir, NULL};
+        launch l = start(argv);
+        wait_files(dir, "ready", 2, pids);
+        assert_int_equal(kill(l.pid, SIGUSR1), 0);
+        wait_signals(dir, 2, "USR1\n");
+        assert_int_equal(kill(l.pid, SIGUSR1), 0);
+        wait_signals(dir, 2, "USR1\nUSR1\n");
+        for (int r = 0; r < 2; r++)
+            assert_int_equal(kill(pids[r], 0), 0); /* still running */
+        assert_int_equal(kill(l.pid, stops[k]), 0);
+        int st = finish(l, err, sizeof err, 10);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 128 + stops[k]);
+        wait_signals(dir, 2, recorded[k]);
+        remove_dir(dir);
+    }
+}
+
 int main(void)
 {
-    const char *build = getenv("DDP_TEST_BUILD");
-    if (!build)
-        build = "build";
-    snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
-    snprintf(worker, sizeof worker, "%s/tests/helpers/ddprun_worker", build);
+    ddprun_paths();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_standalone_picks_port),
@@ -404,6 +388,8 @@ int main(void)
         cmocka_unit_test(test_sigterm_stops_everything),
         cmocka_unit_test(test_no_grandchild_left_behind),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_bad_numbers),
+        cmocka_unit_test(test_signals_forwarded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,7 @@
 #include "coll/coll.h"
 #include "coll/hier.h"
 #include "coll_ref.h"
+#include "netns_fixture.h"
 #include "ddp/pg.h"
 #include "pg/internal.h"
 #include "pg_util.h"
@@ -485,53 +486,7 @@ static void test_deadline(void **state)
 
 /* ---- network namespaces ----------------------------------------------- */
 
-static char ns_name[2][32], veth[2][16], ns_addr[2][32];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return rc == 0 ? 0 : -1;
-}
-
-static void netns_teardown(void)
-{
-    for (int i = 0; i < 2; i++)
-        if (ns_name[i][0])
-            sh("ip netns del %s 2>/dev/null", ns_name[i]);
-}
-
-/* Two namespaces joined by a veth pair; NULL, or why it cannot be done. */
-static const char *netns_setup(void)
-{
-    if (geteuid() != 0)
-        return "not root";
-    int id = (int)(getpid() % 200) + 20;
-    for (int i = 0; i < 2; i++) {
-        snprintf(ns_name[i], sizeof ns_name[i], "ddph%d%c", (int)getpid(), 'a' + i);
-        snprintf(veth[i], sizeof veth[i], "dh%d%c", (int)getpid() % 100000, 'a' + i);
-        snprintf(ns_addr[i], sizeof ns_addr[i], "10.213.%d.%d", id, i + 1);
-    }
-    if (sh("ip netns add %s 2>/dev/null", ns_name[0]) < 0) {
-        ns_name[0][0] = '\0';
-        return "'ip netns add' failed";
-    }
-    if (sh("ip netns add %s", ns_name[1]) < 0 ||
-        sh("ip link add %s type veth peer name %s", veth[0], veth[1]) < 0)
-        return "cannot create a veth pair";
-    for (int i = 0; i < 2; i++)
-        if (sh("ip link set %s netns %s", veth[i], ns_name[i]) < 0 ||
-            sh("ip -n %s addr add %s/24 dev %s", ns_name[i], ns_addr[i], veth[i]) < 0 ||
-            sh("ip -n %s link set %s up", ns_name[i], veth[i]) < 0 ||
-            sh("ip -n %s link set lo up", ns_name[i]) < 0)
-            return "cannot configure the veth pair";
-    return NULL;
-}
+static netns_pair NP;
 
 typedef struct ns_report {
     int bad[4];
@@ -541,13 +496,9 @@ static int netns_rank(int rank, void *arg)
 {
     ns_report *rep = arg;
     const int n = 4, ns = rank % 2; /* ranks 0, 2 in namespace a; 1, 3 in b */
-    char path[64];
-    snprintf(path, sizeof path, "/run/netns/%s", ns_name[ns]);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    CHILD_CHECK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
-    close(fd);
-    setenv("DDP_HOST_ID", ns_name[ns], 1); /* one host per namespace */
-    setenv("DDP_TCP_HOST", ns_addr[ns], 1);
+    CHILD_CHECK(netns_enter(&NP, ns) == 0);
+    setenv("DDP_HOST_ID", NP.ns[ns], 1); /* one host per namespace */
+    setenv("DDP_TCP_HOST", NP.addr[ns], 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, n, 20.0, &pg) == 0);
     const ddp__hier *h = ddp__pg_hier(pg);
@@ -576,9 +527,9 @@ static int netns_rank(int rank, void *arg)
 static void test_network_namespaces(void **state)
 {
     (void)state;
-    const char *why = netns_setup();
+    const char *why = netns_pair_setup(&NP, "h", 213);
     if (why) {
-        netns_teardown();
+        netns_pair_teardown(&NP);
         fprintf(stderr, "skipped: network namespaces unavailable here (%s); the same layouts "
                         "run with DDP_HOST_ID in test_hier_coll\n", why);
         skip();
@@ -586,7 +537,7 @@ static void test_network_namespaces(void **state)
     job_init(&J);
     ns_report *rep = shared_page(sizeof *rep);
     int failed = run_children(4, netns_rank, rep, 60.0);
-    netns_teardown();
+    netns_pair_teardown(&NP);
     job_cleanup(&J);
     assert_int_equal(failed, 0);
     for (int r = 0; r < 4; r++)

@@ -4,7 +4,8 @@
  * of another length posted while it arrived (a double free), a held
  * message's length mismatch (shm said DDP_ERR_PEER, tcp DDP_ERR_PROTOCOL),
  * and an RTS pull from a sender that died (shm left the receive pending
- * until the deadline).  Ranks are forked processes. */
+ * until the deadline), and tcp's copy of a large message growing with its
+ * bytes.  Ranks are forked processes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -200,6 +201,55 @@ static void test_held_length_mismatch_shm(void **state)
     run_case("shm", 3, held_mismatch_rank, "DDP_SHM_YIELD_US", "10000000");
 }
 
+/* ---- a large copied message grows with its bytes ---------------------- */
+
+#define GROWN (((size_t)5 << 20) + 123) /* several doublings past DDP__MATCH_CHUNK */
+
+/* Rank 1's GROWN-byte message arrives while rank 0 waits for a later one,
+ * so it is copied; tcp's copy starts at 1 MiB and doubles as the bytes
+ * come (never the header's length at once).  It must arrive whole. */
+static int grown_rank(int rank, ddp_store_t *st, ddp__tp *tp)
+{
+    (void)st;
+    double deadline = ddp_time_now() + 10.0;
+    uint8_t *buf = malloc(GROWN);
+    uint8_t small[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHILD_CHECK(buf != NULL);
+    if (rank == 1) {
+        for (size_t i = 0; i < GROWN; i++)
+            buf[i] = (uint8_t)(i * 7 + 1);
+        ddp__req a, b;
+        CHILD_CHECK(ddp__tp_isend(tp, &a, 0, 0x81, buf, GROWN) == 0);
+        CHILD_CHECK(ddp__tp_isend(tp, &b, 0, 0x82, small, sizeof small) == 0);
+        ddp__req *reqs[2] = {&a, &b};
+        CHILD_CHECK(ddp__tp_wait(tp, reqs, 2, deadline, 0) == 0);
+    } else {
+        ddp__req a, b;
+        uint8_t got[8] = {0};
+        CHILD_CHECK(ddp__tp_irecv(tp, &b, 1, 0x82, got, sizeof got) == 0);
+        CHILD_CHECK(ddp__tp_wait1(tp, &b, deadline, 0) == 0);
+        CHILD_CHECK(memcmp(got, small, sizeof got) == 0);
+        ddp__tcp_stats stats;
+        CHILD_CHECK(ddp__tcp_debug_stats(tp, &stats) == 0);
+        CHILD_CHECK(stats.copied_frames == 1 && stats.copied_bytes == GROWN);
+        memset(buf, 0, GROWN);
+        CHILD_CHECK(ddp__tp_irecv(tp, &a, 1, 0x81, buf, GROWN) == 0);
+        CHILD_CHECK(ddp__tp_wait1(tp, &a, deadline, 0) == 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < GROWN; i++)
+            bad += buf[i] != (uint8_t)(i * 7 + 1);
+        CHILD_CHECK(bad == 0);
+    }
+    free(buf);
+    return 0;
+}
+
+static void test_copied_message_grows_tcp(void **state)
+{
+    (void)state;
+    run_case("tcp", 2, grown_rank, NULL, NULL);
+}
+
 /* ---- a pull from a sender that died ----------------------------------- */
 
 #define PULLED ((size_t)1 << 20)
@@ -272,6 +322,7 @@ int main(void)
         cmocka_unit_test(test_held_length_mismatch_tcp),
         cmocka_unit_test(test_held_length_mismatch_shm),
         cmocka_unit_test(test_pull_from_dead_sender_shm),
+        cmocka_unit_test(test_copied_message_grows_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

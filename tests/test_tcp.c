@@ -25,6 +25,7 @@
 #include "pg/internal.h"
 #include "pg_util.h"
 #include "fork_children.h"
+#include "free_port.h"
 #include "transport/handshake.h"
 #include "transport/tcp.h"
 
@@ -145,7 +146,10 @@ static int secret_rank(int rank, void *arg)
         CHILD_CHECK(rc == DDP_ERR_AUTH && contains(ddp_last_error(), "shared secret"));
     else
         CHILD_CHECK(rc == DDP_ERR_TIMEOUT &&
-                    contains(ddp_last_error(), "rank 0 did not connect to rank 1"));
+                    contains(ddp_last_error(), "rank 0 did not connect to rank 1") &&
+                    contains(ddp_last_error(), "1 other connection was refused meanwhile") &&
+                    contains(ddp_last_error(), "(claiming rank 0): closed after our CHALLENGE") &&
+                    contains(ddp_last_error(), "is DDP_SECRET the same everywhere?"));
     return 0;
 }
 
@@ -242,6 +246,111 @@ static void test_malformed_frame_drops_peer(void **state)
     job_init(&J);
     assert_int_equal(run_children(2, garbage_rank, NULL, 30), 0);
     job_cleanup(&J);
+}
+
+/* ---- a frame header that claims gigabytes ---------------------------- */
+
+#define CLAIMED ((uint64_t)8 << 30)
+
+/* kB of "VmHWM:" (peak resident) or "VmPeak:" (peak mapped) of this process. */
+static long vm_kb(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0)
+            kb = atol(line + strlen(field));
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Rank 0 passed the real handshake (same secret), then writes a data frame
+ * header claiming CLAIMED bytes, 64 KiB of them, and dies.  Rank 1, in a
+ * collective, must fail naming rank 0 and the claimed length, without
+ * having allocated (or even mapped) anything like it. */
+static int huge_frame_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_SECRET", "same secret on both", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
+    CHILD_CHECK(allreduce_ok(pg, rank, 2) == 0);
+    if (rank == 0) {
+        int fd = ddp__tcp_debug_fd(ddp__pg_transport(pg), 1);
+        static uint8_t frame[24 + (64 << 10)];
+        uint64_t words[3] = {0x46504444u | (uint64_t)1 << 32 | (uint64_t)1 << 40,
+                             0xfeedface12345678u, CLAIMED}; /* "DDPF" v1 DATA, tag, length */
+        for (int w = 0; w < 3; w++)
+            for (int i = 0; i < 8; i++)
+                frame[8 * w + i] = (uint8_t)(words[w] >> (8 * i));
+        CHILD_CHECK(ddp__sock_send_all(fd, frame, sizeof frame, ddp_time_now() + 5, "rank 1") ==
+                    0);
+        sleep_s(0.5);
+        _exit(0); /* a crash: no goodbye */
+    }
+    long hwm = vm_kb("VmHWM:"), peak = vm_kb("VmPeak:");
+    float x = 1;
+    int rc = ddp_pg_all_reduce(pg, &x, 1, DDP_FLOAT32, DDP_SUM);
+    long hwm_up = vm_kb("VmHWM:") - hwm, peak_up = vm_kb("VmPeak:") - peak;
+    if (rc == 0 || hwm_up > 32 << 10 || peak_up > 256 << 10)
+        fprintf(stderr, "rank 1: rc %d, VmHWM +%ld kB, VmPeak +%ld kB: %s\n", rc, hwm_up,
+                peak_up, ddp_last_error());
+    CHILD_CHECK(rc < 0);
+    CHILD_CHECK(contains(ddp_last_error(), "rank 0 (") &&
+                contains(ddp_last_error(), "65536 bytes into a 8589934592-byte message"));
+    CHILD_CHECK(hwm_up < 32 << 10);   /* resident: the 1 MiB first piece, not 8 GiB */
+    CHILD_CHECK(peak_up < 256 << 10); /* mapped: nothing like the claimed length either */
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_huge_frame_header_costs_nothing(void **state)
+{
+    (void)state;
+    job_init(&J);
+    assert_int_equal(run_children(2, huge_frame_rank, NULL, 30), 0);
+    job_cleanup(&J);
+}
+
+/* ---- a rank that never starts, tcp:// init ---------------------------- */
+
+static char Url[64];
+
+/* Ranks 0 and 2 of 3 over tcp:// (rank 0 hosts the store); rank 1 never
+ * comes.  Both must fail within the timeout and name rank 1, also rank 2,
+ * whose store goes away with rank 0. */
+static int missing_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    double t0 = ddp_time_now();
+    if (rank == 2)
+        sleep_s(0.2); /* rank 0 gives up first: rank 2 sees its store vanish */
+    int rc = ddp_init_process_group("tcp", Url, rank, 3, 2.0, &pg);
+    double took = ddp_time_now() - t0;
+    fprintf(stderr, "rank %d: rc %d after %.2f s: %s\n", rank, rc, took, ddp_last_error());
+    CHILD_CHECK(rc < 0 && pg == NULL);
+    CHILD_CHECK(took < 2.0 + 0.2 + 3.0); /* the timeout, rank 2's head start, slack */
+    CHILD_CHECK(contains(ddp_last_error(), "rank 1 "));
+    if (rank == 2)
+        CHILD_CHECK(contains(ddp_last_error(), "waiting for rank 1") &&
+                    contains(ddp_last_error(), "2 of 3 joined"));
+    return 0;
+}
+
+static int missing_main(int i, void *arg)
+{
+    (void)arg;
+    return missing_rank(i == 0 ? 0 : 2, NULL);
+}
+
+static void test_missing_rank_is_named_everywhere(void **state)
+{
+    (void)state;
+    snprintf(Url, sizeof Url, "tcp://127.0.0.1:%d", free_port());
+    assert_int_equal(run_children(2, missing_main, NULL, 30), 0);
 }
 
 /* ---- the handshake alone, over a socket pair ------------------------- */
@@ -366,6 +475,8 @@ int main(void)
         cmocka_unit_test(test_wrong_secret_cannot_join),
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_malformed_frame_drops_peer),
+        cmocka_unit_test(test_huge_frame_header_costs_nothing),
+        cmocka_unit_test(test_missing_rank_is_named_everywhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,6 +133,52 @@ DDP_API const char *const *ddp_pg_backend_names(void);
 DDP_API int ddp_pg_backend_check(const char *name);
 
 /* ------------------------------------------------------------------ */
+/* Seeing what a job does                                               */
+/* ------------------------------------------------------------------ */
+
+/* Flight recorder.  Every group keeps its last DDP_TRACE_BUFFER operations
+ * (default 2000; 0: off): sequence number, operation, dtype, count, root,
+ * reduce operator, state (queued, started, done, failed) with timestamps,
+ * and a label.  Each rank writes every group it holds as JSON to
+ * DIR/trace-rank<R>.json (R: its rank in the world group) when a
+ * collective fails and when the world group is destroyed, with
+ * DDP_TRACE_DIR=DIR (without it, the failure's message says how to get a
+ * dump), and on SIGUSR1 (DDP_TRACE_DIR, else ./ddp-trace; the handler is
+ * installed with the first group only where SIGUSR1 has its default
+ * action, and once the process's last group is gone SIGUSR1 does
+ * nothing).  Subgroups destroyed before their world are not in its exit
+ * dump.  tools/ddp-trace DIR reads all ranks' dumps and says where they
+ * diverged. */
+
+/* Labels the group's operations issued from now on (say "backward/bucket
+ * 3"), until the next call; NULL or "" clears it.  Copied (at most 59
+ * bytes kept).  Thread-safe; the label is the group's, not the thread's. */
+DDP_API int ddp_pg_set_label(ddp_pg_t *pg, const char *label);
+/* Writes this process's dump now (pg's world group and its subgroups) to
+ * dir/trace-rank<R>.json; dir NULL: DDP_TRACE_DIR, else ./ddp-trace.
+ * DDP_ERR_STATE when the recorder is off; DDP_ERR_IO when the file cannot
+ * be written. */
+DDP_API int ddp_pg_dump_trace(ddp_pg_t *pg, const char *dir);
+
+/* PyTorch's monitored_barrier: every rank enters; rank 0 waits for each
+ * other rank at most timeout_s (<= 0: the group's timeout) and fails with
+ * DDP_ERR_TIMEOUT naming the first rank missing ("monitored_barrier: rank
+ * 2 did not reach the barrier within 1.0 s"), or every one missing with
+ * wait_all_ranks; the other ranks return the same error (or, when rank 0
+ * itself does not come, "rank 0 did not answer").  Through the group's
+ * store, not its transport: a failure does not break the group, and it is
+ * not ordered with the group's queued operations.  DDP_ERR_UNSUPPORTED on
+ * a backend without a store (mpi). */
+DDP_API int ddp_pg_monitored_barrier(ddp_pg_t *pg, double timeout_s, int wait_all_ranks);
+
+/* Communication statistics: per operation and power-of-two size bucket,
+ * calls, bytes, time and the algorithm and bus bandwidths as nccl-tests
+ * define them, logged at level info through the log callback (stderr by
+ * default) whatever DDP_LOG_LEVEL says.  DDP_COMM_STATS=1 logs them for
+ * every group at its destruction. */
+DDP_API int ddp_pg_log_comm_stats(ddp_pg_t *pg);
+
+/* ------------------------------------------------------------------ */
 /* Asynchronous work                                                    */
 /* ------------------------------------------------------------------ */
 

@@ -34,6 +34,7 @@ static const ddp__env_var table[] = {
     /* rendezvous, security */
     STR("DDP_SECRET", 0, "shared secret that store clients and transport peers must prove"),
     PATH("DDP_SECRET_FILE", "file holding the shared secret (used when DDP_SECRET is unset)"),
+    PATH("DDP_ERROR_FILE", "set by ddprun per worker: where a failing program may write its error"),
     STR("DDP_STORE_BIND", 255, "address rank 0's TCPStore listens on (default: the URL's host)"),
     SECONDS("DDP_RENDEZVOUS_REPORT_S", 0, 1e6, "10",
             "seconds between a waiting rank's reports of who is missing (0: none)"),
@@ -90,6 +91,15 @@ static const ddp__env_var table[] = {
     STR("DDP_TCP_HOST", 255, "tcp: address this rank listens on (default: the host name's IPv4)"),
     SIZE("DDP_TCP_SOCKBUF", 0, 2147483647.0, "4194304",
          "tcp: SO_SNDBUF/SO_RCVBUF of the connections (0: kernel autotuning)"),
+    /* seeing what a job does (src/pg/trace.h) */
+    SIZE("DDP_TRACE_BUFFER", 0, 1e7, "2000",
+         "flight recorder: operations kept per process group (0: off)"),
+    PATH("DDP_TRACE_DIR", "flight recorder: every rank dumps to DIR/trace-rank<R>.json on a "
+                          "failure and at exit"),
+    WORD("DDP_DEBUG", "off", "info: more logs; detail: every collective's arguments checked "
+                             "across ranks, DDP's unused parameters and bucket order",
+         "off", "info", "detail"),
+    BOOL("DDP_COMM_STATS", "0", "1: each group logs its communication statistics at exit"),
     /* DDP */
     INT("DDP_TAIL_CHUNKS", 0, 1024, NULL,
         "DDP: the last weight gradient in N chunks (default: the options', 0: off)"),

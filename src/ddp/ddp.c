@@ -257,6 +257,7 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
     if (o.tail_chunks > 1)
         ddp_model_set_grad_chunk_hook(
             model, &(ddp_grad_chunk_hook){ddp__dp_on_chunk_plan, ddp__dp_on_chunk, dm});
+    ddp__dp_debug_layout(dm);
     ddp__tl_end(t0, "DDP create", "buckets", dm->layout.nbuckets);
     *out = dm;
     dm = NULL;
@@ -292,6 +293,7 @@ void ddp_data_parallel_destroy(ddp_data_parallel_t *dm)
     free(dm->params);
     free(dm->numel);
     free(dm->ready_order);
+    free(dm->debug_last);
     free(dm->order);
     free(dm->tl_launch);
     ddp__pg_release(dm->pg); /* last: the bucket memory above is the group's */

@@ -264,6 +264,7 @@ static int backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
         return rc;
     }
     DDP_TRY(wrc);
+    ddp__dp_debug_iteration(dm);
     /* The rebuild's broadcast comes first: every rank takes part in it,
      * whether or not it is about to report unused parameters. */
     if (ddp__dp_rebuild_due(dm))

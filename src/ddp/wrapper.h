@@ -66,6 +66,9 @@ struct ddp_data_parallel {
     int pieces_live;              /* launched as the chunks are computed */
     uint64_t *tl_launch;          /* (tl_nlaunch) timeline: each bucket's launch time, 0: none */
     int tl_nlaunch;
+    /* DDP_DEBUG=detail (debug.c): iterations so far, the last report */
+    unsigned long long debug_iter;
+    char *debug_last;
 };
 
 /* ---- ddp.c: the layout --------------------------------------------------- */
@@ -103,6 +106,13 @@ int ddp__dp_launch_pieces(ddp_data_parallel_t *dm, int upto);
 /* nn's chunk hook (nn.h rule 7), installed by create with tail_chunks. */
 int ddp__dp_on_chunk_plan(ddp_param *p, int64_t rows, void *user);
 int ddp__dp_on_chunk(ddp_param *p, int64_t row_begin, int64_t row_end, void *user);
+
+/* ---- debug.c (DDP_DEBUG) ------------------------------------------------- */
+/* info: logs the bucket layout. */
+void ddp__dp_debug_layout(const ddp_data_parallel_t *dm);
+/* detail: logs this iteration's unused parameters and bucket ready order
+ * when they differ from the last iteration's. */
+void ddp__dp_debug_iteration(ddp_data_parallel_t *dm);
 
 /* ---- join.c -------------------------------------------------------------- */
 /* The join protocol's part of a forward (when join is enabled): the "still

@@ -7,6 +7,8 @@
 /* Sets a backend option while the group is idle: "allreduce_algo"
  * (auto|ring|rd|direct), "chunk_bytes".  DDP_ERR_UNSUPPORTED if unknown. */
 int ddp__pg_set_option(ddp_pg_t *pg, const char *key, const char *value);
+/* DDP_DEBUG of the group: 0 off, 1 info, 2 detail (pg/debug.c). */
+int ddp__pg_debug_level(const ddp_pg_t *pg);
 /* The transport of a transport-backed group (tests inject bad frames). */
 struct ddp__tp *ddp__pg_transport(ddp_pg_t *pg);
 

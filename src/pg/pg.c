@@ -20,9 +20,9 @@
 /* Creation and destruction                                             */
 /* ------------------------------------------------------------------ */
 
-/* parent, ranks: a subgroup of parent's backend state (create_sub), or NULL. */
+/* parent, ranks: a subgroup of parent, or NULL for a world group. */
 static int pg_create(const char *backend, ddp_store_t *store, int owns_store, const char *prefix,
-                     int rank, int size, double timeout_s, void *parent, const int *ranks,
+                     int rank, int size, double timeout_s, ddp_pg_t *parent, const int *ranks,
                      ddp_pg_t **out)
 {
     int rc = 0;
@@ -46,13 +46,25 @@ static int pg_create(const char *backend, ddp_store_t *store, int owns_store, co
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv_work, NULL);
     pthread_cond_init(&pg->cv_done, NULL);
+    /* The recorder and DDP_DEBUG first: a bad value fails before anyone connects. */
+    DDP_TRY_OUT(ddp__trace_init(&pg->trace));
+    DDP_TRY_OUT(ddp__debug_init(pg));
+    pg->world = parent ? parent->world : pg;
+    pg->granks = malloc((size_t)size * sizeof *pg->granks);
+    DDP_FAIL_OUT(!pg->granks, DDP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < size; i++)
+        pg->granks[i] = parent ? parent->granks[ranks[i]] : i;
     if (parent && be->create_sub)
-        DDP_TRY_OUT(be->create_sub(parent, ranks, size, rank, pg->timeout_s, &pg->impl));
+        DDP_TRY_OUT(be->create_sub(parent->impl, ranks, size, rank, pg->timeout_s, &pg->impl));
     else
         DDP_TRY_OUT(be->create(store, prefix, rank, size, pg->timeout_s, &pg->impl));
     DDP_FAIL_OUT(pthread_create(&pg->thread, NULL, ddp__pg_comm_thread, pg) != 0, DDP_ERR_SYSTEM,
                  "cannot start the communication thread");
     pg->thread_started = 1;
+    ddp__trace_register(pg);
+    if (pg->debug >= DDP__DEBUG_INFO)
+        ddp__log(DDP_LOG_INFO, "DDP_DEBUG: group %s: rank %d of %d (world rank %d), backend %s",
+                 pg->prefix, rank, size, pg->granks[rank], be->name);
     *out = pg;
     pg = NULL;
 out:
@@ -105,11 +117,17 @@ static void pg_free(ddp_pg_t *pg)
         pthread_cond_broadcast(&pg->cv_work);
         pthread_mutex_unlock(&pg->mu);
         pthread_join(pg->thread, NULL); /* drains the queue: each op is bounded */
+        /* every operation done: the statistics and the recorder are final */
+        ddp__comm_stats_at_destroy(pg);
+        ddp__trace_at_destroy(pg);
+        ddp__trace_unregister(pg);
     }
     if (pg->impl)
         pg->be->destroy(pg->impl);
     if (pg->owns_store)
         ddp_store_destroy(pg->store);
+    ddp__trace_free(&pg->trace);
+    free(pg->granks);
     pthread_cond_destroy(&pg->cv_done);
     pthread_cond_destroy(&pg->cv_work);
     pthread_mutex_destroy(&pg->mu);
@@ -159,6 +177,15 @@ int ddp_pg_size(const ddp_pg_t *pg) { return pg ? pg->size : -1; }
 const char *ddp_pg_backend(const ddp_pg_t *pg) { return pg ? pg->be->name : NULL; }
 double ddp_pg_timeout(const ddp_pg_t *pg) { return pg ? pg->timeout_s : 0; }
 
+int ddp_pg_set_label(ddp_pg_t *pg, const char *label)
+{
+    DDP_FAIL_IF(!pg, DDP_ERR_INVALID_ARG, "set_label: NULL process group");
+    pthread_mutex_lock(&pg->mu);
+    snprintf(pg->label, sizeof pg->label, "%s", label ? label : "");
+    pthread_mutex_unlock(&pg->mu);
+    return 0;
+}
+
 int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out)
 {
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "new_group: NULL output");
@@ -181,7 +208,6 @@ int ddp_pg_new_group(ddp_pg_t *pg, const int *ranks, int n, ddp_pg_t **out)
         return 0;
     char prefix[256];
     snprintf(prefix, sizeof prefix, "%.200s/g%d", pg->prefix, id);
-    return pg_create(pg->be->name, pg->store, 0, prefix, me, n, pg->timeout_s, pg->impl, ranks,
-                     out);
+    return pg_create(pg->be->name, pg->store, 0, prefix, me, n, pg->timeout_s, pg, ranks, out);
 }
 

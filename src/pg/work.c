@@ -32,6 +32,7 @@ struct ddp_work {
     ddp_pg_t *pg;
     ddp__coll_args args;
     uint64_t seq;
+    uint64_t trace_id;   /* its flight-recorder record */
     int heap;            /* queued by an _async call (else on a waiter's stack) */
     atomic_int refs;     /* heap works: the user's and the queue's */
     atomic_int done;
@@ -47,11 +48,22 @@ struct ddp_work {
 
 static int is_collective(int kind) { return kind != DDP__SEND && kind != DDP__RECV; }
 
-/* Runs one operation on the executor thread; on failure aborts the backend
- * and returns the message in msg. */
-static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, char *msg)
+/* Runs one operation on the executor thread (record trace_id of the flight
+ * recorder, started at t0 when not 0); on failure aborts the backend and
+ * returns the message in msg, which also says where the flight recorder
+ * went (trace_dump.c). */
+static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, uint64_t trace_id,
+                   int64_t t0, char *msg)
 {
-    int rc = pg->be->run(pg->impl, a, seq, ddp_time_now() + pg->timeout_s);
+    if (!t0) /* queued: it starts now; else the caller's record said so */
+        t0 = ddp__trace_started(&pg->trace, trace_id);
+    double deadline = ddp_time_now() + pg->timeout_s;
+    int rc = 0;
+    if (pg->debug == DDP__DEBUG_DETAIL && is_collective(a->kind))
+        rc = ddp__debug_check(pg, a, seq, deadline);
+    if (rc == 0)
+        rc = pg->be->run(pg->impl, a, seq, deadline);
+    ddp__trace_finished(&pg->trace, trace_id, a, pg->size, t0, rc);
     if (rc < 0) {
         if (is_collective(a->kind))
             ddp__error_context(rc, "%s #%llu (%zu x %s) on rank %d", ddp__coll_name(a->kind),
@@ -62,6 +74,7 @@ static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, char *ms
                                a->peer, a->tag, pg->rank);
         snprintf(msg, MSG_LEN, "%s", ddp_last_error());
         pg->be->abort(pg->impl, rc, msg);
+        ddp__trace_on_failure(pg, msg, MSG_LEN);
     }
     return rc;
 }
@@ -120,7 +133,9 @@ void *ddp__pg_comm_thread(void *arg)
         int rc = broken_error(pg, msg), broken = rc != 0;
         pthread_mutex_unlock(&pg->mu);
         if (!broken)
-            rc = execute(pg, &w->args, w->seq, msg);
+            rc = execute(pg, &w->args, w->seq, w->trace_id, 0, msg);
+        else /* never ran: the record says failed, not queued forever */
+            ddp__trace_finished(&pg->trace, w->trace_id, &w->args, pg->size, 0, rc);
         pthread_mutex_lock(&pg->mu);
         if (rc < 0 && !broken)
             mark_broken(pg, rc, msg);
@@ -170,6 +185,7 @@ int ddp__pg_submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
             return DDP_ERROR(rc, "%s", msg);
         }
         w->seq = is_collective(a->kind) ? pg->next_seq++ : 0;
+        w->trace_id = ddp__trace_queued(&pg->trace, a, w->seq, pg->label, 0, NULL);
         enqueue(pg, w);
         pthread_mutex_unlock(&pg->mu);
         *work = w;
@@ -186,8 +202,10 @@ int ddp__pg_submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
     if (!pg->head && !pg->busy) {
         /* Idle: run here, on the caller's thread. */
         pg->busy = 1;
+        int64_t t0 = 0;
+        uint64_t trace_id = ddp__trace_queued(&pg->trace, a, seq, pg->label, 1, &t0);
         pthread_mutex_unlock(&pg->mu);
-        rc = execute(pg, a, seq, msg);
+        rc = execute(pg, a, seq, trace_id, t0, msg);
         pthread_mutex_lock(&pg->mu);
         if (rc < 0)
             mark_broken(pg, rc, msg);
@@ -202,6 +220,7 @@ int ddp__pg_submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work)
     w.pg = pg;
     w.args = *a;
     w.seq = seq;
+    w.trace_id = ddp__trace_queued(&pg->trace, a, seq, pg->label, 0, NULL);
     atomic_init(&w.refs, 1);
     atomic_init(&w.done, 0);
     enqueue(pg, &w);

@@ -4,14 +4,17 @@
 #include "transport/handshake.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/sha256.h"
 #include "base/sock.h"
+#include "base/time.h"
 
 enum { HS_HELLO = 1, HS_CHALLENGE = 2, HS_AUTH = 3, HS_WELCOME = 4 };
 enum {
@@ -27,6 +30,8 @@ enum {
 #define CHALLENGE_LEN (12 + 32 + 32)
 #define AUTH_LEN (12 + 32)
 #define WELCOME_LEN 12
+_Static_assert(HELLO_LEN <= DDP__HS_MSG_MAX && CHALLENGE_LEN <= DDP__HS_MSG_MAX,
+               "ddp__hs_srv's buffers hold every message");
 
 static const char *status_text(uint32_t st)
 {
@@ -130,60 +135,196 @@ int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, co
 }
 
 /* Best effort: tell the client why before closing (it helps a genuine but
- * misconfigured rank; a stranger learns nothing it could use). */
-static void refuse(int fd, int type, uint32_t st, double deadline)
+ * misconfigured rank; a stranger learns nothing it could use).  One
+ * non-blocking send: the message is small and the socket's buffer holds
+ * at most our earlier messages, so it fits; if not, the client is not
+ * waiting for it anyway. */
+static void refuse(int fd, int type, uint32_t st)
 {
     uint8_t msg[CHALLENGE_LEN];
     memset(msg, 0, sizeof msg);
     put_head(msg, type, st);
-    int rc = ddp__sock_send_all(fd, msg, type == HS_CHALLENGE ? CHALLENGE_LEN : WELCOME_LEN,
-                                 deadline, "refused client");
-    (void)rc;
+    ssize_t n = send(fd, msg, type == HS_CHALLENGE ? CHALLENGE_LEN : WELCOME_LEN,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
 }
 
-int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connected,
-                   double deadline, const char *what, int *peer)
+/* The server's steps: read HELLO, write CHALLENGE, read AUTH, write WELCOME. */
+enum { SS_HELLO, SS_CHALLENGE, SS_AUTH, SS_WELCOME, SS_DONE };
+
+static size_t step_len(int step)
 {
-    uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
-    uint8_t mac[DDP__SHA256_LEN];
+    static const size_t len[] = {HELLO_LEN, CHALLENGE_LEN, AUTH_LEN, WELCOME_LEN, 0};
+    return len[step];
+}
+
+void ddp__hs_srv_init(ddp__hs_srv *s, int fd)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = fd;
+    s->step = SS_HELLO;
+    s->peer = -1;
+}
+
+short ddp__hs_srv_events(const ddp__hs_srv *s)
+{
+    return s->step == SS_CHALLENGE || s->step == SS_WELCOME ? POLLOUT : POLLIN;
+}
+
+int ddp__hs_srv_timeout(const ddp__hs_srv *s, double waited, const char *what)
+{
+    static const char *const name[] = {"HELLO", "CHALLENGE", "AUTH", "WELCOME", "-"};
+    return DDP_ERROR(DDP_ERR_TIMEOUT,
+                     "%s: no handshake within %.1f s (%zu bytes received, stuck at %s)", what,
+                     waited, s->got, name[s->step]);
+}
+
+/* Moves the bytes of the current message without waiting: 1 when it is
+ * whole, 0 when the socket would block (EINTR retried here), < 0 failed. */
+static int move(ddp__hs_srv *s, uint8_t *buf, const char *what)
+{
+    int out = s->step == SS_CHALLENGE || s->step == SS_WELCOME;
+    size_t len = step_len(s->step);
+    while (s->off < len) {
+        ssize_t n = out ? send(s->fd, buf + s->off, len - s->off, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(s->fd, buf + s->off, len - s->off, MSG_DONTWAIT);
+        if (n > 0) {
+            s->off += (size_t)n;
+            s->got += out ? 0 : (size_t)n;
+            continue;
+        }
+        if (n == 0 && !out && s->step == SS_AUTH) /* a rank's client checks our proof first */
+            return DDP_ERROR(DDP_ERR_CONNECTION,
+                             "%s (claiming rank %d): closed after our CHALLENGE: it did not "
+                             "accept our proof (is DDP_SECRET the same everywhere?)",
+                             what, s->peer);
+        if (n == 0 && !out)
+            return DDP_ERROR(DDP_ERR_CONNECTION,
+                             "%s: connection closed during the handshake (%zu bytes received)",
+                             what, s->got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        return DDP_ERROR_ERRNO(DDP_ERR_CONNECTION, errno, "%s: %s", what, out ? "send" : "recv");
+    }
+    s->off = 0;
+    s->step++;
+    return 1;
+}
+
+/* The checks of a whole HELLO; the answer (CHALLENGE) goes into s->msg. */
+static int take_hello(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned char *connected,
+                      const char *what)
+{
+    const uint8_t *hello = s->hello;
     int version_bad = 0;
-    DDP_TRY(ddp__sock_recv_all(fd, hello, sizeof hello, deadline, what));
     int rc = check_head(hello, HS_HELLO, what, &version_bad);
     if (rc < 0) {
         if (version_bad)
-            refuse(fd, HS_CHALLENGE, ST_BAD_VERSION, deadline);
+            refuse(s->fd, HS_CHALLENGE, ST_BAD_VERSION);
         return rc;
     }
     uint32_t size = get32(hello + 12), src = get32(hello + 16), dst = get32(hello + 20);
     if (memcmp(hello + 28, ctx->group_id, DDP__HS_ID_LEN) != 0) {
-        refuse(fd, HS_CHALLENGE, ST_BAD_GROUP, deadline);
+        refuse(s->fd, HS_CHALLENGE, ST_BAD_GROUP);
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: handshake from another job or group", what);
     }
     if (size != (uint32_t)ctx->size || dst != (uint32_t)ctx->rank || src >= (uint32_t)ctx->rank) {
-        refuse(fd, HS_CHALLENGE, ST_BAD_RANK, deadline);
+        refuse(s->fd, HS_CHALLENGE, ST_BAD_RANK);
         return DDP_ERROR(DDP_ERR_PROTOCOL,
                          "%s: handshake claims rank %u of %u calling rank %u; this is rank %d of "
                          "%d (only lower ranks connect)",
                          what, src, size, dst, ctx->rank, ctx->size);
     }
     if (connected[src]) {
-        refuse(fd, HS_CHALLENGE, ST_DUPLICATE, deadline);
+        refuse(s->fd, HS_CHALLENGE, ST_DUPLICATE);
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: rank %u is already connected", what, src);
     }
+    s->peer = (int)src;
+    uint8_t *chal = s->msg;
     put_head(chal, HS_CHALLENGE, ST_OK);
     DDP_TRY(ddp__random_bytes(chal + 12, 32));
     compute_mac(ctx, "ddp-srv", hello, chal + 12, chal + 12 + 32);
-    DDP_TRY(ddp__sock_send_all(fd, chal, sizeof chal, deadline, what));
-
-    DDP_TRY(ddp__sock_recv_all(fd, auth, sizeof auth, deadline, what));
-    DDP_TRY(check_head(auth, HS_AUTH, what, NULL));
-    compute_mac(ctx, "ddp-cli", hello, chal + 12, mac);
-    if (!ddp__ct_equal(mac, auth + 12, sizeof mac)) {
-        refuse(fd, HS_WELCOME, ST_BAD_AUTH, deadline);
-        return DDP_ERROR(DDP_ERR_AUTH, "%s (claiming rank %u): wrong shared secret", what, src);
-    }
-    put_head(welcome, HS_WELCOME, ST_OK);
-    DDP_TRY(ddp__sock_send_all(fd, welcome, sizeof welcome, deadline, what));
-    *peer = (int)src;
     return 0;
+}
+
+/* The checks of AUTH (in s->msg) against the HELLO and our CHALLENGE's
+ * nonce; the answer (WELCOME) goes into s->msg. */
+static int take_auth(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned char *connected,
+                     const uint8_t *nonce_s, const char *what)
+{
+    uint8_t mac[DDP__SHA256_LEN];
+    DDP_TRY(check_head(s->msg, HS_AUTH, what, NULL));
+    compute_mac(ctx, "ddp-cli", s->hello, nonce_s, mac);
+    if (!ddp__ct_equal(mac, s->msg + 12, sizeof mac)) {
+        refuse(s->fd, HS_WELCOME, ST_BAD_AUTH);
+        return DDP_ERROR(DDP_ERR_AUTH, "%s (claiming rank %d): wrong shared secret", what,
+                         s->peer);
+    }
+    if (connected[s->peer]) { /* another connection of that rank finished first */
+        refuse(s->fd, HS_WELCOME, ST_DUPLICATE);
+        return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: rank %d is already connected", what, s->peer);
+    }
+    put_head(s->msg, HS_WELCOME, ST_OK);
+    return 0;
+}
+
+int ddp__hs_srv_step(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned char *connected,
+                     const char *what)
+{
+    for (;;) {
+        switch (s->step) {
+        case SS_HELLO: {
+            int rc = move(s, s->hello, what);
+            /* Garbage is refused on its first bytes, not after HELLO_LEN. */
+            if (rc == 0 && s->off >= 4 && get32(s->hello) != DDP__HS_MAGIC)
+                return check_head(s->hello, HS_HELLO, what, NULL);
+            if (rc <= 0)
+                return rc;
+            DDP_TRY(take_hello(s, ctx, connected, what));
+            memcpy(s->nonce, s->msg + 12, 32); /* s->msg is reused for AUTH */
+            break;
+        }
+        case SS_CHALLENGE:
+        case SS_WELCOME: {
+            int rc = move(s, s->msg, what);
+            if (rc <= 0)
+                return rc;
+            if (s->step == SS_DONE)
+                return 1;
+            break;
+        }
+        case SS_AUTH: {
+            int rc = move(s, s->msg, what);
+            if (rc <= 0)
+                return rc;
+            DDP_TRY(take_auth(s, ctx, connected, s->nonce, what));
+            break;
+        }
+        default: return 1;
+        }
+    }
+}
+
+int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connected,
+                   double deadline, const char *what, int *peer)
+{
+    ddp__hs_srv s;
+    ddp__hs_srv_init(&s, fd);
+    double start = ddp_time_now();
+    for (;;) {
+        int rc = ddp__hs_srv_step(&s, ctx, connected, what);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            *peer = s.peer;
+            return 0;
+        }
+        double left = deadline - ddp_time_now();
+        if (left <= 0)
+            return ddp__hs_srv_timeout(&s, ddp_time_now() - start, what);
+        struct pollfd pf = {.fd = fd, .events = ddp__hs_srv_events(&s)};
+        (void)poll(&pf, 1, (int)(left * 1000) + 1);
+    }
 }

@@ -31,8 +31,37 @@ typedef struct ddp__hs_ctx {
 int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what);
 /* Server side: reads a HELLO and runs the exchange.  On success *peer is the
  * client's rank; a rank whose bit in connected[] is set is refused (joined
- * twice).  Failures return a negative code with the reason in the message. */
+ * twice).  Failures return a negative code with the reason in the message.
+ * (A blocking loop over ddp__hs_srv_step.) */
 int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connected,
                    double deadline, const char *what, int *peer);
+
+/* The server side as a non-blocking state machine, so that a rank can run
+ * many handshakes at once (transport/accept.c) and a silent or slow
+ * connection holds up nobody but itself.  The struct is the caller's; its
+ * fields are private to handshake.c. */
+#define DDP__HS_MSG_MAX 92 /* the longest message (HELLO) */
+typedef struct ddp__hs_srv {
+    int fd;    /* borrowed: the caller closes it */
+    int step;  /* which message is being read or written */
+    size_t off; /* bytes of it moved so far */
+    size_t got; /* bytes received in all */
+    uint8_t hello[DDP__HS_MSG_MAX], msg[DDP__HS_MSG_MAX];
+    uint8_t nonce[32]; /* ours, from the CHALLENGE */
+    int peer;  /* the client's claimed rank, once its HELLO was checked; -1 before */
+} ddp__hs_srv;
+
+void ddp__hs_srv_init(ddp__hs_srv *s, int fd);
+/* Moves the exchange on as far as the socket allows without waiting:
+ * 1 done (s->peer is the client's rank), 0 waiting for the socket (poll it
+ * for ddp__hs_srv_events), < 0 failed (the client was told why, when it
+ * deserves an answer; the message says what was wrong).  connected[] as for
+ * ddp__hs_server; it is checked again when the exchange completes. */
+int ddp__hs_srv_step(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned char *connected,
+                     const char *what);
+short ddp__hs_srv_events(const ddp__hs_srv *s); /* POLLIN or POLLOUT */
+/* Sets the error of a handshake that did not finish in time; returns
+ * DDP_ERR_TIMEOUT. */
+int ddp__hs_srv_timeout(const ddp__hs_srv *s, double waited, const char *what);
 
 #endif

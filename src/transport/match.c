@@ -246,6 +246,7 @@ int ddp__match_irecv(ddp__match *m, ddp__req *r)
                 return ddp__match_fail_all(m, len_mismatch(m, p, r->tag, p->rx_len, r->len));
             }
             p->rx_req = r;
+            p->rx_cap = r->len;
             p->rx = DDP__RX_BODY;
             return 0;
         }
@@ -285,8 +286,9 @@ static ddp__req *take_posted(ddp__match_peer *p, uint64_t tag)
 
 int ddp__match_buffer(ddp__match *m, ddp__match_peer *p)
 {
+    size_t cap = m->ops->grow && p->rx_len > DDP__MATCH_CHUNK ? DDP__MATCH_CHUNK : p->rx_len;
     ddp__match_unexp *u = calloc(1, sizeof *u);
-    uint8_t *data = malloc(p->rx_len ? p->rx_len : 1);
+    uint8_t *data = malloc(cap ? cap : 1);
     if (!u || !data) {
         free(u);
         free(data);
@@ -301,7 +303,25 @@ int ddp__match_buffer(ddp__match *m, ddp__match_peer *p)
     m->stats.copied_bytes += p->rx_len;
     p->rx_ux = u;
     p->rx_req = NULL;
+    p->rx_cap = cap;
     p->rx = DDP__RX_BODY;
+    return 0;
+}
+
+int ddp__match_grow(ddp__match *m, ddp__match_peer *p)
+{
+    size_t cap = p->rx_cap * 2;
+    if (cap > p->rx_len || cap < p->rx_cap)
+        cap = p->rx_len;
+    uint8_t *data = realloc(p->rx_ux->data, cap);
+    if (!data) {
+        ddp__match_down(m, p, DDP__PEER_DEAD,
+                        "out of memory buffering a %zu-byte message (%zu bytes in)", p->rx_len,
+                        p->rx_off);
+        return -1;
+    }
+    p->rx_ux->data = data;
+    p->rx_cap = cap;
     return 0;
 }
 
@@ -317,6 +337,7 @@ int ddp__match_arrive(ddp__match *m, ddp__match_peer *p, uint64_t tag, size_t le
             return len_mismatch(m, p, tag, len, r->len);
         }
         p->rx_req = r;
+        p->rx_cap = len;
         p->rx = DDP__RX_BODY;
         return 0;
     }

@@ -19,7 +19,8 @@
  * - A message that arrives before its receive (ddp__match_arrive finds no
  *   posted receive) is copied into a malloc'ed unexpected buffer when it is
  *   small (at most DDP__MATCH_EAGER bytes) or when a receive posted on the
- *   same peer sits behind it; a larger one is held: the transport stops
+ *   same peer sits behind it (tcp: the buffer grows with the bytes that
+ *   arrive, never to a header's claimed length at once); a larger one is held: the transport stops
  *   reading that peer (the bytes stay in the kernel's socket buffer, or in
  *   the ring, and the sender is backed up) until its receive is posted, so
  *   that a fast peer's next chunk never costs a copy.  A receive posted
@@ -58,6 +59,7 @@
 #include "transport/transport.h"
 
 #define DDP__MATCH_EAGER (64u << 10) /* unexpected messages up to this are copied at once */
+#define DDP__MATCH_CHUNK (1u << 20)  /* first piece of a growing unexpected buffer */
 #define DDP__MATCH_WHAT 300          /* "rank 3 (10.0.0.4:29500)" */
 #define DDP__MATCH_REASON 1100       /* bytes of a peer's reason, at most */
 #define DDP__MATCH_WHY (DDP__MATCH_WHAT + 8 + DDP__MATCH_REASON) /* what, sep, reason */
@@ -89,6 +91,7 @@ typedef struct ddp__match_peer {
     int rx;                      /* DDP__RX_* */
     uint64_t rx_tag;
     size_t rx_len, rx_off;       /* rx_off: the transport's count of bytes moved */
+    size_t rx_cap;               /* bytes of the destination there are (see grow) */
     ddp__req *rx_req;            /* BODY: into this receive ... */
     ddp__match_unexp *rx_ux;     /* ... or into this unexpected buffer */
 } ddp__match_peer;
@@ -106,6 +109,12 @@ typedef struct ddp__match_ops {
     const char *sep;     /* between a peer's what and its reason: ": " or " " */
     size_t reason_max;   /* bytes of a peer's reason kept, with the NUL */
     const char *aborted; /* a peer's reason once this rank gave up */
+    /* Unexpected buffers grow as the bytes come (ddp__match_grow) instead of
+     * taking the length a header claims at once: for a transport whose
+     * frames come from a socket, where a broken or hostile peer's header
+     * must not cost gigabytes before its bytes arrive.  (shm: 0; its peers
+     * share our memory, and it reads a message whole.) */
+    int grow;
     /* This rank gives up (before its live peers are taken down): tell them. */
     void (*give_up)(ddp__match *m, const char *why);
     /* p was taken out of service (may be NULL): release what is held for it. */
@@ -162,8 +171,13 @@ int ddp__match_irecv(ddp__match *m, ddp__req *r);
  * mismatch, out of memory). */
 int ddp__match_arrive(ddp__match *m, ddp__match_peer *p, uint64_t tag, size_t len);
 /* The message in progress goes into a fresh unexpected buffer (rx_ux,
- * BODY); 0, or < 0 with the peer down (out of memory). */
+ * BODY); 0, or < 0 with the peer down (out of memory).  With ops->grow the
+ * buffer holds at most DDP__MATCH_CHUNK bytes at first (rx_cap). */
 int ddp__match_buffer(ddp__match *m, ddp__match_peer *p);
+/* rx_off reached rx_cap before rx_len: the unexpected buffer doubles (at
+ * most to rx_len), so that what is allocated stays within twice what
+ * arrived.  0, or < 0 with the peer down (out of memory). */
+int ddp__match_grow(ddp__match *m, ddp__match_peer *p);
 /* The message in progress is whole: its receive completes, or it is
  * delivered to one posted meanwhile, or it joins the unexpected ones. */
 void ddp__match_done(ddp__match *m, ddp__match_peer *p);

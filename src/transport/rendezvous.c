@@ -75,6 +75,23 @@ static int take_record(ddp__rdzv_rec *recs, int r, int rank, int size, void *val
     return 0;
 }
 
+/* The store failed while ranks were missing (its host exited, say, after
+ * giving up on them): the error names who never came, as the timeout on
+ * the store's host does, not just the key being read. */
+static int store_failed(int rc, const unsigned char *missing, int rank, int size, int left,
+                        const char *prefix, double waited)
+{
+    char who[256];
+    ddp__format_ranks(who, sizeof who, missing, size);
+    return ddp__error_context(rc,
+                              "rank %d: rendezvous '%s' waiting for %s (%d of %d joined, %.1f s): "
+                              "%s",
+                              rank, prefix, who, size - left, size, waited,
+                              rc == DDP_ERR_CONNECTION
+                                  ? "the store went away (did its host give up or exit?)"
+                                  : "the store failed");
+}
+
 int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int size,
                        const void *rec, size_t len, double timeout_s, ddp__rdzv_rec *recs)
 {
@@ -119,12 +136,17 @@ int ddp__rdzv_exchange(ddp_store_t *store, const char *prefix, int rank, int siz
             snprintf(key, sizeof key, "%s/rank/%d", prefix, r);
             const char *keys[1] = {key};
             int exists = 0;
-            DDP_TRY_OUT(ddp_store_check(store, keys, 1, &exists));
-            if (!exists)
-                continue;
             void *val = NULL;
             size_t vlen = 0;
-            DDP_TRY_OUT(ddp_store_get(store, key, &val, &vlen));
+            rc = ddp_store_check(store, keys, 1, &exists);
+            if (rc == 0 && exists)
+                rc = ddp_store_get(store, key, &val, &vlen);
+            if (rc < 0) {
+                rc = store_failed(rc, missing, rank, size, left, prefix, ddp_time_now() - start);
+                goto out;
+            }
+            if (!exists)
+                continue;
             DDP_TRY_OUT(take_record(recs, r, rank, size, val, vlen));
             missing[r] = 0;
             left--;

@@ -10,16 +10,28 @@
  *                    holding stdout and stderr, and exits 0
  *   runid DIR        writes TORCHELASTIC_RUN_ID to DIR/runid.RANK, exit 0
  *   allreduce DIR S  joins the job's process group (env://), writes
- *                    DIR/joined.RANK, waits S seconds, all-reduces rank + 1
+ *                    DIR/joined.RANK, waits S seconds (S "go": until DIR/go
+ *                    exists, at most 30 s), all-reduces rank + 1
  *                    and writes the sum to DIR/sum.RANK; a failure is one
  *                    line on stderr and exit 1
+ *   secret DIR       writes DIR/secret.RANK: DDP_SECRET_FILE, that file's
+ *                    mode and bytes, and whether DDP_SECRET is set; exit 0
+ *   out              "out RANK" to stdout, "err RANK" to stderr, exit 0
+ *   errlines         stderr: a progress line, an error, a cleanup line; exit 4
+ *   errfile MSG      writes MSG to DDP_ERROR_FILE, then noise to stderr; exit 3
+ *   signals DIR      records each SIGUSR1 ("USR1") and SIGTERM/SIGINT
+ *                    ("TERM"/"INT", then exit 0) in DIR/signals.RANK after
+ *                    writing DIR/ready.RANK; waits up to 30 s
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "ddp.h"
 
 static int env_int(const char *name)
@@ -39,6 +51,64 @@ static void write_file(const char *dir, const char *what, int rank, const char *
     fputs(text, f);
     fclose(f);
     rename(tmp, path); /* the test sees whole files only */
+}
+
+/* DDP_* variables through libddp's table, as programs read them. */
+static const char *ddp_var(const char *name)
+{
+    const char *v = NULL;
+    if (ddp__env_string(name, &v) < 0)
+        exit(91);
+    return v && *v ? v : NULL;
+}
+
+static void report_secret(const char *dir, int rank)
+{
+    char text[2048], secret[256] = "";
+    const char *path = ddp_var("DDP_SECRET_FILE");
+    struct stat st;
+    int mode = path && stat(path, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (f) {
+        if (!fgets(secret, sizeof secret, f))
+            secret[0] = '\0';
+        secret[strcspn(secret, "\n")] = '\0';
+        fclose(f);
+    }
+    snprintf(text, sizeof text, "file=%s\nmode=%o\nsecret=%s\nenv=%s\n", path ? path : "",
+             mode < 0 ? 0 : mode, secret, ddp_var("DDP_SECRET") ? "set" : "unset");
+    write_file(dir, "secret", rank, text);
+}
+
+/* Signal handlers append to one file opened before them (write is
+ * async-signal-safe; stdio is not). */
+static int signals_fd = -1;
+
+static void on_signal(int sig)
+{
+    const char *what = sig == SIGUSR1 ? "USR1\n" : sig == SIGTERM ? "TERM\n" : "INT\n";
+    if (write(signals_fd, what, strlen(what)) < 0)
+        _exit(92);
+    if (sig != SIGUSR1)
+        _exit(0);
+}
+
+static int record_signals(const char *dir, int rank)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/signals.%d", dir, rank);
+    signals_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (signals_fd < 0)
+        return 93;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    snprintf(path, sizeof path, "%d\n", (int)getpid());
+    write_file(dir, "ready", rank, path);
+    for (int i = 0; i < 3000; i++)
+        usleep(10000); /* each signal cuts one sleep short */
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -111,7 +181,14 @@ int main(int argc, char **argv)
             return 1;
         }
         write_file(argv[2], "joined", rank, "ok\n");
-        usleep((useconds_t)(atof(argv[3]) * 1e6));
+        if (!strcmp(argv[3], "go")) { /* until the test says (at most 30 s) */
+            char go[4200];
+            snprintf(go, sizeof go, "%s/go", argv[2]);
+            for (int i = 0; i < 3000 && access(go, F_OK) != 0; i++)
+                usleep(10000);
+        } else {
+            usleep((useconds_t)(atof(argv[3]) * 1e6));
+        }
         if (ddp_pg_all_reduce(pg, &x, 1, DDP_INT32, DDP_SUM) < 0 || ddp_pg_barrier(pg) < 0) {
             fprintf(stderr, "all_reduce: %s\n", ddp_last_error());
             return 1;
@@ -121,6 +198,32 @@ int main(int argc, char **argv)
         ddp_destroy_process_group(pg);
         return 0;
     }
-    fprintf(stderr, "usage: ddprun_worker env|fail|sleep|flaky|spam|grandchild|allreduce ...\n");
+    if (argc == 3 && !strcmp(argv[1], "secret")) {
+        report_secret(argv[2], rank);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "out")) {
+        printf("out %d\n", rank);
+        fprintf(stderr, "err %d\n", rank);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "errlines")) {
+        fprintf(stderr, "step 1 done\nerror: the real cause\nshutting down\n");
+        return 4;
+    }
+    if (argc == 3 && !strcmp(argv[1], "errfile")) {
+        const char *path = ddp_var("DDP_ERROR_FILE");
+        FILE *f = path ? fopen(path, "w") : NULL;
+        if (!f)
+            return 94;
+        fprintf(f, "%s\n", argv[2]);
+        fclose(f);
+        fprintf(stderr, "fatal: noise on stderr\n");
+        return 3;
+    }
+    if (argc == 3 && !strcmp(argv[1], "signals"))
+        return record_signals(argv[2], rank);
+    fprintf(stderr, "usage: ddprun_worker env|fail|sleep|flaky|spam|grandchild|allreduce|secret|"
+                    "out|errlines|errfile|signals ...\n");
     return 2;
 }

@@ -134,6 +134,7 @@ const ddp__match_ops ddp__tcp_match_ops = {
     .sep = ": ",
     .reason_max = 200,
     .aborted = "this rank gave up after an error",
+    .grow = 1,
     .give_up = give_up,
     .down = conn_down,
 };
@@ -181,16 +182,21 @@ static int parse_header(tcp *t, peer *p)
  * the peer is gone). */
 static int rx_stalled(tcp *t, peer *p, ssize_t n)
 {
-    if (n == 0) {
-        ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD,
-                        "connection closed without goodbye (process died?)");
-        return 0;
-    }
-    if (errno == EINTR)
+    int err = errno;
+    if (n < 0 && err == EINTR)
         return 1;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
         return 0;
-    ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "recv: %s", strerror(errno));
+    /* Which message it broke off in tells a crash from a lying header. */
+    char in[96] = "";
+    if (p->m.rx == DDP__RX_BODY)
+        snprintf(in, sizeof in, ", %zu bytes into a %zu-byte message", p->m.rx_off,
+                 p->m.rx_len);
+    if (n == 0)
+        ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD,
+                        "connection closed without goodbye (process died?)%s", in);
+    else
+        ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "recv: %s%s", strerror(err), in);
     return 0;
 }
 
@@ -234,8 +240,13 @@ static void rx_progress(tcp *t, peer *p)
             continue;
         }
         uint8_t *dst = ddp__match_dst(mp);
-        size_t need = mp->rx_len - mp->rx_off;
+        size_t need = mp->rx_cap - mp->rx_off;
         if (need == 0) {
+            if (mp->rx_off < mp->rx_len) { /* an unexpected buffer grows with its bytes */
+                if (ddp__match_grow(&t->m, mp) < 0)
+                    return;
+                continue;
+            }
             ddp__match_done(&t->m, mp);
             if (p->st_hi == p->st_lo)
                 return; /* epoll says when more comes: saves a recv that would fail */

@@ -18,10 +18,9 @@
 #include "base/secret.h"
 #include "base/sock.h"
 #include "base/sha256.h"
+#include "transport/accept.h"
 #include "transport/handshake.h"
 #include "transport/rendezvous.h"
-
-#define HANDSHAKE_S 2.0                /* per-connection bound while accepting */
 
 void ddp__tcp_destroy(ddp__tp *tp)
 {
@@ -111,55 +110,28 @@ static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, 
     return 0;
 }
 
+/* Accepts every lower rank (their handshakes run concurrently, so that
+ * strangers on the port delay nobody: transport/accept.c). */
 static int accept_down(tcp *t, const ddp__hs_ctx *hs, int lfd, double deadline,
                        double timeout_s)
 {
-    int rc = 0, want = t->base.rank;
-    unsigned char *connected = calloc((size_t)t->base.size, 1);
-    DDP_FAIL_IF(!connected, DDP_ERR_NOMEM, "out of memory");
-    while (want > 0) {
-        int fd = -1;
-        char addr[80];
-        int got = ddp__sock_accept(lfd, deadline, &fd, addr, sizeof addr);
-        if (got < 0) {
-            rc = got;
-            goto out;
-        }
-        if (got == 0) {
-            unsigned char *missing = calloc((size_t)t->base.size, 1);
-            DDP_FAIL_OUT(!missing, DDP_ERR_NOMEM, "out of memory");
-            for (int r = 0; r < t->base.rank; r++)
-                missing[r] = !connected[r];
-            char who[200];
-            ddp__format_ranks(who, sizeof who, missing, t->base.size);
-            free(missing);
-            rc = DDP_ERROR(DDP_ERR_TIMEOUT, "%s did not connect to rank %d within %.1f s", who,
-                           t->base.rank, timeout_s);
-            goto out;
-        }
-        char what[128];
-        snprintf(what, sizeof what, "connection from %s", addr);
-        double hs_deadline = ddp_time_now() + HANDSHAKE_S;
-        int src = -1;
-        int hrc = ddp__hs_server(fd, hs, connected, hs_deadline < deadline ? hs_deadline : deadline,
-                                 what, &src);
-        if (hrc < 0) {
-            /* A stranger or a misconfigured rank: log it and go on waiting. */
-            DDP_WARN("tcp rank %d: rejected %s: %s", t->base.rank, what, ddp_last_error());
-            close(fd);
-            continue;
-        }
-        snprintf(t->peers[src].m.what, sizeof t->peers[src].m.what, "rank %d (%s)", src, addr);
-        rc = add_peer(t, src, fd);
-        if (rc < 0) {
-            close(fd);
-            goto out;
-        }
-        connected[src] = 1;
-        want--;
+    int rc = 0, rank = t->base.rank;
+    if (rank == 0)
+        return 0;
+    int *fds = calloc((size_t)rank, sizeof *fds);
+    char(*addrs)[DDP__ACCEPT_ADDR] = calloc((size_t)rank, sizeof *addrs);
+    DDP_FAIL_OUT(!fds || !addrs, DDP_ERR_NOMEM, "out of memory");
+    DDP_TRY_OUT(ddp__hs_accept(lfd, hs, deadline, timeout_s, fds, addrs));
+    for (int r = 0; r < rank; r++) {
+        snprintf(t->peers[r].m.what, sizeof t->peers[r].m.what, "rank %d (%s)", r, addrs[r]);
+        if (rc == 0)
+            rc = add_peer(t, r, fds[r]);
+        if (t->peers[r].fd != fds[r])
+            close(fds[r]); /* not handed over: add_peer failed here or before */
     }
 out:
-    free(connected);
+    free(fds);
+    free(addrs);
     return rc;
 }
 
@@ -205,7 +177,7 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     uint8_t nonce[16];
     DDP_TRY_OUT(ddp__sock_local_host(host, sizeof host));
     if (size > 1)
-        DDP_TRY_OUT(ddp__sock_listen(host, 0, 128, &lfd, &port));
+        DDP_TRY_OUT(ddp__sock_listen(host, 0, SOMAXCONN, &lfd, &port)); /* room for strangers */
     DDP_TRY_OUT(ddp__random_bytes(nonce, sizeof nonce));
     int n = snprintf(rec, sizeof rec, "%s %d ", host, port);
     for (int i = 0; i < 16; i++)

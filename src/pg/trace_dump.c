@@ -1,0 +1,379 @@
+/* Flight-recorder dumps: every group of a process written as one JSON file,
+ * DIR/trace-rank<R>.json (R: the rank in the world group), on a collective's
+ * failure and at teardown when DDP_TRACE_DIR is set, on SIGUSR1, and on
+ * request (ddp_pg_dump_trace).  tools/ddp-trace reads every rank's file.
+ *
+ * The registry.  A dump must reach every live group of the process, and
+ * SIGUSR1 names no group: so the groups are listed in one process-wide
+ * registry (like the logging sink, process state by nature), under its own
+ * mutex.  Lock order: registry, then a group's mu, then its recorder's.
+ *
+ * SIGUSR1.  A handler may call only async-signal-safe functions, and a job
+ * is usually dumped because it hangs: a comm thread stuck in a collective
+ * cannot act on a flag.  So the handler writes one byte to a pipe, and a
+ * watcher thread, blocked in read(2) on the other end, writes the dumps.
+ * The handler is installed at the first group whose recorder is on, only
+ * where SIGUSR1 still has its default action (a program's own handler, or
+ * SIG_IGN, is left alone), and the watcher stops when the last group goes
+ * (the handler then does nothing), so that destroying every group gives
+ * every thread and descriptor back; a forked child gets a pipe and watcher
+ * of its own at its first group. */
+#include <errno.h>
+#include <sched.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "pg/internal.h"
+#include "pg/pg_impl.h"
+
+/* Where SIGUSR1 and ddp_pg_dump_trace(pg, NULL) write without DDP_TRACE_DIR:
+ * beside the program, as a core file would be. */
+#define DEFAULT_DIR "ddp-trace"
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static ddp_pg_t *reg_head;
+static pid_t reg_pid;              /* the process reg_head's groups belong to */
+static pid_t watcher_pid;          /* the process whose watcher runs (0: none) */
+static pthread_t watcher_thread;
+static int watcher_running;
+static int pipe_rd = -1;
+static atomic_int pipe_wr = -1;    /* read by the handler */
+static atomic_int in_handler;      /* handlers running: the pipe is not closed under them */
+
+/* ------------------------------------------------------------------ */
+/* JSON                                                                 */
+/* ------------------------------------------------------------------ */
+
+/* A JSON string: quotes, backslashes and control characters escaped; bytes
+ * above 127 become '?', since a message may carry any bytes and a dump must
+ * stay valid UTF-8 for the strict reader (base/json.c). */
+static void put_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p >= 0x80 ? '?' : *p, f);
+    }
+    fputc('"', f);
+}
+
+static void put_entry(FILE *f, const ddp__trace_entry *e, int first)
+{
+    fprintf(f, "%s\n    {\"id\": %llu, \"seq\": %llu, \"op\": \"%s\", \"dtype\": \"%s\", "
+               "\"count\": %llu",
+            first ? "" : ",", (unsigned long long)e->id, (unsigned long long)e->seq,
+            ddp__coll_name(e->kind), ddp_dtype_name((ddp_dtype)e->dtype),
+            (unsigned long long)e->count);
+    if (ddp__op_has_root(e->kind))
+        fprintf(f, ", \"root\": %d", (int)e->root);
+    if (ddp__op_has_reduce(e->kind))
+        fprintf(f, ", \"reduce_op\": \"%s\"", ddp_reduce_op_name((ddp_reduce_op)e->op));
+    if (e->kind == DDP__SEND || e->kind == DDP__RECV)
+        fprintf(f, ", \"peer\": %d, \"tag\": %d", (int)e->peer, (int)e->tag);
+    fprintf(f, ", \"state\": \"%s\", \"queued_us\": %lld, \"started_us\": %lld, "
+               "\"done_us\": %lld",
+            ddp__trace_state_name(e->state), (long long)e->queued_us, (long long)e->started_us,
+            (long long)e->done_us);
+    if (e->state == DDP__TR_FAILED)
+        fprintf(f, ", \"error\": \"%s\"", ddp_err_name(e->rc));
+    if (e->label[0]) {
+        fputs(", \"label\": ", f);
+        put_str(f, e->label);
+    }
+    fputc('}', f);
+}
+
+/* One group's object; 0, or the copy's failure. */
+static int put_group(FILE *f, ddp_pg_t *g, int first)
+{
+    ddp__trace_entry *v;
+    size_t n;
+    DDP_TRY(ddp__trace_snapshot(&g->trace, &v, &n));
+    pthread_mutex_lock(&g->mu);
+    unsigned long long next_seq = (unsigned long long)g->next_seq;
+    int broken = g->broken;
+    char why[MSG_LEN];
+    snprintf(why, sizeof why, "%s", g->broken_msg);
+    pthread_mutex_unlock(&g->mu);
+    fprintf(f, "%s\n  {\"name\": ", first ? "" : ",");
+    put_str(f, g->prefix);
+    fprintf(f, ", \"backend\": \"%s\", \"rank\": %d, \"size\": %d, \"ranks\": [", g->be->name,
+            g->rank, g->size);
+    for (int i = 0; i < g->size; i++)
+        fprintf(f, "%s%d", i ? ", " : "", g->granks[i]);
+    fprintf(f, "], \"next_seq\": %llu, \"buffer\": %zu, \"broken\": ", next_seq, g->trace.cap);
+    if (broken)
+        put_str(f, why);
+    else
+        fputs("null", f);
+    fputs(", \"entries\": [", f);
+    for (size_t i = 0; i < n; i++)
+        put_entry(f, &v[i], i == 0);
+    fputs("]}", f);
+    free(v);
+    return 0;
+}
+
+/* Under reg_mu: world's dump (it and its subgroups) into dir; the path in
+ * path (len bytes).  Written to a temporary name and renamed, so a reader
+ * never sees half a file. */
+static int dump_world(ddp_pg_t *world, const char *dir, const char *reason, char *path,
+                      size_t len)
+{
+    int rc = 0;
+    char tmp[4200];
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot make folder %s", dir);
+    snprintf(path, len, "%s/trace-rank%d.json", dir, world->rank);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot write %s", tmp);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(f, "{\"format\": \"libddp-trace\", \"version\": 1, \"rank\": %d, \"world_size\": %d, "
+               "\"pid\": %ld, \"host\": ",
+            world->rank, world->size, (long)getpid());
+    put_str(f, host);
+    fprintf(f, ", \"time_us\": %lld, \"reason\": ",
+            (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+    put_str(f, reason);
+    fputs(", \"groups\": [", f);
+    int first = 1;
+    for (ddp_pg_t *g = reg_head; g && rc == 0; g = g->reg_next)
+        if (g->world == world) {
+            rc = put_group(f, g, first);
+            first = 0;
+        }
+    fputs("]}\n", f);
+    if (fclose(f) != 0 && rc == 0)
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot write %s", tmp);
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot rename %s", tmp);
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* DDP_TRACE_DIR, or NULL when unset (a bad value is logged and ignored: a
+ * dump must never fail the call that triggers it). */
+static const char *trace_dir(void)
+{
+    const char *dir = NULL;
+    if (ddp__env_string("DDP_TRACE_DIR", &dir) < 0)
+        DDP_WARN("%s", ddp_last_error());
+    return dir && *dir ? dir : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The registry and SIGUSR1                                             */
+/* ------------------------------------------------------------------ */
+
+/* Lock-free atomics and write(2) only: async-signal-safe. */
+static void on_sigusr1(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    atomic_fetch_add(&in_handler, 1);
+    int fd = atomic_load(&pipe_wr);
+    if (fd >= 0) {
+        char c = 1;
+        ssize_t r = write(fd, &c, 1); /* full pipe: a dump is pending anyway */
+        (void)r;
+    }
+    atomic_fetch_sub(&in_handler, 1);
+    errno = saved;
+}
+
+/* Every world group of the process, dumped. */
+static void dump_all(const char *reason)
+{
+    const char *dir = trace_dir();
+    char path[4096], saved[1024];
+    snprintf(saved, sizeof saved, "%s", ddp_last_error());
+    pthread_mutex_lock(&reg_mu);
+    for (ddp_pg_t *g = reg_head; g; g = g->reg_next)
+        if (g->world == g && g->trace.cap) {
+            if (dump_world(g, dir ? dir : DEFAULT_DIR, reason, path, sizeof path) == 0)
+                ddp__log(DDP_LOG_WARN, "flight recorder (%s): rank %d wrote %s", reason, g->rank,
+                         path);
+            else
+                ddp__log(DDP_LOG_WARN, "flight recorder (%s): %s", reason, ddp_last_error());
+        }
+    pthread_mutex_unlock(&reg_mu);
+    ddp__error_restore(saved);
+}
+
+static void *watcher(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[64];
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf); /* several signals: one dump */
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return NULL;
+        dump_all("SIGUSR1");
+    }
+}
+
+/* Under reg_mu, at the process's first group: the pipe, the watcher, the
+ * handler. */
+static void start_watcher(void)
+{
+    watcher_pid = getpid();
+    struct sigaction old;
+    if (sigaction(SIGUSR1, NULL, &old) < 0)
+        return;
+    int ours = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == on_sigusr1; /* forked */
+    if (!ours && ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL))
+        return; /* the program's own: left alone */
+    if (ours && pipe_rd >= 0) { /* a forked child's copy of its parent's pipe */
+        close(pipe_rd);
+        close(atomic_exchange(&pipe_wr, -1));
+        pipe_rd = -1;
+    }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return;
+    fcntl(fds[1], F_SETFL, O_NONBLOCK); /* the handler must never block */
+    if (pthread_create(&watcher_thread, NULL, watcher, (void *)(intptr_t)fds[0]) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return;
+    }
+    watcher_running = 1;
+    pipe_rd = fds[0];
+    atomic_store(&pipe_wr, fds[1]);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigusr1;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+void ddp__trace_register(ddp_pg_t *pg)
+{
+    pthread_mutex_lock(&reg_mu);
+    if (reg_pid != getpid()) { /* a forked child: its parent's groups are not its own */
+        reg_head = NULL;
+        reg_pid = getpid();
+        atomic_store(&in_handler, 0); /* nor its other threads' handlers */
+    }
+    if (pg->trace.cap && watcher_pid != getpid())
+        start_watcher();
+    pg->reg_next = reg_head;
+    reg_head = pg;
+    pthread_mutex_unlock(&reg_mu);
+}
+
+void ddp__trace_unregister(ddp_pg_t *pg)
+{
+    pthread_mutex_lock(&reg_mu);
+    for (ddp_pg_t **p = &reg_head; *p; p = &(*p)->reg_next)
+        if (*p == pg) {
+            *p = pg->reg_next;
+            break;
+        }
+    /* The last group: the watcher goes (joined outside the lock, which a
+     * dump in progress needs).  The handler stays, writing nowhere: a
+     * launcher that signals every worker must not kill one that has no
+     * group any more. */
+    int stop = !reg_head && watcher_running && watcher_pid == getpid();
+    int rd = -1, wr = -1;
+    pthread_t t = watcher_thread;
+    if (stop) {
+        wr = atomic_exchange(&pipe_wr, -1);
+        rd = pipe_rd;
+        pipe_rd = -1;
+        watcher_running = 0;
+        watcher_pid = 0;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    if (stop) {
+        /* A handler that read wr before the exchange may still write it:
+         * close it only once none runs (they take a few microseconds). */
+        while (atomic_load(&in_handler))
+            sched_yield();
+        close(wr); /* the watcher reads end of file */
+        pthread_join(t, NULL);
+        close(rd);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* When dumps are written                                               */
+/* ------------------------------------------------------------------ */
+
+void ddp__trace_on_failure(ddp_pg_t *pg, char *msg, size_t len)
+{
+    if (!pg->trace.cap)
+        return;
+    const char *dir = trace_dir();
+    size_t at = strlen(msg);
+    if (!dir) {
+        snprintf(msg + at, len - at, " (DDP_TRACE_DIR=DIR: every rank's flight recorder, "
+                                     "explained by ddp-trace DIR)");
+    } else {
+        char path[4096];
+        pthread_mutex_lock(&reg_mu);
+        int rc = dump_world(pg->world, dir, msg, path, sizeof path);
+        pthread_mutex_unlock(&reg_mu);
+        if (rc == 0)
+            snprintf(msg + at, len - at, " (flight recorder: %s; ddp-trace %s explains)", path,
+                     dir);
+        else
+            snprintf(msg + at, len - at, " (no flight recorder dump: %s)", ddp_last_error());
+    }
+    ddp__error_restore(msg); /* the caller's thread reports msg */
+}
+
+void ddp__trace_at_destroy(ddp_pg_t *pg)
+{
+    const char *dir = pg->world == pg && pg->trace.cap ? trace_dir() : NULL;
+    if (!dir)
+        return;
+    char path[4096], reason[MSG_LEN + 32];
+    pthread_mutex_lock(&pg->mu);
+    snprintf(reason, sizeof reason, "%s%s", pg->broken ? "destroyed after: " : "destroyed",
+             pg->broken ? pg->broken_msg : "");
+    pthread_mutex_unlock(&pg->mu);
+    pthread_mutex_lock(&reg_mu);
+    if (dump_world(pg, dir, reason, path, sizeof path) < 0)
+        DDP_WARN("%s", ddp_last_error());
+    pthread_mutex_unlock(&reg_mu);
+}
+
+int ddp_pg_dump_trace(ddp_pg_t *pg, const char *dir)
+{
+    DDP_FAIL_IF(!pg, DDP_ERR_INVALID_ARG, "dump_trace: NULL process group");
+    DDP_FAIL_IF(!pg->trace.cap, DDP_ERR_STATE,
+                "dump_trace: the flight recorder is off (DDP_TRACE_BUFFER=0)");
+    if (!dir)
+        dir = trace_dir();
+    char path[4096];
+    pthread_mutex_lock(&reg_mu);
+    int rc = dump_world(pg->world, dir ? dir : DEFAULT_DIR, "ddp_pg_dump_trace", path,
+                        sizeof path);
+    pthread_mutex_unlock(&reg_mu);
+    return rc;
+}
