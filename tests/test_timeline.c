@@ -416,9 +416,13 @@ static int user_child(const char *dir)
     if (ddp_timeline_begin("too deep") != DDP_ERR_STATE ||
         !strstr(ddp_last_error(), "spans nest deeper than 32 on this thread"))
         return 14;
-    for (int i = 0; i < DDP_TIMELINE_MAX_DEPTH; i++)
+    for (int i = 0; i < DDP_TIMELINE_MAX_DEPTH - 1; i++)
         if (ddp_timeline_end() < 0)
             return 15;
+    /* valid UTF-8 kept, a stray byte and a truncated sequence made '?' */
+    if (ddp_timeline_begin("\xc3\xa9t\xe9 \xff\xe2\x82") < 0 || ddp_timeline_end() < 0 ||
+        ddp_timeline_end() < 0)
+        return 15;
     pthread_t t[3];
     for (intptr_t i = 0; i < 3; i++)
         pthread_create(&t[i], NULL, user_thread, (void *)i);
@@ -428,7 +432,7 @@ static int user_child(const char *dir)
         if (rc)
             return 16;
     }
-    for (int i = 0; i < 70 - DDP_TIMELINE_MAX_DEPTH - 1; i++)
+    for (int i = 0; i < 70 - DDP_TIMELINE_MAX_DEPTH - 2; i++)
         if (ddp_timeline_begin("say \"hi\"\\\n") < 0 || ddp_timeline_end() < 0)
             return 17;
     return ddp_timeline_flush() < 0 ? 18 : 0;
@@ -453,9 +457,10 @@ static void test_user_spans_threads_and_cap(void **state)
     assert_int_equal(s.tids, 4);
     assert_int_equal(count_of(&s, "outer"), 60);
     assert_int_equal(count_of(&s, "inner"), 60);
-    /* main: 32 "deep", then 50 - 32 = 18 of 37 escaped names kept. */
+    /* main: 32 "deep", one UTF-8 test, then 50 - 33 = 17 of 36 escaped names kept. */
     assert_int_equal(count_of(&s, "deep"), 32);
-    assert_int_equal(count_of(&s, "say \"hi\"\\\n"), 18);
+    assert_int_equal(count_of(&s, "\xc3\xa9t? ???"), 1);
+    assert_int_equal(count_of(&s, "say \"hi\"\\\n"), 17);
     assert_non_null(s.dropped);
     assert_string_equal(s.dropped,
                         "timeline: 19 events dropped (cap 50 per thread, DDP_TIMELINE_MAX_EVENTS)");

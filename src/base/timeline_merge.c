@@ -19,16 +19,44 @@
 
 #define MAX_FILE_BYTES ((size_t)1 << 32)
 
+/* Bytes of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), or 0. */
+static int utf8_len(const unsigned char *p)
+{
+    int n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
+    if (n == 0 || p[0] > 0xF4)
+        return 0;
+    unsigned lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
+    unsigned hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (int i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped, valid
+ * UTF-8 kept, any other byte written as '?' (a span name may hold any
+ * bytes; the file must stay valid JSON text for Perfetto and base/json.c).
+ * pg/trace_dump.c has a twin (put_str) that turns every byte above 127 into
+ * '?': one of them should become base/json.c's writer. */
 void ddp__tl_put_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        int n;
         if (*p == '"' || *p == '\\')
             fprintf(f, "\\%c", *p);
         else if (*p < 0x20)
             fprintf(f, "\\u%04x", *p);
-        else
+        else if (*p < 0x80)
             fputc(*p, f);
+        else if ((n = utf8_len(p)) > 0) {
+            fwrite(p, 1, (size_t)n, f);
+            p += n - 1;
+        } else
+            fputc('?', f);
     }
     fputc('"', f);
 }
