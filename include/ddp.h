@@ -11,5 +11,6 @@
 #include "ddp/pg.h"
 #include "ddp/ddp.h"
 #include "ddp/progress.h"
+#include "ddp/timeline.h"
 
 #endif

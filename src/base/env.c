@@ -52,6 +52,10 @@ static const ddp__env_var table[] = {
          "size cap of that cache (least recently used entries out)"),
     WORD("DDP_LOG_LEVEL", "off", "log to stderr from this level (silent by default)", "off",
          "error", "warn", "info", "debug", "warning"),
+    PATH("DDP_TIMELINE_DIR",
+         "timeline: each rank writes DIR/timeline-rank<R>.json (Chrome trace; default: off)"),
+    INT("DDP_TIMELINE_MAX_EVENTS", 1, 1000000000, "262144",
+         "timeline: events kept per thread (48 bytes each); later ones are counted as dropped"),
     /* transport selection */
     WORD("DDP_TRANSPORT", "auto", "transport: auto (shm on one host, else tcp), tcp or shm",
          "auto", "tcp", "shm"),

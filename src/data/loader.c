@@ -33,6 +33,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/timeline.h"
 #include "data/idx_internal.h"
 
 #define ERR_BYTES 1024
@@ -101,10 +102,12 @@ static int build(ddp_loader_t *dl, size_t k, slot *s)
     size_t start = k * dl->o.batch_size;
     size_t n = dl->n_idx - start < dl->o.batch_size ? dl->n_idx - start : dl->o.batch_size;
     s->size = n;
+    uint64_t t0 = ddp__tl_begin();
     DDP_TRY(ddp_dataset_get_batch(dl->ds, dl->order + start, n, s->x, s->y64));
     if (s->y32)
         for (size_t i = 0; i < n; i++)
             s->y32[i] = (int32_t)s->y64[i];
+    ddp__tl_end(t0, "batch build", "batch", (int64_t)k);
     return 0;
 }
 
@@ -203,6 +206,7 @@ static void *worker_main(void *arg)
     struct sched_param sp = {.sched_priority = 0};
     pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 #endif
+    ddp__tl_name_thread("loader worker");
     pthread_mutex_lock(&dl->mu);
     for (;;) {
         while (!dl->stop && !claimable(dl)) {
@@ -456,6 +460,7 @@ static int build_here(ddp_loader_t *dl, size_t k, slot **out)
 int ddp_loader_next(ddp_loader_t *dl, ddp_batch *batch)
 {
     DDP_FAIL_IF(!dl || !batch, DDP_ERR_INVALID_ARG, "ddp_loader_next: NULL argument");
+    uint64_t t0 = ddp__tl_begin();
     pthread_mutex_lock(&dl->mu);
     int rc = 0;
     DDP_FAIL_OUT(!dl->active, DDP_ERR_STATE, "ddp_loader_next: call ddp_loader_epoch_begin "
@@ -502,5 +507,6 @@ int ddp_loader_next(ddp_loader_t *dl, ddp_batch *batch)
     rc = 1;
 out:
     pthread_mutex_unlock(&dl->mu);
+    ddp__tl_end(t0, "loader next", NULL, 0);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/timeline.h"
 #include "ddp/wrapper.h"
 
 /* "options|name (d0, d1);name (d0);..." (options, then parameters in
@@ -21,12 +22,12 @@ static char *describe_params(ddp_data_parallel_t *dm, size_t *len)
         return NULL;
     const ddp_data_parallel_options *o = &dm->opts;
     n += (size_t)snprintf(s, cap,
-                          "bucket_cap_mb %g, first_bucket_cap_mb %g, find_unused_parameters %d, "
-                          "rebuild_buckets %d, comm_hook %d, tail_chunks %d, "
-                          "tail_min_piece_mb %g|",
-                          o->bucket_cap_mb, o->first_bucket_cap_mb, o->find_unused_parameters,
-                          o->rebuild_buckets, (int)o->comm_hook, o->tail_chunks,
-                          o->tail_min_piece_mb);
+                          "timeline %d, bucket_cap_mb %g, first_bucket_cap_mb %g, "
+                          "find_unused_parameters %d, rebuild_buckets %d, comm_hook %d, "
+                          "tail_chunks %d, tail_min_piece_mb %g|",
+                          ddp__tl_enabled(), o->bucket_cap_mb, o->first_bucket_cap_mb,
+                          o->find_unused_parameters, o->rebuild_buckets, (int)o->comm_hook,
+                          o->tail_chunks, o->tail_min_piece_mb);
     for (int i = 0; i < dm->nparams; i++) {
         char shape[128];
         ddp_tensor t = {.ndim = dm->params[i]->ndim};

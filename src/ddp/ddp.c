@@ -25,6 +25,10 @@
 #include "base/alloc.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "base/host.h"
+#include "base/log.h"
+#include "base/sha256.h"
+#include "base/timeline.h"
 #include "ddp/wrapper.h"
 #include "pg/internal.h"
 
@@ -113,6 +117,7 @@ int ddp__dp_rebuild_buckets(ddp_data_parallel_t *dm)
     unsigned char *seen = calloc((size_t)dm->nparams + 1, 1);
     int rc = 0, n = 0;
     DDP_FAIL_OUT(!order || !seen, DDP_ERR_NOMEM, "DDP: out of memory");
+    uint64_t t0 = ddp__tl_begin();
     for (int i = 0; i < dm->nready; i++)
         if (!seen[dm->ready_order[i]]) {
             seen[dm->ready_order[i]] = 1;
@@ -125,6 +130,7 @@ int ddp__dp_rebuild_buckets(ddp_data_parallel_t *dm)
     if (memcmp(order, dm->order, (size_t)dm->nparams * sizeof *order) != 0)
         DDP_TRY_OUT(apply_layout(dm, order));
     dm->rebuilt = 1;
+    ddp__tl_end(t0, "rebuild buckets", "buckets", dm->layout.nbuckets);
 out:
     free(order);
     free(seen);
@@ -179,6 +185,30 @@ static int tail_chunks_from_env(ddp_data_parallel_options *o)
     return 0;
 }
 
+/* Timeline (base/timeline.h): this rank's clock's offset to rank 0's.
+ * Ranks of one host share CLOCK_MONOTONIC: offset 0.  Across hosts it is
+ * estimated from the moment each rank leaves a barrier, good to about one
+ * network latency.  Collective: with the timeline on, every rank runs it
+ * (the agreement check refuses a group where some rank has it off). */
+static int timeline_clock(ddp_data_parallel_t *dm)
+{
+    int size = ddp_pg_size(dm->pg), rc = 0;
+    char host[1024];
+    uint8_t h[DDP__SHA256_LEN];
+    int64_t mine[2], *all = calloc(2 * (size_t)size, sizeof *all);
+    DDP_FAIL_OUT(!all, DDP_ERR_NOMEM, "DDP: out of memory");
+    DDP_TRY_OUT(ddp__host_id(host, sizeof host));
+    ddp__sha256(host, strlen(host), h);
+    memcpy(&mine[1], h, sizeof mine[1]);
+    DDP_TRY_OUT(ddp_pg_barrier(dm->pg));
+    mine[0] = (int64_t)ddp__tl_clock_ns();
+    DDP_TRY_OUT(ddp_pg_all_gather(dm->pg, mine, all, 2, DDP_INT64));
+    ddp__tl_set_rank(ddp_pg_rank(dm->pg), all[1] == mine[1] ? 0 : mine[0] - all[0]);
+out:
+    free(all);
+    return rc;
+}
+
 int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
                              const ddp_data_parallel_options *opts, ddp_data_parallel_t **out)
 {
@@ -211,7 +241,10 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
         dm->numel[i] = dm->params[i]->numel;
         order[i] = dm->nparams - 1 - i;
     }
+    uint64_t t0 = ddp__tl_begin();
     DDP_TRY_OUT(ddp__dp_check_same_params(dm));
+    if (t0)
+        DDP_TRY_OUT(timeline_clock(dm));
     size_t n;
     float *block = ddp_model_param_block(model, &n);
     DDP_TRY_OUT(ddp_pg_broadcast(pg, block, n, DDP_FLOAT32, 0));
@@ -225,6 +258,7 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
         ddp_model_set_grad_chunk_hook(
             model, &(ddp_grad_chunk_hook){ddp__dp_on_chunk_plan, ddp__dp_on_chunk, dm});
     ddp__dp_debug_layout(dm);
+    ddp__tl_end(t0, "DDP create", "buckets", dm->layout.nbuckets);
     *out = dm;
     dm = NULL;
 out:
@@ -261,8 +295,11 @@ void ddp_data_parallel_destroy(ddp_data_parallel_t *dm)
     free(dm->ready_order);
     free(dm->debug_last);
     free(dm->order);
+    free(dm->tl_launch);
     ddp__pg_release(dm->pg); /* last: the bucket memory above is the group's */
     free(dm);
+    if (ddp_timeline_flush() < 0) /* a training program's natural end; exit writes it again */
+        DDP_WARN("%s", ddp_last_error());
 }
 
 int ddp_data_parallel_num_buckets(const ddp_data_parallel_t *dm) { return dm ? dm->layout.nbuckets : 0; }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/timeline.h"
 #include "ddp/wrapper.h"
 
 /* The join protocol's per-iteration all-reduce: each rank adds 1 if it
@@ -16,7 +17,9 @@ static int join_flag(ddp_data_parallel_t *dm, int active, int sync, int32_t *nac
                      int32_t *nsync)
 {
     int32_t total = (active ? 1 : 0) + (active && sync ? JOIN_SYNC : 0);
+    uint64_t t0 = ddp__tl_begin(); /* a rank ahead of the others waits here */
     DDP_TRY(ddp_pg_all_reduce(dm->pg, &total, 1, DDP_INT32, DDP_SUM));
+    ddp__tl_end(t0, "join allreduce", NULL, 0);
     *nactive = total % JOIN_SYNC;
     *nsync = total / JOIN_SYNC;
     return 0;
@@ -46,6 +49,7 @@ static int shadow_iteration(ddp_data_parallel_t *dm)
 {
     memset(dm->grads, 0, dm->layout.total_numel * sizeof(float));
     int rc = 0;
+    uint64_t t0 = ddp__tl_begin();
     for (int b = 0; b < dm->layout.nbuckets && rc == 0; b++)
         rc = ddp__dp_use_pieces(dm, b) ? ddp__dp_launch_pieces(dm, dm->npieces)
                                        : ddp__dp_launch_bucket(dm, b);
@@ -53,6 +57,7 @@ static int shadow_iteration(ddp_data_parallel_t *dm)
         rc = ddp__dp_reduce_deferred(dm);
     dm->deferred = 0;
     int wrc = ddp__dp_wait_buckets(dm, 1);
+    ddp__tl_end(t0, "join shadow iteration", NULL, 0);
     DDP_TRY(rc);
     DDP_TRY(wrc);
     dm->nready = 0; /* a joined rank's ready order means nothing */

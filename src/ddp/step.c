@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/dtype.h"
+#include "base/timeline.h"
 #include "ddp/wrapper.h"
 
 /* ==== reductions ========================================================== */
@@ -37,15 +38,44 @@ static int finish_builtin(ddp_data_parallel_t *dm, int b, float *data, size_t n)
     return 0;
 }
 
+/* Timeline: the launch's own span, and its time kept for the reduction's
+ * span, which ends when the wait sees it complete (the communication
+ * thread's own timing is pg/'s to record). */
+static void timeline_launched(ddp_data_parallel_t *dm, int b, uint64_t t0)
+{
+    ddp__tl_record(t0, "bucket launch", "bucket", b);
+    if (b >= dm->tl_nlaunch) {
+        int n = dm->layout.nbuckets > b ? dm->layout.nbuckets : b + 1;
+        uint64_t *more = realloc(dm->tl_launch, (size_t)n * sizeof *more);
+        if (!more)
+            return; /* the reduction's span is lost, nothing else */
+        memset(more + dm->tl_nlaunch, 0, (size_t)(n - dm->tl_nlaunch) * sizeof *more);
+        dm->tl_launch = more;
+        dm->tl_nlaunch = n;
+    }
+    dm->tl_launch[b] = t0;
+}
+
+static void timeline_completed(ddp_data_parallel_t *dm, int b)
+{
+    if (b < dm->tl_nlaunch && dm->tl_launch[b]) {
+        ddp__tl_record_async(dm->tl_launch[b], "bucket allreduce", "bucket", b);
+        dm->tl_launch[b] = 0;
+    }
+}
+
 int ddp__dp_launch_bucket(ddp_data_parallel_t *dm, int b)
 {
     float *data = dm->grads + dm->layout.bucket_start[b];
     size_t n = dm->layout.bucket_numel[b];
     dm->works[b] = NULL;
+    uint64_t t0 = ddp__tl_begin();
     int rc = dm->has_user_hook
                  ? dm->user_hook.launch(dm->user_hook.state, dm->pg, b, data, n, &dm->works[b])
                  : launch_builtin(dm, b, data, n, &dm->works[b]);
     dm->launched[b] = rc == 0;
+    if (t0)
+        timeline_launched(dm, b, t0);
     return rc;
 }
 
@@ -56,6 +86,8 @@ int ddp__dp_wait_buckets(ddp_data_parallel_t *dm, int finish)
 {
     int rc = 0;
     char first_msg[1024] = "";
+    uint64_t t_all = ddp__tl_begin(), t_pieces = t_all;
+    int waited = dm->pieces_launched > 0; /* the timeline shows waits for something only */
     for (int k = 0; k < dm->pieces_launched; k++) { /* the default hook: nothing to finish */
         if (!dm->piece_works[k])
             continue;
@@ -67,18 +99,25 @@ int ddp__dp_wait_buckets(ddp_data_parallel_t *dm, int finish)
             snprintf(first_msg, sizeof first_msg, "%s", ddp_last_error());
         }
     }
+    if (dm->pieces_launched)
+        ddp__tl_end(t_pieces, "wait tail pieces", "pieces", dm->pieces_launched);
     dm->pieces_launched = 0;
     dm->pieces_live = 0;
     for (int b = 0; b < dm->layout.nbuckets; b++) {
         if (!dm->launched[b])
             continue;
         dm->launched[b] = 0;
+        waited = 1;
         int r = 0;
         if (dm->works[b]) {
+            uint64_t t0 = ddp__tl_begin();
             r = ddp_work_wait(dm->works[b], ddp_pg_timeout(dm->pg));
             ddp_work_destroy(dm->works[b]);
             dm->works[b] = NULL;
+            ddp__tl_end(t0, "wait bucket", "bucket", b);
         }
+        if (t_all)
+            timeline_completed(dm, b);
         if (r == 0 && rc == 0 && finish) {
             float *data = dm->grads + dm->layout.bucket_start[b];
             size_t n = dm->layout.bucket_numel[b];
@@ -94,6 +133,8 @@ int ddp__dp_wait_buckets(ddp_data_parallel_t *dm, int finish)
             snprintf(first_msg, sizeof first_msg, "%s", ddp_last_error());
         }
     }
+    if (waited)
+        ddp__tl_end(t_all, "wait buckets", NULL, 0);
     if (rc < 0)
         ddp__error_restore(first_msg);
     return rc;
@@ -136,8 +177,11 @@ int ddp__dp_reduce_deferred(ddp_data_parallel_t *dm)
     if (!dm->deferred)
         return 0;
     dm->deferred = 0;
-    return ddp_pg_all_reduce(dm->pg, dm->grads + dm->defer_start, dm->defer_count, DDP_FLOAT32,
-                          DDP_AVG);
+    uint64_t t0 = ddp__tl_begin();
+    int rc = ddp_pg_all_reduce(dm->pg, dm->grads + dm->defer_start, dm->defer_count, DDP_FLOAT32,
+                               DDP_AVG);
+    ddp__tl_end(t0, "allreduce last bucket (this thread)", "bucket", dm->layout.nbuckets - 1);
+    return rc;
 }
 
 /* nn's grad-ready hook: p's gradient is final (used) or p is not in the graph. */
@@ -183,9 +227,8 @@ static int check_no_sync_step(ddp_data_parallel_t *dm)
                      "before each optimizer step (PyTorch: run it outside model.no_sync())");
 }
 
-int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
+static int backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
 {
-    DDP_FAIL_IF(!dm || !tape || !loss, DDP_ERR_INVALID_ARG, "ddp_data_parallel_backward: NULL argument");
     DDP_TRY(check_no_sync_step(dm));
     dm->in_backward = 1;
     if (dm->no_sync) {
@@ -236,12 +279,29 @@ int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_va
     return 0;
 }
 
-int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x,
-                              ddp_var_t **y)
+int ddp_data_parallel_backward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *loss)
 {
-    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_forward: NULL module");
+    DDP_FAIL_IF(!dm || !tape || !loss, DDP_ERR_INVALID_ARG, "ddp_data_parallel_backward: NULL argument");
+    uint64_t t0 = ddp__tl_begin();
+    int rc = backward(dm, tape, loss);
+    ddp__tl_end(t0, dm->no_sync ? "DDP backward (no_sync)" : "DDP backward", NULL, 0);
+    return rc;
+}
+
+static int forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y)
+{
     DDP_TRY(check_no_sync_step(dm));
     if (dm->join_enabled)
         DDP_TRY(ddp__dp_join_forward(dm));
     return ddp_model_forward(dm->model, tape, x, y);
+}
+
+int ddp_data_parallel_forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x,
+                              ddp_var_t **y)
+{
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_forward: NULL module");
+    uint64_t t0 = ddp__tl_begin();
+    int rc = forward(dm, tape, x, y);
+    ddp__tl_end(t0, "DDP forward", NULL, 0);
+    return rc;
 }

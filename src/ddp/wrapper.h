@@ -64,6 +64,8 @@ struct ddp_data_parallel {
     ddp_work_t **piece_works;     /* (npieces) */
     int pieces_launched;          /* pieces launched this iteration */
     int pieces_live;              /* launched as the chunks are computed */
+    uint64_t *tl_launch;          /* (tl_nlaunch) timeline: each bucket's launch time, 0: none */
+    int tl_nlaunch;
     /* DDP_DEBUG=detail (debug.c): iterations so far, the last report */
     unsigned long long debug_iter;
     char *debug_last;

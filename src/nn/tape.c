@@ -7,6 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/timeline.h"
 #include "nn/autograd.h"
 #include "tensor/kernels.h"
 #include "tensor/shape.h"
@@ -253,7 +254,9 @@ static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
 int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
 {
     DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
+    uint64_t t0 = ddp__tl_begin();
     int rc = backward_run(tape, loss, model);
+    ddp__tl_end(t0, "autograd backward", NULL, 0);
     if (rc == 0)
         tape->backward_ran = 1;
     tape->bw_model = NULL;

@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/timeline.h"
 #include "tensor/kernels.h"
 
 enum { OPT_SGD, OPT_ADAM, OPT_ADAMW };
@@ -207,6 +208,7 @@ DDP_KERNEL static void adam_update(float *restrict w, const float *restrict g,
 int ddp_optim_step(ddp_optim_t *o)
 {
     DDP_FAIL_IF(!o, DDP_ERR_INVALID_ARG, "optimizer step: optimizer is NULL");
+    uint64_t t0 = ddp__tl_begin();
     size_t np = ddp_model_num_params(o->model);
     int first = o->steps == 0;
     o->steps++;
@@ -222,6 +224,7 @@ int ddp_optim_step(ddp_optim_t *o)
                         o->nstates > 2 ? o->states[2] + off : NULL, p->numel, &o->adam,
                         o->kind == OPT_ADAMW, o->steps);
     }
+    ddp__tl_end(t0, "optimizer step", "step", o->steps);
     return 0;
 }
 

@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "base/timeline.h"
 #include "ddprun.h"
 
 volatile sig_atomic_t ddprun_got_signal;
@@ -147,6 +148,8 @@ int main(int argc, char **argv)
         rc = run_job(&o, &job, ws);
     ddprun_job_close(&o, &job);
     free(ws);
+    if (ddp__timeline_merge_env() < 0) /* DDP_TIMELINE_DIR: the ranks' timelines in one file */
+        fprintf(stderr, "ddprun: %s\n", ddp_last_error());
     if (ddprun_got_signal) {
         fprintf(stderr, "ddprun: interrupted by signal %d; workers stopped\n",
                 (int)ddprun_got_signal);
