@@ -1,5 +1,6 @@
 /* Tests of base/: error codes and messages, RNG statistics, allocation,
- * the shared-secret loader (every rule and message of base/secret.h). */
+ * the shared-secret loader (every rule and message of base/secret.h),
+ * ddp_error_file_write (and ddp-mnist's use of it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/secret.h"
+#include "ddp/base.h"
 
 static int fails_with_timeout(int rank)
 {
@@ -249,6 +251,63 @@ static void test_secret_file_errors(void **state)
     unsetenv("DDP_SECRET_FILE");
 }
 
+/* The first line of a file ("" when it cannot be read). */
+static void first_line(const char *path, char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (!fgets(out, (int)len, f))
+        out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void test_error_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ddp-errfile-XXXXXX", path[256], got[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/error", dir);
+    unsetenv("DDP_ERROR_FILE");
+    assert_int_equal(ddp_error_file_write("no launcher"), 0);
+    setenv("DDP_ERROR_FILE", path, 1);
+    assert_int_equal(ddp_error_file_write("prog: first\nsecond"), 0);
+    first_line(path, got, sizeof got);
+    assert_string_equal(got, "prog: first");
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((int)st.st_size, (int)strlen("prog: first\n")); /* one line only */
+    /* ddp-mnist stops on a missing data folder and writes why: the same
+     * line as its last on stderr. */
+    const char *build = getenv("DDP_TEST_BUILD");
+    char cmd[1024], err[256], last[512] = "";
+    snprintf(err, sizeof err, "%s/stderr", dir);
+    snprintf(cmd, sizeof cmd, "%s/bin/ddp-mnist --data %s/absent --epochs 1 2>%s",
+             build ? build : "build", dir, err);
+    assert_int_not_equal(system(cmd), 0);
+    FILE *f = fopen(err, "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    last[strcspn(last, "\n")] = '\0';
+    first_line(path, got, sizeof got);
+    assert_true(strncmp(got, "ddp-mnist: ", 11) == 0);
+    assert_non_null(strstr(got, "absent"));
+    assert_string_equal(got, last);
+    /* A path that cannot be written is an error naming it. */
+    snprintf(path, sizeof path, "%s/no/such/folder", dir);
+    setenv("DDP_ERROR_FILE", path, 1);
+    assert_int_equal(ddp_error_file_write("x"), DDP_ERR_IO);
+    assert_non_null(strstr(ddp_last_error(), path));
+    unsetenv("DDP_ERROR_FILE");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_alloc_aligned),
         cmocka_unit_test(test_secret_sources),
         cmocka_unit_test(test_secret_file_errors),
+        cmocka_unit_test(test_error_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

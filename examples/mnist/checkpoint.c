@@ -24,11 +24,11 @@ int load_checkpoint(job *j)
         return 0;
     }
     if (rc < 0) {
-        fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+        stop_error("%s", ddp_last_error());
         return rc;
     }
     if (j->st.world_size != j->world) {
-        fprintf(stderr, "ddp-mnist: %s was written by %d ranks; resume it with %d, not %d\n",
+        stop_error("%s was written by %d ranks; resume it with %d, not %d",
                 j->ckpt, j->st.world_size, j->st.world_size, j->world);
         return DDP_ERR_MISMATCH;
     }
@@ -50,7 +50,7 @@ int share_checkpoint(job *j, int loaded)
     int rc = ddp_pg_broadcast(j->pg, v, 5, DDP_INT64, 0);
     if (rc == 0 && v[0] < 0) {
         if (j->rank != 0) /* rank 0 said why already */
-            fprintf(stderr, "ddp-mnist: rank %d: rank 0 could not load %s\n", j->rank, j->ckpt);
+            stop_error("rank %d: rank 0 could not load %s", j->rank, j->ckpt);
         return 2;
     }
     if (rc == 0 && v[0] > 0) {
@@ -67,7 +67,7 @@ int share_checkpoint(job *j, int loaded)
             rc = ddp_pg_broadcast(j->pg, data, n, DDP_FLOAT32, 0);
     }
     if (rc < 0) {
-        fprintf(stderr, "ddp-mnist: rank %d: sharing the checkpoint %s from rank 0 failed: %s\n",
+        stop_error("rank %d: sharing the checkpoint %s from rank 0 failed: %s",
                 j->rank, j->ckpt, ddp_last_error());
         return 1;
     }

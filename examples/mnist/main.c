@@ -77,7 +77,7 @@ int main(int argc, char **argv)
     ddp_sampler_t *sampler = NULL;
     if (ddp_env_bool("DDP_MNIST_PROFILE", &j.profile) < 0 ||
         ddp_env_bool("DDP_MNIST_TIMESTAMPS", &j.timestamps) < 0) {
-        fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+        stop_error("%s", ddp_last_error());
         return 2;
     }
 
@@ -185,9 +185,9 @@ int main(int argc, char **argv)
 out:
     if (rc < 0) {
         if (j.pg)
-            fprintf(stderr, "ddp-mnist: rank %d: %s\n", j.rank, ddp_last_error());
+            stop_error("rank %d: %s", j.rank, ddp_last_error());
         else
-            fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+            stop_error("%s", ddp_last_error());
     }
     report_end(&j);
     ddp_loader_destroy(dl);

@@ -92,6 +92,9 @@ int report_epoch_end(job *j);
  * program's last line) and writes the record; others do nothing. */
 int report_eval(job *j, long epoch, int final);
 void report_end(job *j);
+/* The message a rank stops with: "ddp-mnist: " + it on stderr, and in
+ * DDP_ERROR_FILE for the launcher's failure report (ddprun). */
+__attribute__((format(printf, 1, 2))) void stop_error(const char *fmt, ...);
 
 /* train.c */
 int train(job *j, ddp_loader_t *dl);

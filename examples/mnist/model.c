@@ -43,11 +43,11 @@ int open_split(const char *dir, int train, ddp_dataset_t **ds)
     mo.train = train;
     int rc = ddp_mnist_create(dir, &mo, ds);
     if (rc < 0) {
-        fprintf(stderr, "ddp-mnist: %s\n", ddp_last_error());
+        stop_error("%s", ddp_last_error());
         return rc;
     }
     if (ddp_dataset_sample_numel(*ds) != IN) {
-        fprintf(stderr, "ddp-mnist: %s: %s images are not 28x28 (%zu pixels each, expected %d)\n",
+        stop_error("%s: %s images are not 28x28 (%zu pixels each, expected %d)",
                 dir, train ? "training" : "test", ddp_dataset_sample_numel(*ds), IN);
         ddp_dataset_destroy(*ds);
         *ds = NULL;

@@ -95,9 +95,8 @@ int check_outputs(job *j)
     if (j->pg) {
         int rc = ddp_pg_broadcast(j->pg, msg, sizeof msg, DDP_UINT8, 0);
         if (rc < 0) {
-            fprintf(stderr,
-                    "ddp-mnist: rank %d: receiving rank 0's check of its outputs failed: %s\n",
-                    j->rank, ddp_last_error());
+            stop_error("rank %d: receiving rank 0's check of its outputs failed: %s", j->rank,
+                       ddp_last_error());
             return 1;
         }
         msg[MSG_CAP - 1] = '\0';
@@ -105,9 +104,9 @@ int check_outputs(job *j)
     if (!msg[0])
         return 0;
     if (j->rank == 0)
-        fprintf(stderr, "ddp-mnist: %s\n", msg);
+        stop_error("%s", msg);
     else
-        fprintf(stderr, "ddp-mnist: rank %d: stopping: rank 0 cannot write its output: %s\n",
+        stop_error("rank %d: stopping: rank 0 cannot write its output: %s",
                 j->rank, msg);
     return 2;
 }

@@ -3,6 +3,7 @@
  * (include/ddp/progress.h); elsewhere (pipes, CI, files) the log lines are
  * exactly what they always were.  --metrics writes a record per log step
  * and per evaluation; --eval-every evaluates during training too. */
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "mnist.h"
@@ -103,4 +104,16 @@ void report_end(job *j)
     j->bar = NULL;
     ddp_metrics_destroy(j->metrics);
     j->metrics = NULL;
+}
+
+void stop_error(const char *fmt, ...)
+{
+    char line[2048];
+    int at = snprintf(line, sizeof line, "ddp-mnist: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + at, sizeof line - (size_t)at, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line);
+    ddp_error_file_write(line); /* best effort: the program stops anyway */
 }

@@ -54,6 +54,12 @@ DDP_API const char *ddp_err_name(int code);
 DDP_API const char *ddp_last_error(void);
 /* Forget the last error message of this thread. */
 DDP_API void ddp_clear_error(void);
+/* For a program about to stop on an error: writes line (one line, e.g.
+ * "ddp-mnist: rank 1: ...") to the file DDP_ERROR_FILE names, which ddprun
+ * sets per worker and quotes as the failing rank's last error (torchrun's
+ * TORCHELASTIC_ERROR_FILE, in plain text).  0 without the variable; an
+ * error code when the file cannot be written (the program stops anyway). */
+DDP_API int ddp_error_file_write(const char *line);
 
 /* Logging: silent by default.  Level from DDP_LOG_LEVEL (error, warn, info,
  * debug) or ddp_log_set_level().  Without a callback, messages at or above
