@@ -247,7 +247,8 @@ static void test_secret_file_errors(void **state)
     assert_true(ddp_time_now() - t0 < 5.0);
     unlink(secret_path);
     setenv("DDP_SECRET_FILE", "/dev/zero", 1);
-    expect_secret_error(DDP_ERR_IO, "DDP_SECRET_FILE=/dev/zero: a character device, not a regular file");
+    expect_secret_error(DDP_ERR_IO,
+                        "DDP_SECRET_FILE=/dev/zero: a character device, not a regular file");
     unsetenv("DDP_SECRET_FILE");
 }
 

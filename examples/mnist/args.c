@@ -147,7 +147,9 @@ int parse_args(int argc, char **argv, args *a)
         case O_WORLD: rc = parse_long("--world-size", optarg, 1, 1 << 20, &a->world_size); break;
         case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, &a->timeout); break;
         case O_CKDIR: a->ckpt_dir = optarg; break;
-        case O_CKEVERY: rc = parse_long("--checkpoint-every", optarg, 1, 1L << 40, &a->ckpt_every); break;
+        case O_CKEVERY:
+            rc = parse_long("--checkpoint-every", optarg, 1, 1L << 40, &a->ckpt_every);
+            break;
         case O_RESUME: a->resume = 1; break;
         case O_CRASH: rc = parse_long("--crash-at-step", optarg, 1, 1L << 40, &a->crash_at); break;
         case O_METRICS: a->metrics = optarg; break;

@@ -29,7 +29,7 @@ int load_checkpoint(job *j)
     }
     if (j->st.world_size != j->world) {
         stop_error("%s was written by %d ranks; resume it with %d, not %d",
-                j->ckpt, j->st.world_size, j->st.world_size, j->world);
+                   j->ckpt, j->st.world_size, j->st.world_size, j->world);
         return DDP_ERR_MISMATCH;
     }
     printf("Resuming from %s: epoch %lld, step %lld\n", j->ckpt, (long long)j->st.epoch + 1,
@@ -68,7 +68,7 @@ int share_checkpoint(job *j, int loaded)
     }
     if (rc < 0) {
         stop_error("rank %d: sharing the checkpoint %s from rank 0 failed: %s",
-                j->rank, j->ckpt, ddp_last_error());
+                   j->rank, j->ckpt, ddp_last_error());
         return 1;
     }
     return 0;

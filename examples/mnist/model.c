@@ -34,7 +34,8 @@ int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape,
     int rc = ddp_tensor_wrap(&x, b->x, 2, (int64_t[]){(int64_t)b->size, IN});
     if (rc < 0 || (rc = ddp_tape_input(tape, &x, 0, &in)) < 0)
         return rc;
-    return dm ? ddp_data_parallel_forward(dm, tape, in, logits) : ddp_model_forward(model, tape, in, logits);
+    return dm ? ddp_data_parallel_forward(dm, tape, in, logits)
+              : ddp_model_forward(model, tape, in, logits);
 }
 
 int open_split(const char *dir, int train, ddp_dataset_t **ds)
@@ -48,7 +49,7 @@ int open_split(const char *dir, int train, ddp_dataset_t **ds)
     }
     if (ddp_dataset_sample_numel(*ds) != IN) {
         stop_error("%s: %s images are not 28x28 (%zu pixels each, expected %d)",
-                dir, train ? "training" : "test", ddp_dataset_sample_numel(*ds), IN);
+                   dir, train ? "training" : "test", ddp_dataset_sample_numel(*ds), IN);
         ddp_dataset_destroy(*ds);
         *ds = NULL;
         return DDP_ERR_FORMAT;

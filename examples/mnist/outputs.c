@@ -107,6 +107,6 @@ int check_outputs(job *j)
         stop_error("%s", msg);
     else
         stop_error("rank %d: stopping: rank 0 cannot write its output: %s",
-                j->rank, msg);
+                   j->rank, msg);
     return 2;
 }

@@ -50,7 +50,8 @@ static int train_step(job *j, const ddp_batch *b, float *loss_value)
         return rc;
     ddp_optim_zero_grad(j->opt);
     lap(j, PH_FORWARD, &t);
-    rc = j->dm ? ddp_data_parallel_backward(j->dm, j->tape, loss) : ddp_tape_backward(j->tape, loss, j->model);
+    rc = j->dm ? ddp_data_parallel_backward(j->dm, j->tape, loss)
+               : ddp_tape_backward(j->tape, loss, j->model);
     lap(j, PH_BACKWARD, &t);
     if (rc < 0 || (rc = ddp_optim_step(j->opt)) < 0)
         return rc;
@@ -106,7 +107,8 @@ int train(job *j, ddp_loader_t *dl)
     if (rc < 0)
         return rc;
     double t0 = ddp_time_now();
-    double cpu0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID), main0 = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
+    double cpu0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    double main0 = clock_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (long epoch = (long)j->st.epoch; epoch < a->epochs; epoch++) {
         if ((rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch)) >= 0)
             rc = report_epoch_begin(j, epoch, total);
