@@ -64,7 +64,9 @@ static void test_install_and_build_a_user_program(void **state)
                      0);
     const char *files[] = {"include/ddp.h", "include/ddp/ddp.h", "include/ddp/pg.h",
                            "include/ddp/ext.h", "lib/libddp.a", "lib/libddp.so", "lib/pkgconfig/libddp.pc",
-                           "bin/ddprun", "bin/ddp-mnist", "bin/ddp-bench-collectives"};
+                           "include/ddp/progress.h", "include/ddp/timeline.h", "bin/ddprun",
+                           "bin/ddp-mnist", "bin/ddp-bench-collectives", "bin/ddp-trace",
+                           "bin/ddp-timeline"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[256];
         snprintf(path, sizeof path, "%s/%s", prefix, files[i]);
