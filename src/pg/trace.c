@@ -43,9 +43,12 @@ int ddp__trace_init(ddp__trace *t)
     DDP_TRY(ddp__env_size("DDP_TRACE_BUFFER", &cap));
     DDP_TRY(ddp__env_bool("DDP_COMM_STATS", &stats));
     if (cap) {
-        t->ring = aligned_alloc(64, (cap * sizeof *t->ring + 63) / 64 * 64);
+        t->ring = aligned_alloc(64, cap * sizeof *t->ring);
+        t->meta = calloc(cap, sizeof *t->meta);
         if (t->ring)
             memset(t->ring, 0, cap * sizeof *t->ring);
+        if (!t->ring || !t->meta)
+            ddp__trace_free(t);
         DDP_FAIL_IF(!t->ring, DDP_ERR_NOMEM, "flight recorder: no memory for %zu records", cap);
     }
     t->cap = cap;
@@ -56,7 +59,9 @@ int ddp__trace_init(ddp__trace *t)
 void ddp__trace_free(ddp__trace *t)
 {
     free(t->ring);
+    free(t->meta);
     t->ring = NULL;
+    t->meta = NULL;
 }
 
 /* ---- the seqlock ------------------------------------------------------ */
@@ -92,20 +97,64 @@ static int seq_read(_Atomic uint32_t *ver, const uint64_t *src, uint64_t *dst, s
     return -1;
 }
 
-static void slot_put(ddp__trace_slot *s, const ddp__trace_entry *e)
+/* The record's layout as words (trace.h), for the writers. */
+#define WORD(field) (offsetof(ddp__trace_entry, field) / 8)
+#define IN_WORD(field) (offsetof(ddp__trace_entry, field) % 8)
+_Static_assert(WORD(id) == 0 && IN_WORD(started_us) == 0 && IN_WORD(done_us) == 0,
+               "ids and times are whole words");
+_Static_assert(WORD(rc) != WORD(state) && WORD(rc) != WORD(done_us), "one store per word");
+_Static_assert(offsetof(ddp__trace_entry, seq) == 8 && offsetof(ddp__trace_entry, count) == 40 &&
+                   IN_WORD(root) == 0 && WORD(peer) == WORD(root) && IN_WORD(tag) == 0 &&
+                   WORD(rc) == WORD(tag) && IN_WORD(kind) == 0 && WORD(label) == WORD(kind) &&
+                   offsetof(ddp__trace_entry, label) == offsetof(ddp__trace_entry, kind) + 4,
+               "the word layout the writers build");
+
+/* Two 32-bit fields as the word they share (lo first in memory). */
+static inline uint64_t pack32(int32_t lo, int32_t hi)
 {
-    uint64_t w[NWORDS];
-    memcpy(w, e, sizeof w);
-    seq_write(&s->ver, s->w, w, NWORDS);
+    int32_t two[2] = {lo, hi};
+    uint64_t w;
+    memcpy(&w, two, 8);
+    return w;
 }
 
-static int slot_get(ddp__trace_slot *s, ddp__trace_entry *e)
+static int slot_get(ddp__trace *t, size_t i, ddp__trace_entry *e)
 {
     uint64_t w[NWORDS];
-    if (seq_read(&s->ver, s->w, w, NWORDS) < 0)
+    if (seq_read(&t->meta[i].ver, t->ring[i].w, w, NWORDS) < 0)
         return -1;
     memcpy(e, w, sizeof w);
     return 0;
+}
+
+/* The executor's update of its record id: a time and the state (and a
+ * failure's code) written in place, word by word (a copy of the whole
+ * record through the stack costs more than the rest of it). */
+
+static void update(ddp__trace *t, uint64_t id, size_t time_word, int64_t now, int state, int rc)
+{
+    if (!id || !t->cap)
+        return;
+    size_t i = (size_t)(id % t->cap);
+    uint64_t *w = t->ring[i].w;
+    if (__atomic_load_n(&w[0], __ATOMIC_RELAXED) != id) /* only this thread writes it now */
+        return;
+    uint64_t ws = __atomic_load_n(&w[WORD(state)], __ATOMIC_RELAXED);
+    uint64_t wr = __atomic_load_n(&w[WORD(rc)], __ATOMIC_RELAXED);
+    uint8_t st = (uint8_t)state;
+    int32_t rc32 = rc;
+    memcpy((char *)&ws + IN_WORD(state), &st, 1);
+    memcpy((char *)&wr + IN_WORD(rc), &rc32, 4);
+    _Atomic uint32_t *ver = &t->meta[i].ver;
+    uint32_t v = atomic_load_explicit(ver, memory_order_relaxed);
+    atomic_store_explicit(ver, v + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    __atomic_store_n(&w[time_word], (uint64_t)now, __ATOMIC_RELAXED);
+    __atomic_store_n(&w[WORD(state)], ws, __ATOMIC_RELAXED);
+    __atomic_store_n(&w[WORD(rc)], wr, __ATOMIC_RELAXED);
+    atomic_store_explicit(ver, v + 2, memory_order_release);
+    if (state >= DDP__TR_DONE)
+        atomic_store_explicit(&t->meta[i].open, 0, memory_order_release); /* the issuer's again */
 }
 
 /* ---- the writers ------------------------------------------------------ */
@@ -121,40 +170,29 @@ uint64_t ddp__trace_queued(ddp__trace *t, const ddp__coll_args *a, uint64_t seq,
     if (!t->cap)
         return 0;
     uint64_t id = atomic_load_explicit(&t->next_id, memory_order_relaxed) + 1;
-    ddp__trace_slot *s = &t->ring[id % t->cap];
+    size_t i = (size_t)(id % t->cap);
     /* More than cap operations pending: the oldest (the one a hang is
      * about) stays, this one goes unrecorded. */
-    if (atomic_load_explicit(&s->open, memory_order_acquire))
+    if (atomic_load_explicit(&t->meta[i].open, memory_order_acquire))
         return 0;
-    ddp__trace_entry e = {
-        .id = id,
-        .seq = seq,
-        .queued_us = now,
-        .started_us = started ? now : 0,
-        .count = a->count,
-        .root = a->root,
-        .peer = a->peer,
-        .tag = a->tag,
-        .kind = (uint8_t)a->kind,
-        .dtype = (uint8_t)a->dtype,
-        .op = (uint8_t)a->op,
-        .state = started ? DDP__TR_STARTED : DDP__TR_QUEUED,
-    };
-    if (label && label[0])
-        snprintf(e.label, sizeof e.label, "%s", label);
-    atomic_store_explicit(&s->open, 1, memory_order_relaxed);
-    slot_put(s, &e);
+    /* The words built in registers, not through a record on the stack:
+     * narrow stores read back as words would stall store forwarding. */
+    uint64_t w[NWORDS] = {id, seq, (uint64_t)now, started ? (uint64_t)now : 0, 0, a->count};
+    w[WORD(root)] = pack32(a->root, a->peer);
+    w[WORD(tag)] = pack32(a->tag, 0);
+    uint8_t small[8] = {(uint8_t)a->kind, (uint8_t)a->dtype, (uint8_t)a->op,
+                        (uint8_t)(started ? DDP__TR_STARTED : DDP__TR_QUEUED)};
+    if (label && label[0]) { /* rare: the caller's ddp_pg_set_label */
+        char text[sizeof w - offsetof(ddp__trace_entry, label)] = {0};
+        snprintf(text, sizeof text, "%s", label);
+        memcpy(small + 4, text, 4);
+        memcpy(&w[WORD(kind) + 1], text + 4, sizeof text - 4);
+    }
+    memcpy(&w[WORD(kind)], small, 8);
+    atomic_store_explicit(&t->meta[i].open, 1, memory_order_relaxed);
+    seq_write(&t->meta[i].ver, t->ring[i].w, w, NWORDS);
     atomic_store_explicit(&t->next_id, id, memory_order_release);
     return id;
-}
-
-/* The executor's own record id, copied into *e: its slot, or NULL. */
-static ddp__trace_slot *own(ddp__trace *t, uint64_t id, ddp__trace_entry *e)
-{
-    if (!id || !t->cap)
-        return NULL;
-    ddp__trace_slot *s = &t->ring[id % t->cap];
-    return slot_get(s, e) == 0 && e->id == id ? s : NULL; /* no other writer: never torn */
 }
 
 int64_t ddp__trace_started(ddp__trace *t, uint64_t id)
@@ -162,13 +200,7 @@ int64_t ddp__trace_started(ddp__trace *t, uint64_t id)
     if (!t->stats_on)
         return 0;
     int64_t now = wall_us();
-    ddp__trace_entry e;
-    ddp__trace_slot *s = own(t, id, &e);
-    if (s) {
-        e.state = DDP__TR_STARTED;
-        e.started_us = now;
-        slot_put(s, &e);
-    }
+    update(t, id, WORD(started_us), now, DDP__TR_STARTED, 0);
     return now;
 }
 
@@ -186,15 +218,7 @@ void ddp__trace_finished(ddp__trace *t, uint64_t id, const ddp__coll_args *a, in
     if (!t->stats_on)
         return;
     int64_t now = wall_us();
-    ddp__trace_entry e;
-    ddp__trace_slot *s = own(t, id, &e);
-    if (s) {
-        e.state = rc < 0 ? DDP__TR_FAILED : DDP__TR_DONE;
-        e.rc = rc;
-        e.done_us = now;
-        slot_put(s, &e);
-        atomic_store_explicit(&s->open, 0, memory_order_release); /* the issuer's again */
-    }
+    update(t, id, WORD(done_us), now, rc < 0 ? DDP__TR_FAILED : DDP__TR_DONE, rc);
     if (rc == 0 && a->kind >= 0 && a->kind < DDP__NUM_COLL) {
         double bytes = ddp__stats_bytes(a, size);
         ddp__stat_cell *c = &t->stats[a->kind][stats_bucket(bytes)];
@@ -220,7 +244,7 @@ int ddp__trace_snapshot(ddp__trace *t, ddp__trace_entry **out, size_t *n)
     /* A slot the ring has moved past since (a newer id) or one whose writer
      * stayed in the middle of it is left out. */
     for (uint64_t id = first; k && id <= last; id++)
-        if (slot_get(&t->ring[id % t->cap], &v[got]) == 0 && v[got].id == id)
+        if (slot_get(t, (size_t)(id % t->cap), &v[got]) == 0 && v[got].id == id)
             got++;
     *out = v;
     *n = got;

@@ -48,18 +48,24 @@ typedef struct ddp__stat_cell {
     uint64_t calls, bytes, us;
 } ddp__stat_cell;
 
-/* A ring slot: the record and its seqlock version (odd: being written);
- * open while the operation is queued or running: its executor may still
- * write it, so the issuer of a newer one leaves it alone (trace.c). */
+/* A ring slot: the record, as words read and written atomically (two
+ * cache lines of their own). */
 typedef struct ddp__trace_slot {
-    _Atomic uint32_t ver, open;
-    uint64_t w[sizeof(ddp__trace_entry) / 8]; /* the record, as words read and written atomically */
+    _Alignas(64) uint64_t w[sizeof(ddp__trace_entry) / 8];
 } ddp__trace_slot;
+
+/* Its seqlock version (odd: being written), and open while the operation
+ * is queued or running: its executor may still write it, so the issuer of
+ * a newer one leaves it alone (trace.c). */
+typedef struct ddp__trace_meta {
+    _Atomic uint32_t ver, open;
+} ddp__trace_meta;
 
 typedef struct ddp__trace {
     size_t cap;              /* DDP_TRACE_BUFFER: slots, 0: recorder off */
     int stats_on;            /* statistics kept: cap or DDP_COMM_STATS=1 */
     ddp__trace_slot *ring;   /* (cap) record id lives in slot id % cap */
+    ddp__trace_meta *meta;   /* (cap) */
     _Atomic uint64_t next_id; /* written under the group's lock */
     _Atomic uint32_t stats_ver; /* seqlock of stats */
     ddp__stat_cell stats[DDP__NUM_COLL][DDP__STATS_BUCKETS];
