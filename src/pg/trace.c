@@ -182,15 +182,21 @@ uint64_t ddp__trace_queued(ddp__trace *t, const ddp__coll_args *a, uint64_t seq,
     w[WORD(tag)] = pack32(a->tag, 0);
     uint8_t small[8] = {(uint8_t)a->kind, (uint8_t)a->dtype, (uint8_t)a->op,
                         (uint8_t)(started ? DDP__TR_STARTED : DDP__TR_QUEUED)};
+    /* The label's words only as far as its NUL: readers stop there, so an
+     * unlabelled record is 9 words, not 16. */
+    size_t n = WORD(kind) + 1;
     if (label && label[0]) { /* rare: the caller's ddp_pg_set_label */
         char text[sizeof w - offsetof(ddp__trace_entry, label)] = {0};
-        snprintf(text, sizeof text, "%s", label);
+        int len = snprintf(text, sizeof text, "%s", label);
+        size_t end = offsetof(ddp__trace_entry, label) +
+                     (len < (int)sizeof text ? (size_t)len : sizeof text - 1) + 1;
         memcpy(small + 4, text, 4);
         memcpy(&w[WORD(kind) + 1], text + 4, sizeof text - 4);
+        n = (end + 7) / 8;
     }
     memcpy(&w[WORD(kind)], small, 8);
     atomic_store_explicit(&t->meta[i].open, 1, memory_order_relaxed);
-    seq_write(&t->meta[i].ver, t->ring[i].w, w, NWORDS);
+    seq_write(&t->meta[i].ver, t->ring[i].w, w, n);
     atomic_store_explicit(&t->next_id, id, memory_order_release);
     return id;
 }
