@@ -285,17 +285,23 @@ typedef struct {
     const char *url, *dir;
 } ddp_job;
 
+/* A child rank's environment: its timeline into dir. */
+static void rank_env(int rank, const char *dir)
+{
+    char r[16];
+    snprintf(r, sizeof r, "%d", rank);
+    setenv("DDP_TIMELINE_DIR", dir, 1);
+    setenv("RANK", r, 1);
+    setenv("WORLD_SIZE", "2", 1);
+}
+
 /* A tiny MLP (16-32-4) with 3 buckets (caps of 100 bytes, in fill order:
  * fc2's bias and weight, fc1's bias, fc1's weight), 3 steps; the timeline
  * file holds the reductions. */
 static int ddp_rank(int rank, void *arg)
 {
     const ddp_job *j = arg;
-    char r[16];
-    snprintf(r, sizeof r, "%d", rank);
-    setenv("DDP_TIMELINE_DIR", j->dir, 1);
-    setenv("RANK", r, 1);
-    setenv("WORLD_SIZE", "2", 1);
+    rank_env(rank, j->dir);
     ddp_pg_t *pg = NULL;
     ddp_module_t *l[3], *seq;
     ddp_model_t *model = NULL;
@@ -342,9 +348,10 @@ fail:
     return 1;
 }
 
-static void test_ddp_buckets(void **state)
+/* Runs fn(rank, job) in 2 forked ranks of a tcp job whose timelines go to
+ * dir; both must exit 0. */
+static void run_two_ranks(int (*fn)(int, void *), const char *dir)
 {
-    const char *dir = *state;
     job jb;
     job_init(&jb);
     ddp_job j = {jb.url, dir};
@@ -352,7 +359,7 @@ static void test_ddp_buckets(void **state)
     for (int r = 0; r < 2; r++) {
         fflush(NULL);
         if ((pids[r] = fork()) == 0)
-            _exit(ddp_rank(r, &j));
+            _exit(fn(r, &j));
     }
     for (int r = 0; r < 2; r++) {
         int st;
@@ -360,6 +367,12 @@ static void test_ddp_buckets(void **state)
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     job_cleanup(&jb);
+}
+
+static void test_ddp_buckets(void **state)
+{
+    const char *dir = *state;
+    run_two_ranks(ddp_rank, dir);
     char path[4200];
     for (int r = 0; r < 2; r++) {
         snprintf(path, sizeof path, "%s/timeline-rank%d.json", dir, r);
@@ -482,11 +495,7 @@ static void test_user_spans_threads_and_cap(void **state)
 static int comm_rank(int rank, void *arg)
 {
     const ddp_job *j = arg;
-    char r[16];
-    snprintf(r, sizeof r, "%d", rank);
-    setenv("DDP_TIMELINE_DIR", j->dir, 1);
-    setenv("RANK", r, 1);
-    setenv("WORLD_SIZE", "2", 1);
+    rank_env(rank, j->dir);
     ddp_pg_t *pg = NULL;
     float v[6][4] = {{0}};
     ddp_work_t *w[5];
@@ -512,21 +521,7 @@ fail:
 static void test_comm_thread_track(void **state)
 {
     const char *dir = *state;
-    job jb;
-    job_init(&jb);
-    ddp_job j = {jb.url, dir};
-    pid_t pids[2];
-    for (int r = 0; r < 2; r++) {
-        fflush(NULL);
-        if ((pids[r] = fork()) == 0)
-            _exit(comm_rank(r, &j));
-    }
-    for (int r = 0; r < 2; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
-    job_cleanup(&jb);
+    run_two_ranks(comm_rank, dir);
     char path[4200];
     for (int r = 0; r < 2; r++) {
         snprintf(path, sizeof path, "%s/timeline-rank%d.json", dir, r);

@@ -236,13 +236,7 @@ static void analyse(const char *name, int n, const ddp__json *const *g)
     int *votes = calloc((size_t)n, sizeof *votes);
     if (index_build(&x, n, g, first, last) < 0 || !distinct || !votes) {
         printf(": out of memory for the analysis.\n");
-        index_free(&x);
-        free(distinct);
-        free(votes);
-        free(nodump);
-        free(never);
-        free(odd);
-        return;
+        goto out;
     }
     char text[512];
     const char *who = "?";
@@ -314,6 +308,7 @@ static void analyse(const char *name, int n, const ddp__json *const *g)
                    lastr, (tl - tf) / 1e3, firstr);
         printf("\n");
     }
+out:
     index_free(&x);
     free(distinct);
     free(votes);

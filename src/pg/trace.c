@@ -130,7 +130,6 @@ static int slot_get(ddp__trace *t, size_t i, ddp__trace_entry *e)
 /* The executor's update of its record id: a time and the state (and a
  * failure's code) written in place, word by word (a copy of the whole
  * record through the stack costs more than the rest of it). */
-
 static void update(ddp__trace *t, uint64_t id, size_t time_word, int64_t now, int state, int rc)
 {
     if (!id || !t->cap)
