@@ -285,17 +285,23 @@ typedef struct {
     const char *url, *dir;
 } ddp_job;
 
+/* A child rank's environment: its timeline into dir. */
+static void rank_env(int rank, const char *dir)
+{
+    char r[16];
+    snprintf(r, sizeof r, "%d", rank);
+    setenv("DDP_TIMELINE_DIR", dir, 1);
+    setenv("RANK", r, 1);
+    setenv("WORLD_SIZE", "2", 1);
+}
+
 /* A tiny MLP (16-32-4) with 3 buckets (caps of 100 bytes, in fill order:
  * fc2's bias and weight, fc1's bias, fc1's weight), 3 steps; the timeline
  * file holds the reductions. */
 static int ddp_rank(int rank, void *arg)
 {
     const ddp_job *j = arg;
-    char r[16];
-    snprintf(r, sizeof r, "%d", rank);
-    setenv("DDP_TIMELINE_DIR", j->dir, 1);
-    setenv("RANK", r, 1);
-    setenv("WORLD_SIZE", "2", 1);
+    rank_env(rank, j->dir);
     ddp_pg_t *pg = NULL;
     ddp_module_t *l[3], *seq;
     ddp_model_t *model = NULL;
@@ -342,9 +348,10 @@ fail:
     return 1;
 }
 
-static void test_ddp_buckets(void **state)
+/* Runs fn(rank, job) in 2 forked ranks of a tcp job whose timelines go to
+ * dir; both must exit 0. */
+static void run_two_ranks(int (*fn)(int, void *), const char *dir)
 {
-    const char *dir = *state;
     job jb;
     job_init(&jb);
     ddp_job j = {jb.url, dir};
@@ -352,7 +359,7 @@ static void test_ddp_buckets(void **state)
     for (int r = 0; r < 2; r++) {
         fflush(NULL);
         if ((pids[r] = fork()) == 0)
-            _exit(ddp_rank(r, &j));
+            _exit(fn(r, &j));
     }
     for (int r = 0; r < 2; r++) {
         int st;
@@ -360,6 +367,12 @@ static void test_ddp_buckets(void **state)
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     job_cleanup(&jb);
+}
+
+static void test_ddp_buckets(void **state)
+{
+    const char *dir = *state;
+    run_two_ranks(ddp_rank, dir);
     char path[4200];
     for (int r = 0; r < 2; r++) {
         snprintf(path, sizeof path, "%s/timeline-rank%d.json", dir, r);
@@ -475,6 +488,76 @@ static void test_user_spans_threads_and_cap(void **state)
     ddp__json_free(tree);
 }
 
+/* ---- the communication thread's track ------------------------------------ */
+
+/* A rank: 5 asynchronous all-reduces (run by the group's communication
+ * thread) then a blocking one with nothing queued (run on this thread). */
+static int comm_rank(int rank, void *arg)
+{
+    const ddp_job *j = arg;
+    rank_env(rank, j->dir);
+    ddp_pg_t *pg = NULL;
+    float v[6][4] = {{0}};
+    ddp_work_t *w[5];
+    if (ddp_init_process_group("tcp", j->url, rank, 2, 60, &pg) < 0)
+        goto fail;
+    for (int i = 0; i < 5; i++)
+        if (ddp_pg_all_reduce_async(pg, v[i], 4, DDP_FLOAT32, DDP_SUM, &w[i]) < 0)
+            goto fail;
+    for (int i = 0; i < 5; i++) {
+        if (ddp_work_wait(w[i], 60) < 0)
+            goto fail;
+        ddp_work_destroy(w[i]);
+    }
+    if (ddp_pg_all_reduce(pg, v[5], 4, DDP_FLOAT32, DDP_SUM) < 0 || ddp_timeline_flush() < 0)
+        goto fail;
+    ddp_destroy_process_group(pg);
+    return 0;
+fail:
+    fprintf(stderr, "rank %d: %s\n", rank, ddp_last_error());
+    return 1;
+}
+
+static void test_comm_thread_track(void **state)
+{
+    const char *dir = *state;
+    run_two_ranks(comm_rank, dir);
+    char path[4200];
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/timeline-rank%d.json", dir, r);
+        ddp__json *tree = load(path);
+        (void)check_trace(tree);
+        const ddp__json *ev = ddp__json_get(tree, "traceEvents");
+        double comm = -1;
+        for (const ddp__json *e = ev->child; e; e = e->next)
+            if (!strcmp(str(e, "name"), "thread_name") &&
+                !strcmp(str(ddp__json_get(e, "args"), "name"), "comm"))
+                comm = num(e, "tid");
+        assert_true(comm >= 0);
+        /* one span per collective the thread ran, in issue order, with its
+         * sequence number; the blocking one on the caller's track, last */
+        int on_comm = 0, elsewhere = 0;
+        double last_seq = -1, inline_seq = -1;
+        for (const ddp__json *e = ev->child; e; e = e->next) {
+            if (strcmp(str(e, "name"), "all_reduce") != 0)
+                continue;
+            double seq = num(ddp__json_get(e, "args"), "seq");
+            if (num(e, "tid") == comm) {
+                assert_true(seq > last_seq);
+                last_seq = seq;
+                on_comm++;
+            } else {
+                inline_seq = seq;
+                elsewhere++;
+            }
+        }
+        assert_int_equal(on_comm, 5);
+        assert_int_equal(elsewhere, 1);
+        assert_true(inline_seq == last_seq + 1);
+        ddp__json_free(tree);
+    }
+}
+
 /* ---- off, bad values, merge errors ---------------------------------------- */
 
 static int off_child(const char *dir, const char *max_events)
@@ -567,6 +650,7 @@ int main(void)
         IN_TMPDIR(test_mnist_two_ranks),
         IN_TMPDIR(test_ddp_buckets),
         IN_TMPDIR(test_user_spans_threads_and_cap),
+        IN_TMPDIR(test_comm_thread_track),
         IN_TMPDIR(test_off_writes_nothing),
         IN_TMPDIR(test_merge_errors),
     };

@@ -65,14 +65,86 @@ static void call_text(const ddp__json *e, char *out, size_t len)
         snprintf(out + n, len - (size_t)n, ")");
 }
 
-/* The collective #seq of a group's dump, or NULL. */
-static const ddp__json *entry_at(const ddp__json *group, double seq)
+/* A group's collectives #first.. #first+span-1 on every rank, each with
+ * its call text made once: the analysis looks each up many times (an
+ * entry list per lookup was O(seqs x ranks^2 x entries)). */
+typedef struct cell {
+    const ddp__json *e; /* NULL: not in that rank's dump */
+    char *text;
+} cell;
+
+typedef struct seq_index {
+    int n;
+    double first;
+    size_t span;
+    cell *c; /* [rank * span + seq - first] */
+} seq_index;
+
+static int index_build(seq_index *x, int n, const ddp__json *const *g, double first, double last)
 {
-    const ddp__json *es = ddp__json_get(group, "entries");
-    for (const ddp__json *e = es ? es->child : NULL; e; e = e->next)
-        if (!is_p2p(e) && num(e, "seq", -1) == seq)
-            return e;
-    return NULL;
+    x->n = n;
+    x->first = first;
+    x->span = first >= 0 ? (size_t)(last - first) + 1 : 0;
+    x->c = calloc((size_t)n * x->span + 1, sizeof *x->c);
+    if (!x->c)
+        return -1;
+    for (int r = 0; r < n; r++) {
+        const ddp__json *es = g[r] ? ddp__json_get(g[r], "entries") : NULL;
+        for (const ddp__json *e = es ? es->child : NULL; e; e = e->next) {
+            double s = num(e, "seq", -1);
+            if (is_p2p(e) || s < first || s > last)
+                continue;
+            cell *c = &x->c[(size_t)r * x->span + (size_t)(s - first)];
+            if (c->e) /* the first record of a seq, as before */
+                continue;
+            char text[512];
+            call_text(e, text, sizeof text);
+            c->e = e;
+            c->text = strdup(text);
+            if (!c->text)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void index_free(seq_index *x)
+{
+    for (size_t i = 0; x->c && i < (size_t)x->n * x->span; i++)
+        free(x->c[i].text);
+    free(x->c);
+}
+
+/* Rank r's collective #seq, or NULL. */
+static const cell *at_seq(const seq_index *x, int r, double seq)
+{
+    const cell *c = &x->c[(size_t)r * x->span + (size_t)(seq - x->first)];
+    return c->e ? c : NULL;
+}
+
+/* The call most ranks made at #seq (ties: the lowest rank's), or NULL:
+ * one pass over the ranks against the distinct calls seen so far (one or
+ * two in practice). */
+static const cell *majority(const seq_index *x, double seq, const cell **distinct, int *votes)
+{
+    int nd = 0, best = -1;
+    for (int r = 0; r < x->n; r++) {
+        const cell *c = at_seq(x, r, seq);
+        if (!c)
+            continue;
+        int k = 0;
+        while (k < nd && strcmp(distinct[k]->text, c->text) != 0)
+            k++;
+        if (k == nd) {
+            distinct[nd++] = c;
+            votes[k] = 0;
+        }
+        votes[k]++;
+    }
+    for (int k = 0; k < nd; k++)
+        if (best < 0 || votes[k] > votes[best])
+            best = k;
+    return best < 0 ? NULL : distinct[best];
 }
 
 /* Lowest and highest collective sequence numbers recorded (-1: none). */
@@ -159,40 +231,29 @@ static void analyse(const char *name, int n, const ddp__json *const *g)
             last = hi;
     }
     printf("Group %s (%d ranks, %d dumps)", name, n, have);
-    char text[512], who[512];
+    seq_index x;
+    const cell **distinct = calloc((size_t)n, sizeof *distinct);
+    int *votes = calloc((size_t)n, sizeof *votes);
+    if (index_build(&x, n, g, first, last) < 0 || !distinct || !votes) {
+        printf(": out of memory for the analysis.\n");
+        goto out;
+    }
+    char text[512];
+    const char *who = "?";
     double at = -1;
     int kind = 0; /* 1: calls differ, 2: some never reached it, 3: stuck, no dump from some */
-    const ddp__json *major = NULL;
     for (double s = first < 0 ? 0 : first; first >= 0 && s <= last && !kind; s++) {
-        /* the call most ranks made (ties: the lowest rank's) */
-        int best = 0;
-        for (int r = 0; r < n; r++) {
-            const ddp__json *e = g[r] ? entry_at(g[r], s) : NULL;
-            if (!e)
-                continue;
-            call_text(e, text, sizeof text);
-            int votes = 0;
-            for (int q = 0; q < n; q++) {
-                const ddp__json *f = g[q] ? entry_at(g[q], s) : NULL;
-                call_text(f ? f : e, who, sizeof who);
-                votes += f && strcmp(who, text) == 0;
-            }
-            if (votes > best) {
-                best = votes;
-                major = e;
-            }
-        }
+        const cell *major = majority(&x, s, distinct, votes);
+        who = major ? major->text : "?";
         int done = 1;
-        call_text(major, who, sizeof who);
         for (int r = 0; r < n; r++) {
-            const ddp__json *e = g[r] ? entry_at(g[r], s) : NULL;
-            never[r] = g[r] && !e && num(g[r], "next_seq", 0) <= s;
+            const cell *c = g[r] ? at_seq(&x, r, s) : NULL;
+            never[r] = g[r] && !c && num(g[r], "next_seq", 0) <= s;
             odd[r] = 0;
-            if (e) {
-                call_text(e, text, sizeof text);
-                odd[r] = strcmp(text, who) != 0;
+            if (c) {
+                odd[r] = strcmp(c->text, who) != 0;
                 kind = odd[r] ? 1 : kind;
-                done &= str(e, "state") && strcmp(str(e, "state"), "done") == 0;
+                done &= str(c->e, "state") && strcmp(str(c->e, "state"), "done") == 0;
             }
             if (never[r] && kind != 1)
                 kind = 2;
@@ -205,12 +266,10 @@ static void analyse(const char *name, int n, const ddp__json *const *g)
         printf(": no disagreement in the records (collectives #%.0f to #%.0f).\n", first, last);
     } else {
         printf(": the ranks first disagree at collective #%.0f.", at);
-        call_text(major, who, sizeof who);
         for (int r = 0; kind == 1 && r < n; r++)
-            if (odd[r]) {
-                call_text(entry_at(g[r], at), text, sizeof text);
-                printf(" Rank %d called %s where the others called %s.", r, text, who);
-            }
+            if (odd[r])
+                printf(" Rank %d called %s where the others called %s.", r,
+                       at_seq(&x, r, at)->text, who);
         if (kind == 2 || (kind == 1 && memchr(never, 1, (size_t)n))) {
             rank_list(never, n, text, sizeof text);
             text[0] = 'R';
@@ -235,8 +294,8 @@ static void analyse(const char *name, int n, const ddp__json *const *g)
         int lastr = -1, firstr = -1;
         double tl = 0, tf = 0;
         for (int r = 0; r < n; r++) {
-            const ddp__json *e = g[r] ? entry_at(g[r], at) : NULL;
-            double t = e ? num(e, "started_us", 0) : 0;
+            const cell *c = g[r] ? at_seq(&x, r, at) : NULL;
+            double t = c ? num(c->e, "started_us", 0) : 0;
             if (t <= 0)
                 continue;
             if (lastr < 0 || t > tl)
@@ -249,6 +308,10 @@ static void analyse(const char *name, int n, const ddp__json *const *g)
                    lastr, (tl - tf) / 1e3, firstr);
         printf("\n");
     }
+out:
+    index_free(&x);
+    free(distinct);
+    free(votes);
     free(nodump);
     free(never);
     free(odd);

@@ -175,7 +175,9 @@ DDP_API int ddp_pg_monitored_barrier(ddp_pg_t *pg, double timeout_s, int wait_al
  * calls, bytes, time and the algorithm and bus bandwidths as nccl-tests
  * define them, logged at level info through the log callback (stderr by
  * default) whatever DDP_LOG_LEVEL says.  DDP_COMM_STATS=1 logs them for
- * every group at its destruction. */
+ * every group at its destruction.  Kept while the flight recorder is on
+ * (DDP_TRACE_BUFFER > 0, the default) or with DDP_COMM_STATS=1; with both
+ * off, nothing is kept (no clock read per operation) and this says so. */
 DDP_API int ddp_pg_log_comm_stats(ddp_pg_t *pg);
 
 /* ------------------------------------------------------------------ */

@@ -8,7 +8,9 @@
  * hardware's bandwidth: 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
  * reduce_scatter and all_to_all, 1 for broadcast and reduce.  Printed
  * through the log module by ddp_pg_log_comm_stats, and at teardown with
- * DDP_COMM_STATS=1. */
+ * DDP_COMM_STATS=1.  Kept while the flight recorder is on or with
+ * DDP_COMM_STATS=1 (read when the group is created); with both off no
+ * operation reads the clock. */
 #include <stdio.h>
 #include <string.h>
 
@@ -60,12 +62,14 @@ static void size_text(int b, char *out, size_t len)
 int ddp_pg_log_comm_stats(ddp_pg_t *pg)
 {
     DDP_FAIL_IF(!pg, DDP_ERR_INVALID_ARG, "log_comm_stats: NULL process group");
-    ddp__stat_cell cells[DDP__NUM_COLL][DDP__STATS_BUCKETS]; /* 13 KB */
-    pthread_mutex_lock(&pg->trace.mu);
-    memcpy(cells, pg->trace.stats, sizeof cells);
-    pthread_mutex_unlock(&pg->trace.mu);
+    ddp__stat_cell cells[DDP__NUM_COLL][DDP__STATS_BUCKETS]; /* 20 KB */
+    ddp__trace_stats(&pg->trace, cells);
     ddp__log(DDP_LOG_INFO, "comm stats: group %s, rank %d of %d (%s)", pg->prefix, pg->rank,
              pg->size, pg->be->name);
+    if (!pg->trace.stats_on) { /* no clock read at all on the hot path */
+        ddp__log(DDP_LOG_INFO, "comm stats: not kept (DDP_TRACE_BUFFER=0 and DDP_COMM_STATS=0)");
+        return 0;
+    }
     ddp__log(DDP_LOG_INFO, "comm stats: %-14s %9s %10s %14s %11s %11s %11s", "op", "size from",
              "calls", "bytes", "time ms", "algbw GB/s", "busbw GB/s");
     int any = 0;
@@ -76,10 +80,11 @@ int ddp_pg_log_comm_stats(ddp_pg_t *pg)
                 continue;
             char from[32];
             size_text(b, from, sizeof from);
-            double alg = c->seconds > 0 ? (double)c->bytes / c->seconds / 1e9 : 0;
+            double seconds = (double)c->us * 1e-6;
+            double alg = seconds > 0 ? (double)c->bytes / seconds / 1e9 : 0;
             ddp__log(DDP_LOG_INFO, "comm stats: %-14s %9s %10llu %14llu %11.3f %11.3f %11.3f",
                      ddp__coll_name(k), from, (unsigned long long)c->calls,
-                     (unsigned long long)c->bytes, c->seconds * 1e3, alg,
+                     (unsigned long long)c->bytes, seconds * 1e3, alg,
                      alg * ddp__stats_bus_factor(k, pg->size));
             any = 1;
         }

@@ -26,6 +26,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/timeline.h"
 #include "pg/pg_impl.h"
 
 struct ddp_work {
@@ -61,8 +62,13 @@ static int execute(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, uint64_t
     int rc = 0;
     if (pg->debug == DDP__DEBUG_DETAIL && is_collective(a->kind))
         rc = ddp__debug_check(pg, a, seq, deadline);
-    if (rc == 0)
+    if (rc == 0) {
+        /* The timeline's span on the executor's track ("comm" when queued):
+         * its own monotonic clock, not the recorder's wall clock. */
+        uint64_t tl0 = ddp__tl_begin();
         rc = pg->be->run(pg->impl, a, seq, deadline);
+        ddp__tl_end(tl0, ddp__coll_name(a->kind), "seq", (int64_t)seq);
+    }
     ddp__trace_finished(&pg->trace, trace_id, a, pg->size, t0, rc);
     if (rc < 0) {
         if (is_collective(a->kind))
@@ -118,6 +124,7 @@ static void release_work(ddp_work_t *w)
 void *ddp__pg_comm_thread(void *arg)
 {
     ddp_pg_t *pg = arg;
+    ddp__tl_name_thread("comm");
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         while (!pg->stop && (!pg->head || pg->busy))
