@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -353,6 +354,28 @@ static void test_missing_rank_is_named_everywhere(void **state)
     assert_int_equal(run_children(2, missing_main, NULL, 30), 0);
 }
 
+/* ---- poll timeouts of long waits -------------------------------------- */
+
+/* Every poll() of the transport and its handshakes takes its timeout from
+ * ddp__sock_poll_ms: ddp_init_process_group accepts any positive timeout,
+ * and (int)(left * 1000) + 1 overflowed past 24.8 days into a negative
+ * timeout, which poll() takes as "wait forever". */
+static void test_poll_timeout_of_long_waits(void **state)
+{
+    (void)state;
+    assert_int_equal(ddp__sock_poll_ms(0), 0);
+    assert_int_equal(ddp__sock_poll_ms(-5), 0);
+    assert_int_equal(ddp__sock_poll_ms(0.0001), 1); /* rounded up: never before the deadline */
+    assert_int_equal(ddp__sock_poll_ms(2.5), 2501);
+    double days[] = {24.0, 24.9, 30.0, 365.0, 1e6, 1e300};
+    for (size_t i = 0; i < sizeof days / sizeof *days; i++) {
+        int ms = ddp__sock_poll_ms(days[i] * 86400);
+        if (ms <= 0 || ms > 2000000000)
+            fail_msg("%g days: poll timeout %d ms", days[i], ms);
+    }
+    assert_int_equal(ddp__sock_poll_ms(NAN), 0); /* no wait: the caller's deadline check decides */
+}
+
 /* ---- the handshake alone, over a socket pair ------------------------- */
 
 /* Runs the server side in a child; returns the client's result and puts
@@ -477,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_malformed_frame_drops_peer),
         cmocka_unit_test(test_huge_frame_header_costs_nothing),
         cmocka_unit_test(test_missing_rank_is_named_everywhere),
+        cmocka_unit_test(test_poll_timeout_of_long_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -207,7 +207,7 @@ int ddp__hs_accept(int lfd, const ddp__hs_ctx *ctx, double deadline, double time
         pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         for (int i = 0; i < a.n; i++)
             pfd[i + 1] = (struct pollfd){a.p[i].hs.fd, ddp__hs_srv_events(&a.p[i].hs), 0};
-        int k = poll(pfd, (nfds_t)a.n + 1, (int)((wake - now) * 1000) + 1);
+        int k = poll(pfd, (nfds_t)a.n + 1, ddp__sock_poll_ms(wake - now));
         if (k < 0 && errno != EINTR) {
             rc = DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "poll over pending handshakes");
             goto out;

@@ -35,6 +35,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/sock.h"
 
 static void update_events(tcp *t, peer *p)
 {
@@ -85,7 +86,7 @@ static int raw_write(int fd, const void *buf, size_t len, double deadline)
         if (left <= 0)
             return -1;
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        (void)poll(&pf, 1, (int)(left * 1000) + 1);
+        (void)poll(&pf, 1, ddp__sock_poll_ms(left));
     }
     return 0;
 }
