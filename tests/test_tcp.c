@@ -320,20 +320,25 @@ static void test_huge_frame_header_costs_nothing(void **state)
 static char Url[64];
 
 /* Ranks 0 and 2 of 3 over tcp:// (rank 0 hosts the store); rank 1 never
- * comes.  Both must fail within the timeout and name rank 1, also rank 2,
- * whose store goes away with rank 0. */
+ * comes.  Both must fail and name rank 1: rank 0 at its timeout, rank 2
+ * (whose own timeout is far longer, so that it cannot time out first) as
+ * soon as its store goes away with rank 0. */
+#define MISSING_T0 2.0  /* rank 0's timeout */
+#define MISSING_T2 10.0 /* rank 2's */
 static int missing_rank(int rank, void *arg)
 {
     (void)arg;
     ddp_pg_t *pg = NULL;
     double t0 = ddp_time_now();
     if (rank == 2)
-        sleep_s(0.2); /* rank 0 gives up first: rank 2 sees its store vanish */
-    int rc = ddp_init_process_group("tcp", Url, rank, 3, 2.0, &pg);
+        sleep_s(0.2); /* rank 0's store is up first */
+    int rc = ddp_init_process_group("tcp", Url, rank, 3, rank == 0 ? MISSING_T0 : MISSING_T2,
+                                    &pg);
     double took = ddp_time_now() - t0;
     fprintf(stderr, "rank %d: rc %d after %.2f s: %s\n", rank, rc, took, ddp_last_error());
     CHILD_CHECK(rc < 0 && pg == NULL);
-    CHILD_CHECK(took < 2.0 + 0.2 + 3.0); /* the timeout, rank 2's head start, slack */
+    /* Rank 0's timeout, rank 2's head start, slack; well below MISSING_T2. */
+    CHILD_CHECK(took < MISSING_T0 + 0.2 + 3.0);
     CHILD_CHECK(contains(ddp_last_error(), "rank 1 "));
     if (rank == 2)
         CHILD_CHECK(contains(ddp_last_error(), "waiting for rank 1") &&
