@@ -397,8 +397,7 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
          * the compute threads need the cores. */
         int ms = 0;
         if (now - start >= t->spin_s) {
-            double left = (deadline - now) * 1000.0 + 1.0;
-            ms = left > 1e9 ? 1000000000 : (int)left;
+            ms = ddp__sock_poll_ms(deadline - now);
             slept = 1;
         }
         int nev = epoll_wait(t->epfd, evs, 64, ms);
