@@ -3,7 +3,8 @@
  * HELLO of another job, to the ports the accepting ranks published in the
  * store, before the last rank starts.  Setup must succeed, the collective
  * must be right, and setup must take about as long as without strangers:
- * both are measured here, alternated, with and without DDP_SECRET. */
+ * both are measured here, alternated, with and without DDP_SECRET.  Also:
+ * a rank in mid-handshake keeps its slot when strangers fill them all. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,8 @@
 #include "ddp/store.h"
 #include "fork_children.h"
 #include "pg_util.h"
+#include "transport/accept.h"
+#include "transport/handshake.h"
 
 #define NRANKS 3
 #define SILENT 200  /* silent connections, spread over ranks 1..NRANKS-1 */
@@ -258,6 +262,133 @@ static void test_more_strangers_than_slots(void **state)
                   took);
 }
 
+/* ---- a rank in mid-handshake when the slots fill ---------------------- */
+
+#define SLOTS 256              /* PENDING_MAX of transport/accept.c */
+#define FLOOD (SLOTS + 44)     /* silent strangers after the rank: 45 drops */
+#define HELLO_B 92
+#define CHALLENGE_B 76
+#define AUTH_B 44
+#define WELCOME_B 12
+
+static const char MidSecret[] = "mid-handshake secret";
+
+static ddp__hs_ctx mid_ctx(int rank)
+{
+    ddp__hs_ctx c = {.rank = rank, .size = 2, .secret = (const uint8_t *)MidSecret,
+                     .secret_len = sizeof MidSecret - 1};
+    memset(c.group_id, 9, sizeof c.group_id);
+    return c;
+}
+
+/* How many of fds[0..n) the server closed (readable: EOF). */
+static int closed_count(const int *fds, int n)
+{
+    static struct pollfd p[FLOOD + 1];
+    for (int i = 0; i < n; i++)
+        p[i] = (struct pollfd){fds[i], POLLIN, 0};
+    if (poll(p, (nfds_t)n, 0) < 0)
+        return -1;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += (p[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    return k;
+}
+
+static int relay(int from, int to, uint8_t *buf, size_t len)
+{
+    double dl = ddp_time_now() + 5;
+    if (ddp__sock_recv_all(from, buf, len, dl, "relay") != 0)
+        return -1;
+    return ddp__sock_send_all(to, buf, len, dl, "relay");
+}
+
+/* The genuine rank 0 (ddp__hs_client, in a child) reaches the server
+ * through this relay, which holds its AUTH back until FLOOD silent
+ * strangers have connected after it and the server has dropped the 45 it
+ * had no slot for; then lets the handshake finish.  The rank sits in AUTH
+ * the whole time, past the HELLO check, so it must keep its slot.  Exit
+ * status 0 when the rank got in. */
+static int mid_client_main(int port)
+{
+    int sv[2];
+    CHILD_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    fflush(NULL);
+    pid_t c = fork();
+    if (c == 0) {
+        close(sv[0]);
+        ddp__hs_ctx ctx = mid_ctx(0);
+        int rc = ddp__hs_client(sv[1], &ctx, 1, ddp_time_now() + 10, "rank 1");
+        if (rc != 0)
+            fprintf(stderr, "rank 0: %s\n", ddp_last_error());
+        _exit(rc == 0 ? 0 : 1);
+    }
+    close(sv[1]);
+    static int fds[FLOOD + 1];
+    uint8_t buf[HELLO_B];
+    CHILD_CHECK(ddp__sock_connect("127.0.0.1", port, ddp_time_now() + 5, "rank 1", &fds[0]) ==
+                0);
+    CHILD_CHECK(relay(sv[0], fds[0], buf, HELLO_B) == 0);
+    CHILD_CHECK(relay(fds[0], sv[0], buf, CHALLENGE_B) == 0);
+    CHILD_CHECK(ddp__sock_recv_all(sv[0], buf, AUTH_B, ddp_time_now() + 5, "rank 0") == 0);
+    for (int i = 1; i <= FLOOD; i++)
+        CHILD_CHECK((fds[i] = open_silent(port)) >= 0);
+    /* The server's 2 s limit per connection runs for the rank too: the
+     * flood must be through well before it (milliseconds, usually). */
+    double until = ddp_time_now() + 1.0;
+    int closed = 0;
+    while ((closed = closed_count(fds, FLOOD + 1)) < FLOOD + 1 - SLOTS && ddp_time_now() < until)
+        sleep_s(0.002);
+    if (closed < FLOOD + 1 - SLOTS)
+        fprintf(stderr, "relay: only %d connections dropped within 1 s\n", closed);
+    /* Dropping the oldest whatever its state dropped the rank here. */
+    int ok = ddp__sock_send_all(fds[0], buf, AUTH_B, ddp_time_now() + 5, "rank 1") == 0 &&
+             relay(fds[0], sv[0], buf, WELCOME_B) == 0;
+    close(sv[0]);
+    int status = 0;
+    waitpid(c, &status, 0);
+    for (int i = 0; i <= FLOOD; i++)
+        close(fds[i]);
+    return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+static int Dropped;
+static void count_drops(int level, const char *msg, void *user)
+{
+    (void)level;
+    (void)user;
+    Dropped += strstr(msg, "dropped, 256 handshakes pending") != NULL;
+}
+
+static void test_rank_in_handshake_keeps_its_slot(void **state)
+{
+    (void)state;
+    int lfd = -1, port = 0;
+    assert_int_equal(ddp__sock_listen("127.0.0.1", 0, 1024, &lfd, &port), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(mid_client_main(port));
+    ddp__hs_ctx ctx = mid_ctx(1);
+    int fds[1] = {-1};
+    char addrs[1][DDP__ACCEPT_ADDR];
+    Dropped = 0;
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_log_set_callback(count_drops, NULL);
+    int rc = ddp__hs_accept(lfd, &ctx, ddp_time_now() + 5, 5, fds, addrs);
+    ddp_log_set_callback(NULL, NULL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(lfd);
+    if (rc != 0)
+        fail_msg("rank 1: %s", ddp_last_error());
+    assert_true(fds[0] >= 0);
+    close(fds[0]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(Dropped >= 1); /* the slots did fill */
+}
+
 static void test_strangers_without_secret(void **state)
 {
     (void)state;
@@ -280,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_strangers_without_secret),
         cmocka_unit_test(test_strangers_with_secret),
         cmocka_unit_test(test_more_strangers_than_slots),
+        cmocka_unit_test(test_rank_in_handshake_keeps_its_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -319,20 +320,25 @@ static void test_huge_frame_header_costs_nothing(void **state)
 static char Url[64];
 
 /* Ranks 0 and 2 of 3 over tcp:// (rank 0 hosts the store); rank 1 never
- * comes.  Both must fail within the timeout and name rank 1, also rank 2,
- * whose store goes away with rank 0. */
+ * comes.  Both must fail and name rank 1: rank 0 at its timeout, rank 2
+ * (whose own timeout is far longer, so that it cannot time out first) as
+ * soon as its store goes away with rank 0. */
+#define MISSING_T0 2.0  /* rank 0's timeout */
+#define MISSING_T2 10.0 /* rank 2's */
 static int missing_rank(int rank, void *arg)
 {
     (void)arg;
     ddp_pg_t *pg = NULL;
     double t0 = ddp_time_now();
     if (rank == 2)
-        sleep_s(0.2); /* rank 0 gives up first: rank 2 sees its store vanish */
-    int rc = ddp_init_process_group("tcp", Url, rank, 3, 2.0, &pg);
+        sleep_s(0.2); /* rank 0's store is up first */
+    int rc = ddp_init_process_group("tcp", Url, rank, 3, rank == 0 ? MISSING_T0 : MISSING_T2,
+                                    &pg);
     double took = ddp_time_now() - t0;
     fprintf(stderr, "rank %d: rc %d after %.2f s: %s\n", rank, rc, took, ddp_last_error());
     CHILD_CHECK(rc < 0 && pg == NULL);
-    CHILD_CHECK(took < 2.0 + 0.2 + 3.0); /* the timeout, rank 2's head start, slack */
+    /* Rank 0's timeout, rank 2's head start, slack; well below MISSING_T2. */
+    CHILD_CHECK(took < MISSING_T0 + 0.2 + 3.0);
     CHILD_CHECK(contains(ddp_last_error(), "rank 1 "));
     if (rank == 2)
         CHILD_CHECK(contains(ddp_last_error(), "waiting for rank 1") &&
@@ -351,6 +357,28 @@ static void test_missing_rank_is_named_everywhere(void **state)
     (void)state;
     snprintf(Url, sizeof Url, "tcp://127.0.0.1:%d", free_port());
     assert_int_equal(run_children(2, missing_main, NULL, 30), 0);
+}
+
+/* ---- poll timeouts of long waits -------------------------------------- */
+
+/* Every poll() of the transport and its handshakes takes its timeout from
+ * ddp__sock_poll_ms: ddp_init_process_group accepts any positive timeout,
+ * and (int)(left * 1000) + 1 overflowed past 24.8 days into a negative
+ * timeout, which poll() takes as "wait forever". */
+static void test_poll_timeout_of_long_waits(void **state)
+{
+    (void)state;
+    assert_int_equal(ddp__sock_poll_ms(0), 0);
+    assert_int_equal(ddp__sock_poll_ms(-5), 0);
+    assert_int_equal(ddp__sock_poll_ms(0.0001), 1); /* rounded up: never before the deadline */
+    assert_int_equal(ddp__sock_poll_ms(2.5), 2501);
+    double days[] = {24.0, 24.9, 30.0, 365.0, 1e6, 1e300};
+    for (size_t i = 0; i < sizeof days / sizeof *days; i++) {
+        int ms = ddp__sock_poll_ms(days[i] * 86400);
+        if (ms <= 0 || ms > 2000000000)
+            fail_msg("%g days: poll timeout %d ms", days[i], ms);
+    }
+    assert_int_equal(ddp__sock_poll_ms(NAN), 0); /* no wait: the caller's deadline check decides */
 }
 
 /* ---- the handshake alone, over a socket pair ------------------------- */
@@ -477,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_malformed_frame_drops_peer),
         cmocka_unit_test(test_huge_frame_header_costs_nothing),
         cmocka_unit_test(test_missing_rank_is_named_everywhere),
+        cmocka_unit_test(test_poll_timeout_of_long_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,6 +130,13 @@ int ddp__sock_listen(const char *host, int port, int backlog, int *fd_out, int *
     return 0;
 }
 
+int ddp__sock_poll_ms(double left_s)
+{
+    if (!(left_s > 0)) /* NaN too */
+        return 0;
+    return left_s > 1e6 ? 1000000000 : (int)(left_s * 1000) + 1;
+}
+
 /* Waits for events on fd until the deadline; 1 ready, 0 timed out. */
 static int wait_fd(int fd, short events, double deadline)
 {
@@ -138,8 +145,7 @@ static int wait_fd(int fd, short events, double deadline)
         if (left <= 0)
             return 0;
         struct pollfd p = {fd, events, 0};
-        int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
-        int n = poll(&p, 1, ms);
+        int n = poll(&p, 1, ddp__sock_poll_ms(left));
         if (n > 0)
             return 1;
         if (n < 0 && errno != EINTR)

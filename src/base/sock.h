@@ -38,6 +38,12 @@ int ddp__sock_recv_some(int fd, void *buf, size_t cap, double deadline, const ch
                         size_t *got);
 int ddp__sock_recv_all(int fd, void *buf, size_t len, double deadline, const char *what);
 
+/* A poll() timeout in ms for left_s seconds of waiting: rounded up (a
+ * wait never ends before its deadline), 0 when none is left, capped at
+ * about 11.6 days (the caller's loop polls again; an int of ms overflows
+ * past 24.8 days, and a negative timeout would wait forever). */
+int ddp__sock_poll_ms(double left_s);
+
 int ddp__sock_set_nodelay(int fd);
 /* For bulk streams (the TCP transport): TCP_NODELAY, send and receive
  * buffers of DDP_TCP_SOCKBUF bytes (default 4 MiB; best effort, the kernel

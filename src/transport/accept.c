@@ -5,8 +5,8 @@
  * A genuine rank's handshake takes a few round trips, so it completes as
  * soon as its bytes arrive, whatever the other connections do.  Costs are
  * bounded per connection: HANDSHAKE_S seconds and one slot of PENDING_MAX
- * (when the slots are full the oldest pending connection, most likely a
- * silent stranger, is dropped for the newcomer). */
+ * (when the slots are full the oldest connection still at HELLO, most
+ * likely a silent stranger, is dropped for the newcomer; see make_room). */
 #include "transport/accept.h"
 
 #include <errno.h>
@@ -91,6 +91,26 @@ static void step_one(acceptor *a, int i)
     }
 }
 
+/* Frees a slot for a newcomer when all PENDING_MAX are taken.  The victim
+ * is the oldest connection still at HELLO (peer < 0): one past HELLO
+ * proved it knows the group and claims a rank not yet connected, so it is
+ * most likely a genuine rank waiting on its AUTH, and a rank's client
+ * (mesh.c) does not retry a connection refused.  Only when every slot has
+ * passed HELLO is the oldest of them dropped. */
+static void make_room(acceptor *a)
+{
+    int v = 0;
+    while (v < a->n && a->p[v].hs.peer >= 0)
+        v++;
+    if (v == a->n)
+        v = 0;
+    char why[DDP__ACCEPT_ADDR + 80];
+    snprintf(why, sizeof why, "connection from %s: dropped, %d handshakes pending",
+             a->p[v].addr, PENDING_MAX);
+    refuse_one(a, v, why);
+    compact(a);
+}
+
 /* Takes every connection the listener has queued. */
 static void accept_new(acceptor *a)
 {
@@ -111,13 +131,8 @@ static void accept_new(acceptor *a)
             (void)poll(NULL, 0, 10);
             return;
         }
-        if (a->n == PENDING_MAX) {
-            char why[DDP__ACCEPT_ADDR + 80];
-            snprintf(why, sizeof why, "connection from %s: dropped, %d handshakes pending",
-                     a->p[0].addr, PENDING_MAX);
-            refuse_one(a, 0, why);
-            compact(a);
-        }
+        if (a->n == PENDING_MAX)
+            make_room(a);
         pending *q = &a->p[a->n++];
         ddp__hs_srv_init(&q->hs, fd);
         q->since = ddp_time_now();
@@ -207,7 +222,7 @@ int ddp__hs_accept(int lfd, const ddp__hs_ctx *ctx, double deadline, double time
         pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         for (int i = 0; i < a.n; i++)
             pfd[i + 1] = (struct pollfd){a.p[i].hs.fd, ddp__hs_srv_events(&a.p[i].hs), 0};
-        int k = poll(pfd, (nfds_t)a.n + 1, (int)((wake - now) * 1000) + 1);
+        int k = poll(pfd, (nfds_t)a.n + 1, ddp__sock_poll_ms(wake - now));
         if (k < 0 && errno != EINTR) {
             rc = DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "poll over pending handshakes");
             goto out;

@@ -3,7 +3,8 @@
  * listener and all half-open connections, a state machine per connection),
  * so that strangers, port scanners and silent or malformed connections
  * never delay a genuine rank: each pending connection has its own short
- * deadline, and when too many are pending the oldest is dropped.  Rejected
+ * deadline, and when too many are pending the oldest still at HELLO (not
+ * one that passed the HELLO check, likely a rank) is dropped.  Rejected
  * connections are logged at warn level, one line each with the address and
  * the reason, at most ACCEPT_LOG_MAX lines per setup, then one summary. */
 #ifndef DDP_TRANSPORT_ACCEPT_H

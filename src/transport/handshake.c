@@ -325,6 +325,6 @@ int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connecte
         if (left <= 0)
             return ddp__hs_srv_timeout(&s, ddp_time_now() - start, what);
         struct pollfd pf = {.fd = fd, .events = ddp__hs_srv_events(&s)};
-        (void)poll(&pf, 1, (int)(left * 1000) + 1);
+        (void)poll(&pf, 1, ddp__sock_poll_ms(left));
     }
 }

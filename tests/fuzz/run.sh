@@ -8,6 +8,11 @@
 # into regress/ when it is fixed, or before, to keep it failing).
 # Open findings in tests/fuzz/known/<harness>/ are replayed and reported
 # but do not fail the run (their harness keeps fuzzing around them).
+# FUZZ_SEED=N (N > 0) fuzzes from that libFuzzer seed, as CI does so that
+# a failure there can be rerun; unset, each run draws a new seed (the line
+# of a failed harness names it).  An input that runs over 30 s counts as a
+# hang (a tcp_frames input sets up a transport and may wait 8 s, longer
+# under ASan on a loaded machine).
 # Prints one line per harness and "fuzz: N harnesses, N failed"; exit
 # status 0 only when none failed.
 # Usage: sh tests/fuzz/run.sh [BUILD [SECONDS [NAME_FILTER]]]   (SECONDS 0: replay only)
@@ -15,7 +20,12 @@ build=${1:-build-fuzz}
 secs=${2:-60}
 filter=${3:-}
 here=$(dirname "$0")
-limits="-rss_limit_mb=2048 -timeout=10 -malloc_limit_mb=2048"
+limits="-rss_limit_mb=2048 -timeout=30 -malloc_limit_mb=2048"
+seed=${FUZZ_SEED:-}
+case "$seed" in
+    '') ;;
+    *[!0-9]* | 0) echo "tests/fuzz/run.sh: FUZZ_SEED=$seed: not a number > 0" >&2; exit 1 ;;
+esac
 ran=0; failed=0
 log=$(mktemp)
 scratch=$(mktemp -d)
@@ -44,8 +54,11 @@ for bin in "$build"/fuzz/fuzz_*; do
     if [ "$ok" -eq 1 ] && [ "$secs" -gt 0 ]; then
         # shellcheck disable=SC2086
         if ! timeout -k 5 $((secs + 60)) "$bin" $limits -max_total_time="$secs" \
-            -artifact_prefix="$art" -print_final_stats=1 "$scratch/$h" "$corpus" >"$log" 2>&1; then
-            ok=0; what="fuzzing"
+            ${seed:+-seed=$seed} -artifact_prefix="$art" -print_final_stats=1 \
+            "$scratch/$h" "$corpus" >"$log" 2>&1; then
+            ok=0
+            used=$(sed -n 's/^INFO: Seed: \([0-9]*\).*/\1/p' "$log" | head -n 1)
+            what="fuzzing, seed ${used:-?}: FUZZ_SEED=${used:-?} sh tests/fuzz/run.sh $build $secs $h"
         fi
     fi
     # Open findings (known/<harness>/): replayed one by one with FUZZ_STRICT=1;

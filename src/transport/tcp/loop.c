@@ -35,6 +35,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/sock.h"
 
 static void update_events(tcp *t, peer *p)
 {
@@ -85,7 +86,7 @@ static int raw_write(int fd, const void *buf, size_t len, double deadline)
         if (left <= 0)
             return -1;
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        (void)poll(&pf, 1, (int)(left * 1000) + 1);
+        (void)poll(&pf, 1, ddp__sock_poll_ms(left));
     }
     return 0;
 }
@@ -396,8 +397,7 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
          * the compute threads need the cores. */
         int ms = 0;
         if (now - start >= t->spin_s) {
-            double left = (deadline - now) * 1000.0 + 1.0;
-            ms = left > 1e9 ? 1000000000 : (int)left;
+            ms = ddp__sock_poll_ms(deadline - now);
             slept = 1;
         }
         int nev = epoll_wait(t->epfd, evs, 64, ms);
