@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -391,6 +392,56 @@ static void test_sigusr1_dump(void **state)
     job_end();
 }
 
+/* ---- the dump file ------------------------------------------------------- */
+
+/* DDP_TRACE_DIR may be shared: a link planted at the temporary name is not
+ * followed (the dump fails, the link's target is untouched); a write that
+ * fails (the file size limit stands in for a full disk) fails the dump and
+ * leaves no file behind, rather than a truncated one in place. */
+static int dump_file_rank(int rank, void *arg)
+{
+    (void)arg;
+    char url[200], tmp[400], target[300], path[300];
+    snprintf(url, sizeof url, "file://%s/solo", J.dir);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", url, rank, 1, 10, &pg) == 0);
+    CHILD_CHECK(mkdir(trace_dir, 0777) == 0);
+    snprintf(path, sizeof path, "%s/trace-rank0.json", trace_dir);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    snprintf(target, sizeof target, "%s/victim", J.dir);
+    FILE *f = fopen(target, "w");
+    CHILD_CHECK(f && fputs("precious", f) >= 0 && fclose(f) == 0);
+    CHILD_CHECK(symlink(target, tmp) == 0);
+    CHILD_CHECK(ddp_pg_dump_trace(pg, trace_dir) == DDP_ERR_IO);
+    CHILD_CHECK(contains(ddp_last_error(), "cannot create"));
+    char buf[64] = "";
+    f = fopen(target, "r");
+    CHILD_CHECK(f && fgets(buf, sizeof buf, f) && fclose(f) == 0);
+    CHILD_CHECK(strcmp(buf, "precious") == 0);
+    CHILD_CHECK(access(path, F_OK) != 0);
+    CHILD_CHECK(unlink(tmp) == 0);
+    /* A short write: entries enough to pass stdio's buffer, 100 bytes allowed. */
+    int64_t v = 1;
+    for (int i = 0; i < 100; i++)
+        CHILD_CHECK(ddp_pg_all_reduce(pg, &v, 1, DDP_INT64, DDP_SUM) == 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {100, 100};
+    CHILD_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    CHILD_CHECK(ddp_pg_dump_trace(pg, trace_dir) == DDP_ERR_IO);
+    CHILD_CHECK(contains(ddp_last_error(), "cannot write"));
+    CHILD_CHECK(access(path, F_OK) != 0 && access(tmp, F_OK) != 0);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_dump_file_is_safe(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(1, dump_file_rank, NULL, 60), 0);
+    job_end();
+}
+
 /* ---- monitored barrier --------------------------------------------------- */
 
 static int barrier_rank(int rank, void *arg)
@@ -511,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_exit_without_destroy_dumps),
         cmocka_unit_test(test_stopped_rank_named),
         cmocka_unit_test(test_sigusr1_dump),
+        cmocka_unit_test(test_dump_file_is_safe),
         cmocka_unit_test(test_monitored_barrier_names_missing),
         cmocka_unit_test(test_monitored_barrier_without_rank0),
         cmocka_unit_test(test_comm_stats),

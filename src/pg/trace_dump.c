@@ -141,9 +141,18 @@ static int dump_world(ddp_pg_t *world, const char *dir, const char *reason, char
         return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot make folder %s", dir);
     snprintf(path, len, "%s/trace-rank%d.json", dir, world->rank);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot write %s", tmp);
+    /* DIR may be shared and the name is predictable: a new file of our own,
+     * never one that is there already, nor a link planted at that name. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot create %s", tmp);
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return rc;
+    }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     struct timespec ts;
@@ -163,8 +172,16 @@ static int dump_world(ddp_pg_t *world, const char *dir, const char *reason, char
             first = 0;
         }
     fputs("]}\n", f);
-    if (fclose(f) != 0 && rc == 0)
-        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot write %s", tmp);
+    /* A failed write (ENOSPC) may surface only in the stream's error flag:
+     * a truncated dump must not be renamed into place as a whole one. */
+    int bad = fflush(f) != 0 || ferror(f);
+    int err = errno ? errno : EIO;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad && rc == 0)
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, err, "flight recorder: cannot write %s", tmp);
     if (rc == 0 && rename(tmp, path) < 0)
         rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot rename %s", tmp);
     if (rc < 0)
