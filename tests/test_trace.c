@@ -392,6 +392,140 @@ static void test_sigusr1_dump(void **state)
     job_end();
 }
 
+/* 1 once pid catches SIGUSR1 (its handler is installed), 0 after limit_s. */
+static int catches_sigusr1(pid_t pid, double limit_s)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    for (double t0 = ddp_time_now(); ddp_time_now() - t0 < limit_s; sleep_s(0.01)) {
+        FILE *f = fopen(path, "r");
+        unsigned long long caught = 0;
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "SigCgt: %llx", &caught) == 1)
+                break;
+        if (f)
+            fclose(f);
+        if (caught & (1ull << (SIGUSR1 - 1)))
+            return 1;
+    }
+    return 0;
+}
+
+static int setup_rank(int rank, void *arg)
+{
+    if (arg)
+        setenv("DDP_TRACE_BUFFER", "0", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(init(rank, 2, 30, &pg) == 0);
+    CHILD_CHECK(ddp_pg_barrier(pg) == 0);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+/* SIGUSR1 to a rank stuck in ddp_init_process_group (rank 1 never came, the
+ * usual hang to look at) neither kills it nor, with the recorder off, does
+ * anything; with it on, the dump shows the world group setting up.  Then
+ * rank 1 comes and both finish. */
+static void run_sigusr1_in_setup(int recorder_off)
+{
+    job_start();
+    void *arg = recorder_off ? (void *)1 : NULL;
+    fflush(NULL);
+    pid_t r0 = fork();
+    if (r0 == 0)
+        _exit(setup_rank(0, arg) == 0 ? 0 : 1);
+    assert_true(r0 > 0);
+    int caught = catches_sigusr1(r0, 20);
+    char path[256];
+    snprintf(path, sizeof path, "%s/trace-rank0.json", trace_dir);
+    /* Signalled until the dump is there: the handler comes a moment before
+     * the group, so the first signal may find nothing to dump yet. */
+    for (double t0 = ddp_time_now(); ddp_time_now() - t0 < (recorder_off ? 0.5 : 10);
+         sleep_s(0.1)) {
+        kill(r0, SIGUSR1);
+        if (!recorder_off && access(path, R_OK) == 0)
+            break;
+    }
+    int status = 0;
+    assert_int_equal(waitpid(r0, &status, WNOHANG), 0); /* alive */
+    assert_true(caught);
+    if (recorder_off) {
+        assert_int_not_equal(access(path, F_OK), 0);
+    } else {
+        ddp__json *d = read_dump(0);
+        assert_non_null(d);
+        assert_string_equal(ddp__json_get(d, "reason")->str, "SIGUSR1");
+        const ddp__json *g = ddp__json_get(d, "groups")->child;
+        assert_string_equal(ddp__json_get(g, "name")->str, "ddp/world");
+        assert_int_equal(ddp__json_get(g, "setting_up")->type, DDP_JSON_TRUE);
+        ddp__json_free(d);
+    }
+    pid_t r1 = fork();
+    if (r1 == 0)
+        _exit(setup_rank(1, arg) == 0 ? 0 : 1);
+    assert_true(r1 > 0);
+    assert_int_equal(waitpid(r1, &status, 0), r1);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(waitpid(r0, &status, 0), r0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    job_end();
+}
+
+static void test_sigusr1_during_setup(void **state)
+{
+    (void)state;
+    run_sigusr1_in_setup(0);
+    run_sigusr1_in_setup(1);
+}
+
+/* A child forked without exec from a process with a group: a SIGUSR1 it
+ * gets before it has a group of its own does nothing (it must not make its
+ * parent dump); its own first group then dumps on SIGUSR1 by itself. */
+static int fork_child_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    char url[200], dir2[300], path[400];
+    snprintf(url, sizeof url, "file://%s/solo", J.dir);
+    setenv("DDP_TRACE_DIR", trace_dir, 1);
+    CHILD_CHECK(ddp_init_process_group("tcp", url, rank, 1, 10, &pg) == 0);
+    snprintf(dir2, sizeof dir2, "%s/child", J.dir);
+    fflush(NULL);
+    pid_t c = fork();
+    if (c == 0) {
+        setenv("DDP_TRACE_DIR", dir2, 1);
+        raise(SIGUSR1);
+        sleep_s(0.5); /* time for a (wrong) dump by the parent's watcher */
+        snprintf(url, sizeof url, "file://%s/solo-child", J.dir);
+        ddp_pg_t *own = NULL;
+        if (ddp_init_process_group("tcp", url, 0, 1, 10, &own) != 0)
+            _exit(2);
+        raise(SIGUSR1);
+        snprintf(path, sizeof path, "%s/trace-rank0.json", dir2);
+        for (double t0 = ddp_time_now(); access(path, R_OK) != 0; sleep_s(0.01))
+            if (ddp_time_now() - t0 > 10)
+                _exit(3);
+        ddp_destroy_process_group(own);
+        _exit(0);
+    }
+    CHILD_CHECK(c > 0);
+    int status = 0;
+    CHILD_CHECK(waitpid(c, &status, 0) == c);
+    CHILD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    snprintf(path, sizeof path, "%s/trace-rank0.json", trace_dir);
+    CHILD_CHECK(access(path, F_OK) != 0); /* the parent wrote nothing */
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_forked_child_sigusr1(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(1, fork_child_rank, NULL, 60), 0);
+    job_end();
+}
+
 /* ---- the dump file ------------------------------------------------------- */
 
 /* DDP_TRACE_DIR may be shared: a link planted at the temporary name is not
@@ -563,6 +697,8 @@ int main(void)
         cmocka_unit_test(test_stopped_rank_named),
         cmocka_unit_test(test_sigusr1_dump),
         cmocka_unit_test(test_dump_file_is_safe),
+        cmocka_unit_test(test_sigusr1_during_setup),
+        cmocka_unit_test(test_forked_child_sigusr1),
         cmocka_unit_test(test_monitored_barrier_names_missing),
         cmocka_unit_test(test_monitored_barrier_without_rank0),
         cmocka_unit_test(test_comm_stats),
