@@ -21,6 +21,7 @@
 #include "base/json.h"
 #include "ddp.h"
 #include "fork_children.h"
+#include "pg/internal.h"
 #include "pg_util.h"
 
 static job J;
@@ -237,6 +238,46 @@ static void test_desync_count_detail(void **state)
 {
     (void)state;
     run_desync(1, 0);
+}
+
+/* DDP_DEBUG=detail under the hierarchical backend (hosts A A B B, faked
+ * with DDP_HOST_ID): the fingerprint exchange's tags stay apart from its
+ * collective's on the sub-transports (hier.c shifts the sequence number),
+ * results are right, and a mismatch still fails every rank. */
+static int hier_detail_rank(int rank, void *arg)
+{
+    (void)arg;
+    setenv("DDP_HOST_ID", rank < 2 ? "hostA" : "hostB", 1);
+    setenv("DDP_DEBUG", "detail", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 4, 20, &pg) == 0);
+    CHILD_CHECK(ddp__pg_hier(pg) != NULL);
+    static float x[1 << 18];
+    for (int i = 0; i < 12; i++) {
+        size_t n = i % 2 ? (size_t)1 << 18 : (size_t)(i + 1);
+        for (size_t k = 0; k < n; k++)
+            x[k] = (float)(rank + 1);
+        CHILD_CHECK(ddp_pg_all_reduce(pg, x, n, DDP_FLOAT32, DDP_SUM) == 0);
+        CHILD_CHECK(x[0] == 10.0f && x[n - 1] == 10.0f);
+        int64_t b = rank == i % 4 ? 42 + i : -1;
+        CHILD_CHECK(ddp_pg_broadcast(pg, &b, 1, DDP_INT64, i % 4) == 0 && b == 42 + i);
+    }
+    /* Every rank fails naming the odd call: with DDP_ERR_MISMATCH, or (a
+     * rank still finishing the exchange) with a peer's giving up that
+     * carries the same message. */
+    int rc = ddp_pg_all_reduce(pg, x, rank == 3 ? 5 : 4, DDP_FLOAT32, DDP_SUM);
+    CHILD_CHECK(rc < 0);
+    CHILD_CHECK(contains(ddp_last_error(), "collective #24 differs between ranks: rank 3"));
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_detail_hierarchical(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(4, hier_detail_rank, NULL, 60), 0);
+    job_end();
 }
 
 static int hint_rank(int rank, void *arg)
@@ -692,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_desync_count),
         cmocka_unit_test(test_desync_skip),
         cmocka_unit_test(test_desync_count_detail),
+        cmocka_unit_test(test_detail_hierarchical),
         cmocka_unit_test(test_failure_without_dir_says_how),
         cmocka_unit_test(test_exit_without_destroy_dumps),
         cmocka_unit_test(test_stopped_rank_named),
