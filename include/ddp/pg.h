@@ -144,11 +144,14 @@ DDP_API int ddp_pg_backend_check(const char *name);
  * collective fails and when the world group is destroyed, with
  * DDP_TRACE_DIR=DIR (without it, the failure's message says how to get a
  * dump), and on SIGUSR1 (DDP_TRACE_DIR, else ./ddp-trace; the handler is
- * installed with the first group only where SIGUSR1 has its default
- * action, and once the process's last group is gone SIGUSR1 does
- * nothing).  Subgroups destroyed before their world are not in its exit
- * dump.  tools/ddp-trace DIR reads all ranks' dumps and says where they
- * diverged. */
+ * installed as a group starts to be made, before it waits for the other
+ * ranks, even with the recorder off (it then does nothing), only where
+ * SIGUSR1 has its default action; a group still connecting is dumped with
+ * "setting_up": true, and once the process's last group is gone SIGUSR1
+ * does nothing).  The failure, SIGUSR1 and ddp_pg_dump_trace dumps hold
+ * the world's live subgroups; the teardown dump has none, since subgroups
+ * are destroyed before their world.  tools/ddp-trace DIR reads all ranks'
+ * dumps and says where they diverged. */
 
 /* Labels the group's operations issued from now on (say "backward/bucket
  * 3"), until the next call; NULL or "" clears it.  Copied (at most 59

@@ -20,10 +20,15 @@
 #include "pg/internal.h"
 #include "pg/pg_impl.h"
 
-/* The fingerprint exchange's sequence numbers: the collective's with bit 33
- * set, which the tags keep (coll.h: 34 bits of sequence number) and no
- * collective reaches. */
-#define CHECK_SEQ_BIT ((uint64_t)1 << 33)
+/* The fingerprint exchange's sequence number: the collective's with bit 31
+ * flipped.  The bit must survive in every tag the exchange's messages get:
+ * coll.h's tags keep 34 bits of sequence number, and the hierarchical
+ * backend's sub-transports take seq << 2 | step (coll/hier.c), which keeps
+ * 32 (bit 33 was dropped there, and the exchange took the collective's own
+ * tags).  Flipped rather than set, so that it differs from its collective
+ * however far the count goes; it meets collective #seq +- 2^31 only, never
+ * in flight at the same time. */
+#define CHECK_SEQ_BIT ((uint64_t)1 << 31)
 #define FP_WORDS 5
 
 int ddp__debug_init(ddp_pg_t *pg)
@@ -80,7 +85,7 @@ int ddp__debug_check(ddp_pg_t *pg, const ddp__coll_args *a, uint64_t seq, double
     DDP_FAIL_IF(!all, DDP_ERR_NOMEM, "out of memory");
     ddp__coll_args g = {.kind = DDP__ALL_GATHER, .send = mine, .recv = all, .count = FP_WORDS,
                         .dtype = DDP_INT64};
-    int rc = pg->be->run(pg->impl, &g, seq | CHECK_SEQ_BIT, deadline);
+    int rc = pg->be->run(pg->impl, &g, seq ^ CHECK_SEQ_BIT, deadline);
     if (rc < 0) {
         ddp__error_context(rc, "DDP_DEBUG=detail: the fingerprint exchange");
         goto out;

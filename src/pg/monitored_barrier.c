@@ -10,7 +10,15 @@
  * until its deadline (with wait_all_ranks, the ranks after the first missing
  * one are only checked, since they had the same time), deletes what it saw,
  * and sets out to "ok" or to its message, which every rank then returns.
- * The last rank to read out (counted in ack) deletes out and ack. */
+ * The last rank to read out (counted in ack) deletes out and ack.
+ *
+ * After a failure, keys would stay: a late rank's in/r (rank 0 no longer
+ * looks), and out and ack when a rank never reads out.  So a rank whose
+ * barrier failed deletes its own in/r, and rank 0, at barrier N, deletes
+ * what barrier N-2 left (checked through out, which the last reader
+ * deletes): the store holds two barriers' worth at most, however many
+ * fail.  A rank two barriers behind then waits for an out that is gone and
+ * fails with "rank 0 did not answer", which it did not in time either. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +77,24 @@ static void verdict(const int *missing, int n, double timeout_s, int wait_all, c
                  wait_all ? "" : " (the first missing; wait_all_ranks names all)");
 }
 
+/* Rank 0: the keys barrier id left behind, if it failed (see above). */
+static void sweep(ddp_pg_t *pg, int id)
+{
+    char key[KEY_LEN + 32];
+    snprintf(key, sizeof key, "%.250s/mb%d/out", pg->prefix, id);
+    const char *keys[1] = {key};
+    int there = 0;
+    if (ddp_store_check(pg->store, keys, 1, &there) < 0 || !there)
+        return; /* nothing left (the usual case), or nothing to do about it */
+    ddp_store_delete_key(pg->store, key, NULL);
+    snprintf(key, sizeof key, "%.250s/mb%d/ack", pg->prefix, id);
+    ddp_store_delete_key(pg->store, key, NULL);
+    for (int r = 1; r < pg->size; r++) {
+        snprintf(key, sizeof key, "%.250s/mb%d/in/%d", pg->prefix, id, r);
+        ddp_store_delete_key(pg->store, key, NULL);
+    }
+}
+
 static int root_side(ddp_pg_t *pg, const char *base, double timeout_s, int wait_all)
 {
     int *missing = NULL, n = 0;
@@ -96,6 +122,10 @@ static int member_side(ddp_pg_t *pg, const char *base, double timeout_s)
      * the ranks that came before it. */
     double wait_s = timeout_s + (timeout_s > 2 ? timeout_s : 2);
     int rc = ddp_store_wait(pg->store, keys, 1, wait_s);
+    if (rc == DDP_ERR_TIMEOUT) {
+        snprintf(key, sizeof key, "%s/in/%d", base, pg->rank);
+        ddp_store_delete_key(pg->store, key, NULL); /* this rank gave up */
+    }
     DDP_FAIL_IF(rc == DDP_ERR_TIMEOUT, DDP_ERR_TIMEOUT,
                 "monitored_barrier on rank %d: rank 0 did not answer within %.1f s", pg->rank,
                 wait_s);
@@ -112,6 +142,10 @@ static int member_side(ddp_pg_t *pg, const char *base, double timeout_s)
     if (ddp_store_add(pg->store, ack, 1, &seen) == 0 && seen == pg->size - 1) {
         ddp_store_delete_key(pg->store, key, NULL);
         ddp_store_delete_key(pg->store, ack, NULL);
+    }
+    if (strcmp(msg, "ok") != 0) { /* rank 0 may not have looked at in/r: done with it now */
+        snprintf(key, sizeof key, "%s/in/%d", base, pg->rank);
+        ddp_store_delete_key(pg->store, key, NULL);
     }
     DDP_FAIL_IF(strcmp(msg, "ok") != 0, DDP_ERR_TIMEOUT, "%s (rank %d was there)", msg, pg->rank);
     return 0;
@@ -131,6 +165,8 @@ int ddp_pg_monitored_barrier(ddp_pg_t *pg, double timeout_s, int wait_all_ranks)
         return 0;
     char base[KEY_LEN];
     snprintf(base, sizeof base, "%.250s/mb%d", pg->prefix, id);
+    if (pg->rank == 0 && id > 2)
+        sweep(pg, id - 2);
     return pg->rank == 0 ? root_side(pg, base, timeout_s, wait_all_ranks)
                          : member_side(pg, base, timeout_s);
 }

@@ -54,14 +54,22 @@ static int pg_create(const char *backend, ddp_store_t *store, int owns_store, co
     DDP_FAIL_OUT(!pg->granks, DDP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < size; i++)
         pg->granks[i] = parent ? parent->granks[ranks[i]] : i;
+    /* Registered before it connects: SIGUSR1 while a rank is missing (the
+     * usual hang) dumps the group as setting up rather than killing us. */
+    ddp__trace_register(pg);
+    void *impl = NULL;
     if (parent && be->create_sub)
-        DDP_TRY_OUT(be->create_sub(parent->impl, ranks, size, rank, pg->timeout_s, &pg->impl));
+        rc = be->create_sub(parent->impl, ranks, size, rank, pg->timeout_s, &impl);
     else
-        DDP_TRY_OUT(be->create(store, prefix, rank, size, pg->timeout_s, &pg->impl));
+        rc = be->create(store, prefix, rank, size, pg->timeout_s, &impl);
+    pthread_mutex_lock(&pg->mu); /* a dump reads impl: "setting up" while NULL */
+    pg->impl = impl;
+    pthread_mutex_unlock(&pg->mu);
+    if (rc < 0)
+        goto out;
     DDP_FAIL_OUT(pthread_create(&pg->thread, NULL, ddp__pg_comm_thread, pg) != 0, DDP_ERR_SYSTEM,
                  "cannot start the communication thread");
     pg->thread_started = 1;
-    ddp__trace_register(pg);
     if (pg->debug >= DDP__DEBUG_INFO)
         ddp__log(DDP_LOG_INFO, "DDP_DEBUG: group %s: rank %d of %d (world rank %d), backend %s",
                  pg->prefix, rank, size, pg->granks[rank], be->name);
@@ -101,6 +109,7 @@ int ddp_init_process_group(const char *backend, const char *init_method, int ran
     }
     DDP_FAIL_IF(!init_method, DDP_ERR_INVALID_ARG, "init_process_group: NULL init method");
     ddp_store_t *store = NULL;
+    ddp__trace_install_handler(); /* reaching rank 0's store can wait too */
     DDP_TRY(ddp_store_from_url(init_method, rank, world_size, t, &store, &r, &ws));
     int rc = pg_create(backend, store, 1, "ddp/world", r, ws, t, NULL, NULL, out);
     if (rc < 0)
@@ -120,8 +129,8 @@ static void pg_free(ddp_pg_t *pg)
         /* every operation done: the statistics and the recorder are final */
         ddp__comm_stats_at_destroy(pg);
         ddp__trace_at_destroy(pg);
-        ddp__trace_unregister(pg);
     }
+    ddp__trace_unregister(pg); /* registered before it connected; none: a no-op */
     if (pg->impl)
         pg->be->destroy(pg->impl);
     if (pg->owns_store)

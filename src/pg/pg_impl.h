@@ -64,9 +64,15 @@ void *ddp__pg_comm_thread(void *arg);
 int ddp__pg_submit(ddp_pg_t *pg, const ddp__coll_args *a, ddp_work_t **work);
 
 /* ---- trace_dump.c ---- */
-/* Adds a created group to the process's registry of live groups (which
- * SIGUSR1 dumps), installing the SIGUSR1 handler at the first one when the
- * recorder is on and the program has none; removes it at teardown. */
+/* SIGUSR1's handler, installed where SIGUSR1 still has its default action,
+ * before anything that can wait (a store's connection, the rendezvous): a
+ * launcher's SIGUSR1 to a rank that hangs there must not kill it.  Until a
+ * group with its recorder on is registered the handler does nothing. */
+void ddp__trace_install_handler(void);
+/* Adds a group to the process's registry of live groups (which SIGUSR1
+ * dumps) before it connects, so that a dump shows a group still setting up
+ * (pg->impl NULL, read under pg->mu); starts the watcher thread at the
+ * first group whose recorder is on.  Removes it at teardown or failure. */
 void ddp__trace_register(ddp_pg_t *pg);
 void ddp__trace_unregister(ddp_pg_t *pg);
 /* After operation failure on pg (msg: its message, len bytes): writes every

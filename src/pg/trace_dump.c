@@ -12,12 +12,15 @@
  * is usually dumped because it hangs: a comm thread stuck in a collective
  * cannot act on a flag.  So the handler writes one byte to a pipe, and a
  * watcher thread, blocked in read(2) on the other end, writes the dumps.
- * The handler is installed at the first group whose recorder is on, only
- * where SIGUSR1 still has its default action (a program's own handler, or
- * SIG_IGN, is left alone), and the watcher stops when the last group goes
- * (the handler then does nothing), so that destroying every group gives
- * every thread and descriptor back; a forked child gets a pipe and watcher
- * of its own at its first group. */
+ * The handler is installed when a group starts to be made, before anything
+ * that can wait (a rank that never joins is the usual hang to look at), and
+ * whether or not the recorder is on, only where SIGUSR1 still has its
+ * default action (a program's own handler, or SIG_IGN, is left alone).  The
+ * watcher starts at the first group whose recorder is on, and stops when
+ * the last group goes (the handler then does nothing), so that destroying
+ * every group gives every thread and descriptor back; a forked child drops
+ * its parent's registry and pipe at fork (pthread_atfork) and gets a pipe
+ * and watcher of its own at its first group. */
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
@@ -43,8 +46,6 @@
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static ddp_pg_t *reg_head;
-static pid_t reg_pid;              /* the process reg_head's groups belong to */
-static pid_t watcher_pid;          /* the process whose watcher runs (0: none) */
 static pthread_t watcher_thread;
 static int watcher_running;
 static int pipe_rd = -1;
@@ -107,6 +108,7 @@ static int put_group(FILE *f, ddp_pg_t *g, int first)
     pthread_mutex_lock(&g->mu);
     unsigned long long next_seq = (unsigned long long)g->next_seq;
     int broken = g->broken;
+    int setting_up = !g->impl; /* registered before it connects (pg.c) */
     char why[MSG_LEN];
     snprintf(why, sizeof why, "%s", g->broken_msg);
     pthread_mutex_unlock(&g->mu);
@@ -116,7 +118,8 @@ static int put_group(FILE *f, ddp_pg_t *g, int first)
             g->rank, g->size);
     for (int i = 0; i < g->size; i++)
         fprintf(f, "%s%d", i ? ", " : "", g->granks[i]);
-    fprintf(f, "], \"next_seq\": %llu, \"buffer\": %zu, \"broken\": ", next_seq, g->trace.cap);
+    fprintf(f, "], \"setting_up\": %s, \"next_seq\": %llu, \"buffer\": %zu, \"broken\": ",
+            setting_up ? "true" : "false", next_seq, g->trace.cap);
     if (broken)
         put_str(f, why);
     else
@@ -141,9 +144,18 @@ static int dump_world(ddp_pg_t *world, const char *dir, const char *reason, char
         return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot make folder %s", dir);
     snprintf(path, len, "%s/trace-rank%d.json", dir, world->rank);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot write %s", tmp);
+    /* DIR may be shared and the name is predictable: a new file of our own,
+     * never one that is there already, nor a link planted at that name. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot create %s", tmp);
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return rc;
+    }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     struct timespec ts;
@@ -163,8 +175,16 @@ static int dump_world(ddp_pg_t *world, const char *dir, const char *reason, char
             first = 0;
         }
     fputs("]}\n", f);
-    if (fclose(f) != 0 && rc == 0)
-        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot write %s", tmp);
+    /* A failed write (ENOSPC) may surface only in the stream's error flag:
+     * a truncated dump must not be renamed into place as a whole one. */
+    int bad = fflush(f) != 0 || ferror(f);
+    int err = errno ? errno : EIO;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad && rc == 0)
+        rc = DDP_ERROR_ERRNO(DDP_ERR_IO, err, "flight recorder: cannot write %s", tmp);
     if (rc == 0 && rename(tmp, path) < 0)
         rc = DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "flight recorder: cannot rename %s", tmp);
     if (rc < 0)
@@ -231,7 +251,7 @@ static void dump_all(const char *reason)
  * that another thread is writing: the registry is waited for 2 s at most. */
 static void dump_at_exit(void)
 {
-    if (reg_pid != getpid() || !trace_dir())
+    if (!trace_dir())
         return;
     for (int i = 0; i < 2000; i++) {
         if (pthread_mutex_trylock(&reg_mu) == 0) {
@@ -259,27 +279,65 @@ static void *watcher(void *arg)
     }
 }
 
-/* Under reg_mu, at the process's first group: the pipe, the watcher, the
- * handler. */
-static void start_watcher(void)
+/* fork without exec: the child has the forking thread only, so no watcher
+ * and no handler running, and its parent's groups and pipe are not its
+ * own: a SIGUSR1 it gets before it makes a group of its own must not make
+ * its PARENT dump, nor may its first group join its parent's thread.  The
+ * registry is held across fork, so that the child's copy is consistent
+ * (a dump in progress delays a fork by its length). */
+static void before_fork(void) { pthread_mutex_lock(&reg_mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&reg_mu); }
+static void after_fork_child(void)
 {
-    watcher_pid = getpid();
+    reg_head = NULL;
+    watcher_running = 0;
+    int wr = atomic_exchange(&pipe_wr, -1);
+    if (wr >= 0)
+        close(wr);
+    if (pipe_rd >= 0)
+        close(pipe_rd);
+    pipe_rd = -1;
+    atomic_store(&in_handler, 0);
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void at_first_use(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    atexit(dump_at_exit);
+}
+
+/* Under reg_mu: 1 when SIGUSR1 is ours, installed now if it still had its
+ * default action (a program's own handler, or SIG_IGN, is left alone). */
+static int claim_sigusr1(void)
+{
     struct sigaction old;
     if (sigaction(SIGUSR1, NULL, &old) < 0)
-        return;
-    int ours = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == on_sigusr1; /* forked */
-    if (!ours && ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL))
-        return; /* the program's own: left alone */
-    if (ours && pipe_rd >= 0) { /* a forked child's copy of its parent's pipe */
-        close(pipe_rd);
-        close(atomic_exchange(&pipe_wr, -1));
-        pipe_rd = -1;
-    }
+        return 0;
+    if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == on_sigusr1)
+        return 1;
+    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigusr1;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGUSR1, &sa, NULL) == 0;
+}
+
+/* Under reg_mu: the pipe and the watcher.  Without them the handler does
+ * nothing, which beats dying: a warning, and the job goes on. */
+static void start_watcher(void)
+{
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        DDP_WARN("flight recorder: no SIGUSR1 dumps: cannot make a pipe: %s", strerror(errno));
         return;
+    }
     fcntl(fds[1], F_SETFL, O_NONBLOCK); /* the handler must never block */
     if (pthread_create(&watcher_thread, NULL, watcher, (void *)(intptr_t)fds[0]) != 0) {
+        DDP_WARN("flight recorder: no SIGUSR1 dumps: cannot start the watcher thread");
         close(fds[0]);
         close(fds[1]);
         return;
@@ -287,27 +345,23 @@ static void start_watcher(void)
     watcher_running = 1;
     pipe_rd = fds[0];
     atomic_store(&pipe_wr, fds[1]);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigusr1;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGUSR1, &sa, NULL);
+}
+
+void ddp__trace_install_handler(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, at_first_use);
+    pthread_mutex_lock(&reg_mu);
+    claim_sigusr1();
+    pthread_mutex_unlock(&reg_mu);
 }
 
 void ddp__trace_register(ddp_pg_t *pg)
 {
+    ddp__trace_install_handler();
     pthread_mutex_lock(&reg_mu);
-    if (reg_pid != getpid()) { /* a forked child: its parent's groups are not its own */
-        reg_head = NULL;
-        reg_pid = getpid();
-        atomic_store(&in_handler, 0); /* nor its other threads' handlers */
-    }
-    if (pg->trace.cap && watcher_pid != getpid())
+    if (pg->trace.cap && !watcher_running && claim_sigusr1())
         start_watcher();
-    static int exit_hook;
-    if (pg->trace.cap && !exit_hook)
-        exit_hook = atexit(dump_at_exit) == 0;
     pg->reg_next = reg_head;
     reg_head = pg;
     pthread_mutex_unlock(&reg_mu);
@@ -325,7 +379,7 @@ void ddp__trace_unregister(ddp_pg_t *pg)
      * dump in progress needs).  The handler stays, writing nowhere: a
      * launcher that signals every worker must not kill one that has no
      * group any more. */
-    int stop = !reg_head && watcher_running && watcher_pid == getpid();
+    int stop = !reg_head && watcher_running;
     int rd = -1, wr = -1;
     pthread_t t = watcher_thread;
     if (stop) {
@@ -333,7 +387,6 @@ void ddp__trace_unregister(ddp_pg_t *pg)
         rd = pipe_rd;
         pipe_rd = -1;
         watcher_running = 0;
-        watcher_pid = 0;
     }
     pthread_mutex_unlock(&reg_mu);
     if (stop) {
