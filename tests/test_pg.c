@@ -603,6 +603,7 @@ static int count_entries(const char *dir) { return dir_entries(dir, ""); }
 static int release_rank(int rank, void *arg)
 {
     (void)arg;
+    setenv("DDP_TRACE_BUFFER", "2000", 1); /* its watcher thread must go too */
     int fds0 = count_entries("/proc/self/fd"), threads0 = count_entries("/proc/self/task");
     for (int round = 0; round < 2; round++) {
         ddp_store_t *st = NULL;

@@ -280,15 +280,20 @@ static void test_detail_hierarchical(void **state)
     job_end();
 }
 
+/* arg non-NULL: the recorder at its default (off). */
 static int hint_rank(int rank, void *arg)
 {
-    (void)arg;
+    if (arg)
+        unsetenv("DDP_TRACE_BUFFER");
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 5, &pg) == 0);
     float x[8] = {0};
     CHILD_CHECK(ddp_pg_all_reduce(pg, x, rank == 1 ? 5 : 4, DDP_FLOAT32, DDP_SUM) < 0);
-    CHILD_CHECK(contains(ddp_last_error(), " (DDP_TRACE_DIR=DIR: every rank's flight recorder, "
-                                           "explained by ddp-trace DIR)"));
+    CHILD_CHECK(contains(ddp_last_error(), arg ? " (DDP_TRACE_BUFFER=2000 DDP_TRACE_DIR=DIR: every "
+                                                 "rank's flight recorder, explained by ddp-trace "
+                                                 "DIR)"
+                                               : " (DDP_TRACE_DIR=DIR: every rank's flight "
+                                                 "recorder, explained by ddp-trace DIR)"));
     ddp_destroy_process_group(pg);
     return 0;
 }
@@ -299,6 +304,17 @@ static void test_failure_without_dir_says_how(void **state)
     (void)state;
     job_start();
     assert_int_equal(run_children(2, hint_rank, NULL, 60), 0);
+    struct stat st;
+    assert_true(stat(trace_dir, &st) < 0);
+    job_end();
+}
+
+/* Off (the default), a failure says how to turn the recorder on. */
+static void test_failure_with_recorder_off_says_how(void **state)
+{
+    (void)state;
+    job_start();
+    assert_int_equal(run_children(2, hint_rank, (void *)1, 60), 0);
     struct stat st;
     assert_true(stat(trace_dir, &st) < 0);
     job_end();
@@ -802,6 +818,9 @@ static void test_comm_stats(void **state)
 
 int main(void)
 {
+    /* The recorder is off by default: on for every test here unless a test
+     * sets its own size (children inherit this). */
+    setenv("DDP_TRACE_BUFFER", "2000", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_keeps_the_last_n),
         cmocka_unit_test(test_recorder_off_and_bad_value),
@@ -810,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_desync_count_detail),
         cmocka_unit_test(test_detail_hierarchical),
         cmocka_unit_test(test_failure_without_dir_says_how),
+        cmocka_unit_test(test_failure_with_recorder_off_says_how),
         cmocka_unit_test(test_exit_without_destroy_dumps),
         cmocka_unit_test(test_stopped_rank_named),
         cmocka_unit_test(test_sigusr1_dump),

@@ -137,7 +137,7 @@ DDP_API int ddp_pg_backend_check(const char *name);
 /* ------------------------------------------------------------------ */
 
 /* Flight recorder.  Every group keeps its last DDP_TRACE_BUFFER operations
- * (default 2000; 0: off): sequence number, operation, dtype, count, root,
+ * (default 0: off; 2000 is typical): sequence number, operation, dtype, count, root,
  * reduce operator, state (queued, started, done, failed) with timestamps,
  * and a label.  Each rank writes every group it holds as JSON to
  * DIR/trace-rank<R>.json (R: its rank in the world group) when a
@@ -179,7 +179,7 @@ DDP_API int ddp_pg_monitored_barrier(ddp_pg_t *pg, double timeout_s, int wait_al
  * define them, logged at level info through the log callback (stderr by
  * default) whatever DDP_LOG_LEVEL says.  DDP_COMM_STATS=1 logs them for
  * every group at its destruction.  Kept while the flight recorder is on
- * (DDP_TRACE_BUFFER > 0, the default) or with DDP_COMM_STATS=1; with both
+ * (DDP_TRACE_BUFFER > 0) or with DDP_COMM_STATS=1; with both
  * off, nothing is kept (no clock read per operation) and this says so. */
 DDP_API int ddp_pg_log_comm_stats(ddp_pg_t *pg);
 

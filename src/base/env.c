@@ -94,8 +94,8 @@ static const ddp__env_var table[] = {
     SIZE("DDP_TCP_SOCKBUF", 0, 2147483647.0, "4194304",
          "tcp: SO_SNDBUF/SO_RCVBUF of the connections (0: kernel autotuning)"),
     /* seeing what a job does (src/pg/trace.h) */
-    SIZE("DDP_TRACE_BUFFER", 0, 1e7, "2000",
-         "flight recorder: operations kept per process group (0: off)"),
+    SIZE("DDP_TRACE_BUFFER", 0, 1e7, "0",
+         "flight recorder: operations kept per process group (0: off; 2000 is typical)"),
     PATH("DDP_TRACE_DIR", "flight recorder: every rank dumps to DIR/trace-rank<R>.json on a "
                           "failure and at exit"),
     WORD("DDP_DEBUG", "off", "info: more logs; detail: every collective's arguments checked "

@@ -406,10 +406,14 @@ void ddp__trace_unregister(ddp_pg_t *pg)
 
 void ddp__trace_on_failure(ddp_pg_t *pg, char *msg, size_t len)
 {
-    if (!pg->trace.cap)
-        return;
-    const char *dir = trace_dir();
     size_t at = strlen(msg);
+    if (!pg->trace.cap) { /* off by default: its cost shows on the smallest collectives */
+        snprintf(msg + at, len - at, " (DDP_TRACE_BUFFER=2000 DDP_TRACE_DIR=DIR: every rank's "
+                                     "flight recorder, explained by ddp-trace DIR)");
+        ddp__error_restore(msg);
+        return;
+    }
+    const char *dir = trace_dir();
     if (!dir) {
         snprintf(msg + at, len - at, " (DDP_TRACE_DIR=DIR: every rank's flight recorder, "
                                      "explained by ddp-trace DIR)");
