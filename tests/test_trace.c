@@ -542,28 +542,19 @@ static int fork_child_rank(int rank, void *arg)
 {
     (void)arg;
     ddp_pg_t *pg = NULL;
-    char url[200], dir2[300], path[400];
+    char url[200], path[400];
     snprintf(url, sizeof url, "file://%s/solo", J.dir);
     setenv("DDP_TRACE_DIR", trace_dir, 1);
     CHILD_CHECK(ddp_init_process_group("tcp", url, rank, 1, 10, &pg) == 0);
-    snprintf(dir2, sizeof dir2, "%s/child", J.dir);
     fflush(NULL);
     pid_t c = fork();
     if (c == 0) {
-        setenv("DDP_TRACE_DIR", dir2, 1);
         raise(SIGUSR1);
         sleep_s(0.5); /* time for a (wrong) dump by the parent's watcher */
-        /* Its own first group then makes a pipe and watcher of its own:
-         * that it dumps is not checked here (left out: under the sanitizer
-         * build the child's dump did not come about half the time; see the
-         * report of branch fixa). */
-        snprintf(url, sizeof url, "file://%s/solo-child", J.dir);
-        ddp_pg_t *own = NULL;
-        if (ddp_init_process_group("tcp", url, 0, 1, 10, &own) != 0) {
-            fprintf(stderr, "forked child: %s\n", ddp_last_error());
-            _exit(2);
-        }
-        ddp_destroy_process_group(own);
+        /* No libddp here: after fork in a process with threads (the
+         * parent's communication thread and watcher) only async-signal-safe
+         * calls are defined until exec, and under the sanitizers a group
+         * made here hung at times (their allocator's locks). */
         _exit(0);
     }
     CHILD_CHECK(c > 0);
