@@ -131,11 +131,8 @@ static size_t read_n(int fd, uint8_t *buf, size_t n)
  * close the connection without an answer. */
 static void raw_request_refused(int port, int opcode)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = loopback_connect(port);
     assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     uint8_t head[DDP__TS_HEADER], payload[512];
     ddp__ts_header h;
     const char *why = NULL;

@@ -2,6 +2,7 @@
  * real processes on loopback (store_cases.h), hostile clients, the shared
  * secret handshake, server shutdown under a waiting client, connect
  * timeouts, and binding to the given address only. */
+#include "free_port.h"
 #include "store_cases.h"
 
 #include <arpa/inet.h>
@@ -71,11 +72,8 @@ static int logged_soon(const char *what)
 
 static int raw_connect(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = loopback_connect(port);
     assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     return fd;
 }
 

@@ -24,17 +24,15 @@
 
 #include "ddp/store.h"
 #include "fork_children.h"
+#include "free_port.h"
 
 #define FD_LIMIT 64 /* the server process's descriptors */
 #define FLOOD 200   /* connections from this process: more than that */
 
 static int raw_connect(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = loopback_connect(port);
     assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     return fd;
 }
 
