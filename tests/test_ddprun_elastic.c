@@ -1,7 +1,8 @@
 /* ddprun across nodes with its own rendezvous (--rdzv-backend c10d): two
  * or three launchers, each a "node" on this host, meet at one endpoint;
  * node ranks are assigned, one worker's failure restarts every node, a
- * node that dies lets the others go on at the smaller size (MIN), a job
+ * node that dies lets the others go on at the smaller size (MIN), a node
+ * that comes late is admitted at the next restart, a job
  * with no restarts left stops on every node naming the failure, the store
  * host's death stops the others with a message, and bad flags are refused.
  * Then the same across two network namespaces (each launcher on its own
@@ -105,7 +106,7 @@ static void test_node_lost_min_remains(void **state)
 {
     (void)state;
     char ea[8192], eb[8192], buf[64];
-    const char *conf = "heartbeat_timeout=1.5,last_call_timeout=0.5";
+    const char *conf = "heartbeat_timeout=1.5,last_call_timeout=2";
     launch a = node("lost", "1:2", "1", conf, "elastic", "DIR", NULL);
     usleep(200000);
     launch b = node("lost", "1:2", "1", conf, "elastic", "DIR", NULL);
@@ -119,6 +120,33 @@ static void test_node_lost_min_remains(void **state)
     assert_non_null(strstr(ea, "round 1: node 0 of 1, ranks 0..0 of 1"));
     assert_int_equal(read_file(dir, "gen1", 0, buf, sizeof buf), 0);
     assert_string_equal(buf, "1 0\n"); /* WORLD_SIZE 1, GROUP_RANK 0 */
+}
+
+/* A third launcher comes while round 0 runs: it waits, and the restart
+ * that a killed worker causes admits it (round 1 has 3 nodes). */
+static void test_late_node_joins_next_round(void **state)
+{
+    (void)state;
+    char e[3][8192], buf[64];
+    const char *conf = "last_call_timeout=2,heartbeat_timeout=5";
+    launch l[3];
+    l[0] = node("late", "1:3", "1", conf, "elastic", "DIR", NULL);
+    usleep(100000);
+    l[1] = node("late", "1:3", "1", conf, "elastic", "DIR", NULL);
+    pid_t pids[2];
+    wait_files(dir, "gen0", 2, pids);
+    l[2] = node("late", "1:3", "1", conf, "elastic", "DIR", NULL);
+    usleep(500000); /* it has joined and waits for the next round */
+    assert_int_equal(read_file(dir, "gen0", 2, buf, sizeof buf), -1);
+    kill(pids[1], SIGKILL); /* rank 1's worker */
+    for (int k = 0; k < 3; k++)
+        expect_ok(l[k], "a node", e[k], sizeof e[k]);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(read_file(dir, "gen1", r, buf, sizeof buf), 0);
+        assert_int_equal(atoi(buf), 3); /* WORLD_SIZE */
+    }
+    assert_non_null(strstr(e[2], "round 1: node"));
+    assert_null(strstr(e[2], "round 0:"));
 }
 
 /* No restarts left: the failure stops every node, naming it. */
@@ -194,9 +222,10 @@ static void test_netns_nodes(void **state)
     /* the link goes down mid-job: the store's host goes on alone (MIN 1),
      * the cut-off node stops, saying it lost the store */
     snprintf(endpoint, sizeof endpoint, "%s:%d", np.addr[0], free_port());
-    a = ns_node(&np, 0, "1:2", conf, "elastic", NULL);
+    const char *conf2 = "last_call_timeout=2,heartbeat_timeout=2"; /* both in round 0 */
+    a = ns_node(&np, 0, "1:2", conf2, "elastic", NULL);
     usleep(200000);
-    b = ns_node(&np, 1, "1:2", conf, "elastic", NULL);
+    b = ns_node(&np, 1, "1:2", conf2, "elastic", NULL);
     wait_files(dir, "gen0", 2, NULL);
     assert_int_equal(netns_sh("ip -n %s link set %s down", np.ns[1], np.veth[1]), 0);
     double t0 = now();
@@ -244,6 +273,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coordinated_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_lost_min_remains, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_node_joins_next_round, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_stops_everyone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_host_dies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags, setup, teardown),
