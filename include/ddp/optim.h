@@ -167,11 +167,17 @@ DDP_API int ddp_optim_state(ddp_optim_t *o, int i, const char **name, float **da
 
 /* ==== learning-rate schedules ============================================
  * torch.optim.lr_scheduler's StepLR, MultiStepLR, ExponentialLR,
- * CosineAnnealingLR and LinearLR, in their closed forms.  The schedule's
- * base lr is the optimizer's lr when the scheduler is created; creating it
- * sets the epoch-0 lr (LinearLR: base * start_factor), and each
- * ddp_lr_scheduler_step() (after the optimizer's step, as in PyTorch)
- * advances last_epoch by one and sets the optimizer's lr. */
+ * CosineAnnealingLR, LinearLR, LambdaLR and OneCycleLR in their closed
+ * forms, SequentialLR over them, and ReduceLROnPlateau.  Every schedule
+ * sets every parameter group's lr from that group's own base lr: the
+ * group's lr when the first scheduler over the optimizer was created
+ * (torch's group['initial_lr'], kept by the optimizer, so that a second
+ * scheduler, e.g. SequentialLR's next one, starts from the same base;
+ * OneCycleLR sets it to max_lr / div_factor).  Creating a scheduler sets
+ * the epoch-0 lr (LinearLR: base * start_factor; ReduceLROnPlateau leaves
+ * the lr as it is), and each ddp_lr_scheduler_step() (after the
+ * optimizer's step, as in PyTorch) advances last_epoch by one and sets the
+ * lrs. */
 
 typedef struct ddp_lr_scheduler ddp_lr_scheduler_t;
 
@@ -181,36 +187,96 @@ enum ddp_lr_kind {
     DDP_LR_EXPONENTIAL, /* base * gamma^epoch */
     DDP_LR_COSINE,      /* eta_min + (base - eta_min) (1 + cos(pi epoch / t_max)) / 2 */
     DDP_LR_LINEAR,      /* base * (start + (end - start) min(epoch, total_iters) / total_iters) */
+    DDP_LR_LAMBDA,      /* base * lambda(epoch, group, user) */
+    DDP_LR_ONECYCLE,    /* warm up to max_lr, anneal to max_lr / div / final_div */
+    DDP_LR_SEQUENTIAL,  /* schedulers[i] from milestones[i - 1] on */
+    DDP_LR_PLATEAU,     /* lr *= factor after patience epochs without improvement */
 };
+
+/* LambdaLR's factor for group g at epoch (epoch 0 at creation). */
+typedef double (*ddp_lr_lambda_fn)(int64_t epoch, int group, void *user);
 
 typedef struct ddp_lr_options {
     int kind;                 /* enum ddp_lr_kind */
     int step_size;            /* STEP, > 0 */
     double gamma;             /* STEP, MULTISTEP, EXPONENTIAL */
-    const int *milestones;    /* MULTISTEP: increasing epochs (copied) */
+    const int *milestones;    /* MULTISTEP: increasing epochs; SEQUENTIAL: nschedulers - 1
+                               * increasing epochs > 0 (copied) */
     int nmilestones;
     int t_max;                /* COSINE, > 0 */
     double eta_min;           /* COSINE */
     double start_factor;      /* LINEAR, in (0, 1] */
     double end_factor;        /* LINEAR, in [0, 1] */
     int total_iters;          /* LINEAR, > 0 */
+    /* LAMBDA: called at creation and at every step (and set_last_epoch) */
+    ddp_lr_lambda_fn lambda;
+    void *user;
+    /* ONECYCLE (momentum cycling is not done: cycle_momentum=False) */
+    double max_lr;            /* > 0, for every group unless max_lrs */
+    const double *max_lrs;    /* NULL, or one per group (copied) */
+    int total_steps;          /* > 0; stepping past it holds the last lr
+                               * (torch raises ValueError) */
+    double pct_start;         /* in [0, 1], default 0.3 */
+    int anneal_linear;        /* 0: 'cos' (default), 1: 'linear' */
+    double div_factor;        /* default 25 */
+    double final_div_factor;  /* default 1e4 */
+    int three_phase;
+    /* SEQUENTIAL: closed-form schedulers over the same optimizer (borrowed:
+     * they must outlive this one); at milestone k, scheduler k + 1 starts
+     * at its epoch 0, as torch's scheduler.step(0) */
+    ddp_lr_scheduler_t *const *schedulers;
+    int nschedulers;
+    /* PLATEAU (stepped with ddp_lr_scheduler_step_metric) */
+    int mode_max;             /* 0: 'min' (default), 1: 'max' */
+    double factor;            /* in (0, 1), default 0.1 */
+    int patience;             /* default 10 */
+    double threshold;         /* default 1e-4 */
+    int threshold_abs;        /* 0: 'rel' (default), 1: 'abs' */
+    int cooldown;             /* default 0 */
+    double min_lr;            /* for every group, default 0 */
+    double eps;               /* default 1e-8 */
 } ddp_lr_options;
 
+/* PyTorch's defaults for that kind (StepLR/MultiStepLR gamma 0.1, LinearLR
+ * 1/3 -> 1 over 5, OneCycleLR's and ReduceLROnPlateau's as above). */
+DDP_API ddp_lr_options ddp_lr_defaults(int kind);
+
 /* Creates a schedule over opt (borrowed: it must outlive the scheduler) and
- * sets the epoch-0 learning rate.  Invalid options fail with
+ * sets the epoch-0 learning rates.  Invalid options fail with
  * DDP_ERR_INVALID_ARG naming the option.  Caller destroys. */
 DDP_API int ddp_lr_scheduler_create(ddp_optim_t *opt, const ddp_lr_options *o,
                                     ddp_lr_scheduler_t **out);
 /* NULL is a no-op. */
 DDP_API void ddp_lr_scheduler_destroy(ddp_lr_scheduler_t *s);
-/* last_epoch += 1; sets and returns the optimizer's new lr. */
+/* last_epoch += 1; sets the optimizer's new lrs and returns the first
+ * group's.  A ReduceLROnPlateau is left as it is (it needs a metric). */
 DDP_API double ddp_lr_scheduler_step(ddp_lr_scheduler_t *s);
-/* The lr the schedule set last (PyTorch's get_last_lr()). */
+/* ReduceLROnPlateau.step(metric): DDP_ERR_INVALID_ARG for another kind. */
+DDP_API int ddp_lr_scheduler_step_metric(ddp_lr_scheduler_t *s, double metric);
+/* The lr the schedule set last for the first group (PyTorch's
+ * get_last_lr()[0]); group_last_lr for group g. */
 DDP_API double ddp_lr_scheduler_last_lr(const ddp_lr_scheduler_t *s);
+DDP_API double ddp_lr_scheduler_group_last_lr(const ddp_lr_scheduler_t *s, int g);
 /* Epochs stepped so far; set_last_epoch restores it from a checkpoint and
- * sets the lr for that epoch. */
+ * sets the lrs for that epoch (not for ReduceLROnPlateau: see set_state). */
 DDP_API int64_t ddp_lr_scheduler_last_epoch(const ddp_lr_scheduler_t *s);
 DDP_API void ddp_lr_scheduler_set_last_epoch(ddp_lr_scheduler_t *s, int64_t epoch);
+
+/* A scheduler's whole state, for checkpoints: last_epoch, and
+ * ReduceLROnPlateau's counters (zero for the others).  A plateau's lrs are
+ * the optimizer's (a checkpoint keeps them with the optimizer). */
+typedef struct ddp_lr_state {
+    int64_t last_epoch;
+    double best;
+    int64_t num_bad_epochs;
+    int64_t cooldown_counter;
+} ddp_lr_state;
+
+DDP_API ddp_lr_state ddp_lr_scheduler_state(const ddp_lr_scheduler_t *s);
+/* Restores it: closed forms set their lrs for last_epoch; a plateau takes
+ * its counters and the optimizer's current lrs as its last ones.  Negative
+ * counts fail with DDP_ERR_INVALID_ARG. */
+DDP_API int ddp_lr_scheduler_set_state(ddp_lr_scheduler_t *s, const ddp_lr_state *st);
 
 #ifdef __cplusplus
 }
