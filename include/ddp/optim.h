@@ -54,7 +54,7 @@ typedef struct ddp_sgd_options {
     double weight_decay;
     int nesterov;   /* requires momentum > 0 and dampening == 0 */
     int maximize;
-    /* Parameter groups (see ddp_param_group; copied).  0 groups: one group
+    /* Parameter groups (see ddp_param_group; read during the call).  0: one group
      * of every parameter with these options.  Otherwise each group's
      * overrides apply on top of these options, and a parameter that no
      * group names must be added with ddp_optim_add_param_group before the
