@@ -213,6 +213,8 @@ static void test_errors(void **state)
     expect_error(&r, o, "OneCycleLR: pct_start 0.1 of 10 total_steps leaves a phase of length 0");
     o.total_steps = 0;
     expect_error(&r, o, "OneCycleLR: expected positive integer total_steps, but got 0");
+    o.total_steps = 10, o.pct_start = 0.3, o.max_lrs = (double[]){0.5, -1};
+    expect_error(&r, o, "OneCycleLR: max_lrs[1] -1 must be > 0 (one per parameter group)");
     o = ddp_lr_defaults(DDP_LR_LAMBDA);
     expect_error(&r, o, "LambdaLR: lambda is NULL");
     o = ddp_lr_defaults(DDP_LR_PLATEAU);

@@ -194,6 +194,10 @@ int ddp_lr_scheduler_create(ddp_optim_t *opt, const ddp_lr_options *o, ddp_lr_sc
 {
     DDP_FAIL_IF(!opt || !o || !out, DDP_ERR_INVALID_ARG, "lr scheduler: NULL argument");
     DDP_TRY(check(opt, o));
+    for (int g = 0; o->kind == DDP_LR_ONECYCLE && o->max_lrs && g < ddp_optim_num_groups(opt); g++)
+        DDP_FAIL_IF(!(o->max_lrs[g] > 0), DDP_ERR_INVALID_ARG,
+                    "OneCycleLR: max_lrs[%d] %g must be > 0 (one per parameter group)", g,
+                    o->max_lrs[g]);
     ddp_lr_scheduler_t *s = calloc(1, sizeof *s);
     DDP_FAIL_IF(!s, DDP_ERR_NOMEM, "lr scheduler: out of memory");
     s->o = *o;

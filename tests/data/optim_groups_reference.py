@@ -44,4 +44,6 @@ cases = [
                                   [dict(params=[0, 2]), dict(params=[1], lr=0.5, weight_decay=0.0)])),
 ]
 for name, vals in cases:
-    print("    {\"%s\", {%s}}," % (name, ", ".join("%.9ef" % v for v in vals)))
+    v = ["%.9ef" % x for x in vals]
+    print("    {\"%s\",\n     {%s}}," % (name, ",\n      ".join(", ".join(v[i:i + 4])
+                                                       for i in range(0, len(v), 4))))
