@@ -183,6 +183,50 @@ DDP_API int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_
 DDP_API int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
                                 ddp_train_state *st);
 
+/* What a checkpoint keeps besides the model, the optimizer and the position
+ * (ddp_checkpoint_save_ex / load_ex): an lr scheduler's state (last_epoch,
+ * ReduceLROnPlateau's counters: "libddp.lr_scheduler.*" in __metadata__)
+ * and random generators' states (e.g. a data or dropout stream of the
+ * caller's: "libddp.rng.<name>", nwords 64-bit words in hex).  Every
+ * checkpoint with an optimizer also keeps its groups' lrs
+ * ("libddp.optimizer.lr"), restored by every load that has them, as
+ * torch's optimizer.load_state_dict does. */
+typedef struct ddp_checkpoint_rng {
+    const char *name;
+    uint64_t *state;   /* nwords words; read at save, written at load */
+    int nwords;
+} ddp_checkpoint_rng;
+
+typedef struct ddp_checkpoint_options {
+    ddp_lr_scheduler_t *scheduler;  /* NULL: none */
+    const ddp_checkpoint_rng *rngs; /* nrngs generators */
+    int nrngs;
+} ddp_checkpoint_options;
+
+/* Nothing extra. */
+DDP_API ddp_checkpoint_options ddp_checkpoint_defaults(void);
+/* ddp_checkpoint_save / load with x's extras (x may be NULL).  A load with a
+ * scheduler or rngs that the file does not hold fails with DDP_ERR_FORMAT
+ * naming the key, before anything is changed; after a load the scheduler
+ * has the saved state (and sets its lrs for it), so that a resumed run
+ * follows the same lr sequence. */
+DDP_API int ddp_checkpoint_save_ex(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                                   const ddp_train_state *st, const ddp_checkpoint_options *x);
+DDP_API int ddp_checkpoint_load_ex(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                                   ddp_train_state *st, const ddp_checkpoint_options *x);
+
+/* Loads only parameter values from a checkpoint (or any safetensors file of
+ * named F32 tensors), ignoring the optimizer's entries ("optimizer.*") and
+ * the metadata, like torch's model.load_state_dict(sd, strict).  strict:
+ * every parameter must be there and nothing else, or DDP_ERR_MISMATCH
+ * names every difference; not strict: parameters the file lacks keep their
+ * values and entries the model lacks are skipped.  A shape or dtype
+ * difference fails either way, before anything is changed.  *report (may
+ * be NULL) gets what was skipped, "missing 0.bias; unexpected 3.weight"
+ * ("" when nothing was); caller frees it with free(). */
+DDP_API int ddp_checkpoint_load_weights(const char *path, ddp_model_t *model, int strict,
+                                        char **report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,14 +8,15 @@
 
 #include "base/error.h"
 #include "ddp/ddp.h"
+#include "ddp/checkpoint_extra.h"
 #include "nn/safetensors.h"
 
 #define OPT_PREFIX "optimizer."
 #define MAX_STATES 8
 #define NUM_META 6
 
-int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_t *opt,
-                        const ddp_train_state *st)
+int ddp_checkpoint_save_ex(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                           const ddp_train_state *st, const ddp_checkpoint_options *x)
 {
     DDP_FAIL_IF(!path || !model || !st, DDP_ERR_INVALID_ARG, "checkpoint: NULL argument");
     DDP_FAIL_IF(st->epoch < 0 || st->step < 0 || st->global_step < 0 || st->world_size < 1,
@@ -55,7 +56,7 @@ int ddp_checkpoint_save(const char *path, ddp_model_t *model, ddp_optim_t *opt,
     const char *meta[2 * NUM_META] = {"libddp.epoch", v[0], "libddp.step", v[1],
                                       "libddp.global_step", v[2], "libddp.seed", v[3],
                                       "libddp.world_size", v[4], "libddp.optimizer_steps", v[5]};
-    rc = ddp__st_write(path, t, np + (size_t)ns, meta, NUM_META);
+    rc = ddp__checkpoint_write(path, t, np + (size_t)ns, meta, NUM_META, opt, x);
 out:
     free(t);
     return rc;
@@ -105,8 +106,14 @@ static int meta_int(const char *path, const ddp__st_file *f, const char *key, in
     return 0;
 }
 
-int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
-                        ddp_train_state *st)
+int ddp__checkpoint_meta_int(const char *path, const ddp__st_file *f, const char *key,
+                             int64_t *out)
+{
+    return meta_int(path, f, key, out);
+}
+
+int ddp_checkpoint_load_ex(const char *path, ddp_model_t *model, ddp_optim_t *opt,
+                           ddp_train_state *st, const ddp_checkpoint_options *x)
 {
     DDP_FAIL_IF(!path || !model, DDP_ERR_INVALID_ARG, "checkpoint: NULL argument");
     ddp__st_file f;
@@ -141,6 +148,7 @@ int ddp_checkpoint_load(const char *path, ddp_model_t *model, ddp_optim_t *opt,
     DDP_TRY_OUT(meta_int(path, &f, "libddp.seed", &seed));
     DDP_TRY_OUT(meta_int(path, &f, "libddp.world_size", &ws));
     DDP_TRY_OUT(meta_int(path, &f, "libddp.optimizer_steps", &steps));
+    DDP_TRY_OUT(ddp__checkpoint_extra_load(path, &f, opt, x)); /* checks, then sets */
     s.seed = (uint64_t)seed;
     s.world_size = (int)ws;
     /* Phase 2: copy. */
