@@ -301,4 +301,6 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #ifdef __cplusplus
 }
 #endif
+
+#include "ddp/nn_function.h"
 #endif
