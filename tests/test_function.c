@@ -94,7 +94,7 @@ static int apply_op(ddp_tape_t *tape, const ddp_function *fn, ddp_var_t *x, ddp_
 {
     const ddp_tensor *xt = ddp_var_tensor(x);
     ddp_shape shapes[2] = {{2, {xt->shape[0], xt->shape[1]}}, {1, {xt->shape[0]}}};
-    return ddp_function_apply(tape, fn, 2, (ddp_var_t *[]){x, a}, 2, shapes, y);
+    return ddp_function_apply(fn, tape, 2, (ddp_var_t *[]){x, a}, 2, shapes, y);
 }
 
 /* ---- gradcheck's callbacks ---- */
@@ -372,26 +372,26 @@ static void test_errors(void **state)
     assert_int_equal(ddp_tape_input(other, &in[0], 1, &stranger), 0);
 
     const ddp_function fails = {"positive", fwd_fails, NULL, NULL};
-    assert_int_equal(ddp_function_apply(tape, &fails, 1, &x, 1, NULL, y), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_function_apply(&fails, tape, 1, &x, 1, NULL, y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "positive forward: "));
     assert_non_null(strstr(ddp_last_error(), "positive: x must be positive, got -1"));
 
     const ddp_function copy = {"copy", fwd_copy, NULL, NULL};
-    assert_int_equal(ddp_function_apply(tape, &copy, 1, &x, 0, NULL, y), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_function_apply(&copy, tape, 1, &x, 0, NULL, y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "copy: 0 outputs (1 .. 16)"));
-    assert_int_equal(ddp_function_apply(tape, &copy, 0, &x, 1, NULL, y), DDP_ERR_INVALID_ARG);
-    assert_int_equal(ddp_function_apply(tape, &copy, 1, &stranger, 1, NULL, y),
+    assert_int_equal(ddp_function_apply(&copy, tape, 0, &x, 1, NULL, y), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_function_apply(&copy, tape, 1, &stranger, 1, NULL, y),
                      DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "copy: input 0 is not a var of this tape"));
     const ddp_function nofwd = {"nofwd", NULL, NULL, NULL};
-    assert_int_equal(ddp_function_apply(tape, &nofwd, 1, &x, 1, NULL, y), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_function_apply(&nofwd, tape, 1, &x, 1, NULL, y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "nofwd: no forward"));
     ddp_shape bad = {2, {3, 0}};
-    assert_int_equal(ddp_function_apply(tape, &copy, 1, &x, 1, &bad, y), DDP_ERR_INVALID_ARG);
+    assert_int_equal(ddp_function_apply(&copy, tape, 1, &x, 1, &bad, y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "copy: output 0"));
 
     /* A forward-only op works until backward reaches it. */
-    assert_int_equal(ddp_function_apply(tape, &copy, 1, &x, 1, NULL, y), 0);
+    assert_int_equal(ddp_function_apply(&copy, tape, 1, &x, 1, NULL, y), 0);
     assert_memory_equal(ddp_var_tensor(y[0])->data, xs, sizeof xs);
     assert_int_equal(ddp_op_sum(tape, y[0], &loss), 0);
     assert_int_equal(ddp_tape_backward(tape, loss, NULL), DDP_ERR_UNSUPPORTED);

@@ -9,7 +9,7 @@
  *   static int bwd(ddp_function_ctx *ctx, int nout, const ddp_tensor *dout,
  *                  int nin, ddp_tensor *din);      // writes din[i].data
  *   static const ddp_function swish = {"swish", fwd, bwd, NULL};
- *   ddp_function_apply(tape, &swish, 1, &x, 1, NULL, &y);
+ *   ddp_function_apply(&swish, tape, 1, &x, 1, NULL, &y);
  *
  * Inputs may be any vars, parameter vars included: their gradients go
  * through the same path as a built-in op's, so the grad-ready contract of
@@ -64,7 +64,7 @@ typedef struct ddp_function {
  * the outputs' shapes (NULL: each has in[0]'s shape).  fn is borrowed until
  * the tape is reset.  The outputs require grad when an input does (and the
  * tape records gradients). */
-DDP_API int ddp_function_apply(ddp_tape_t *tape, const ddp_function *fn, int nin,
+DDP_API int ddp_function_apply(const ddp_function *fn, ddp_tape_t *tape, int nin,
                                ddp_var_t *const *in, int nout, const ddp_shape *out_shapes,
                                ddp_var_t **out);
 

@@ -138,7 +138,7 @@ static int make_ctx(ddp_tape_t *tape, const ddp_function *fn, int nin, ddp_var_t
     return 0;
 }
 
-int ddp_function_apply(ddp_tape_t *tape, const ddp_function *fn, int nin, ddp_var_t *const *in,
+int ddp_function_apply(const ddp_function *fn, ddp_tape_t *tape, int nin, ddp_var_t *const *in,
                        int nout, const ddp_shape *out_shapes, ddp_var_t **out)
 {
     DDP_TRY(check_args(tape, fn, nin, in, nout, out));
