@@ -20,6 +20,7 @@
 #include "ddp.h"
 #include "ddp/ext.h"
 #include "fork_children.h"
+#include "mnist_output.h"
 #include "pg_util.h"
 
 /* ---- the op: x (B, C), a (C) -> y1 = a * tanh(x) (B, C), y2 = sum_c x^2 (B) ---- */
@@ -407,6 +408,39 @@ static void test_errors(void **state)
     ddp_tape_destroy(tape);
 }
 
+/* ---- examples/custom_op.c: gradcheck at start, DDP on 2 ranks ---- */
+
+static void test_custom_op_example_on_two_ranks(void **state)
+{
+    (void)state;
+    const char *build = getenv("DDP_TEST_BUILD");
+    build = build ? build : "build";
+    job j;
+    job_init(&j);
+    char cmd[1024], log[128];
+    snprintf(log, sizeof log, "%s/log", j.dir);
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 120 %s/bin/ddprun --standalone --nproc-per-node 2 %s/bin/ddp-custom_op "
+             "300 >%s 2>&1",
+             build, build, log);
+    int st = system(cmd);
+    char *out = slurp(log);
+    unlink(log);
+    job_cleanup(&j);
+    assert_non_null(out);
+    if (st != 0)
+        fail_msg("ddp-custom_op: status %d:\n%s", st, out);
+    assert_non_null(strstr(out, "gradcheck scaled_tanh: ok"));
+    const char *l = strstr(out, "loss: first ");
+    double first = 0, last = 0;
+    if (!l || sscanf(l, "loss: first %lf last %lf", &first, &last) != 2 || !(last < first / 4))
+        fail_msg("the loss did not fall to a quarter:\n%s", out);
+    const char *c0 = strstr(out, "rank 0 parameters checksum "), *c1 = strstr(out, "rank 1 parameters checksum ");
+    if (!c0 || !c1 || strncmp(c0 + 27, c1 + 27, 16) != 0)
+        fail_msg("the ranks' parameters differ:\n%s", out);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -416,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_parameter_input_fires_grad_ready),
         cmocka_unit_test(test_ddp_two_processes_average_the_parameter),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_custom_op_example_on_two_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
