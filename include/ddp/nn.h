@@ -330,4 +330,5 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #endif
 
 #include "ddp/nn_function.h"
+#include "ddp/nn_norm.h"
 #endif
