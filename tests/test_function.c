@@ -343,6 +343,65 @@ static void test_ddp_two_processes_average_the_parameter(void **state)
     }
 }
 
+/* ---- many inputs: y = sum_i (i + 1) x_i, 40 inputs of 2 elements ---- */
+
+enum { MANY = 40 };
+
+static int many_forward(ddp_function_ctx *ctx, int nin, const ddp_tensor *in, int nout,
+                        ddp_tensor *out)
+{
+    (void)ctx, (void)nout;
+    for (int j = 0; j < 2; j++) {
+        out[0].data[j] = 0;
+        for (int i = 0; i < nin; i++)
+            out[0].data[j] += (float)(i + 1) * in[i].data[j];
+    }
+    return 0;
+}
+
+static int many_backward(ddp_function_ctx *ctx, int nout, const ddp_tensor *dout, int nin,
+                         ddp_tensor *din)
+{
+    (void)ctx, (void)nout;
+    for (int i = 0; i < nin; i++)
+        for (int j = 0; din[i].data && j < 2; j++)
+            din[i].data[j] = (float)(i + 1) * dout[0].data[j];
+    return 0;
+}
+
+static const ddp_function weighted_sum = {"weighted_sum", many_forward, many_backward, NULL};
+
+static int many_build(ddp_tape_t *tape, ddp_var_t *const *in, int nin, ddp_var_t **out, int nout,
+                      void *user)
+{
+    (void)nout, (void)user;
+    return ddp_function_apply(&weighted_sum, tape, nin, in, 1, NULL, out);
+}
+
+static int many_ref(const double *const *in, int nin, double *out, void *user)
+{
+    (void)user;
+    for (int j = 0; j < 2; j++) {
+        out[j] = 0;
+        for (int i = 0; i < nin; i++)
+            out[j] += (i + 1) * in[i][j];
+    }
+    return 0;
+}
+
+static void test_many_inputs(void **state)
+{
+    (void)state;
+    static float vals[MANY][2];
+    ddp_tensor in[MANY];
+    for (int i = 0; i < MANY; i++) {
+        vals[i][0] = (float)sin(i), vals[i][1] = (float)cos(i);
+        assert_int_equal(ddp_tensor_wrap(&in[i], vals[i], 1, (int64_t[]){2}), 0);
+    }
+    if (ddp_gradcheck(many_build, many_ref, MANY, in, NULL, NULL) != 0)
+        fail_msg("%s", ddp_last_error());
+}
+
 /* ---- errors ---- */
 
 static int fwd_fails(ddp_function_ctx *ctx, int nin, const ddp_tensor *in, int nout,
@@ -449,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_unused_output_gets_zero_gradient),
         cmocka_unit_test(test_parameter_input_fires_grad_ready),
         cmocka_unit_test(test_ddp_two_processes_average_the_parameter),
+        cmocka_unit_test(test_many_inputs),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_custom_op_example_on_two_ranks),
     };
