@@ -1,6 +1,10 @@
 /* Shared test helpers for gradient checks: central finite differences on a
  * float64 reference forward, compared with libddp's float32 analytic
- * gradients.  Header-only (each tests/test_*.c is its own binary). */
+ * gradients.  Header-only (each tests/test_*.c is its own binary).  Op
+ * checks use the library's ddp_gradcheck (test_autograd.c, test_loss.c,
+ * test_norm.c, test_function.c); gc_check stays for gradients a whole
+ * model's backward leaves in its parameters (test_autograd_hooks.c), which
+ * ddp_gradcheck's input vars do not cover. */
 #ifndef DDP_TEST_GRADCHECK_H
 #define DDP_TEST_GRADCHECK_H
 

@@ -16,7 +16,7 @@ typedef struct job {
     char url[160];
 } job;
 
-static void job_init(job *j)
+__attribute__((unused)) static void job_init(job *j)
 {
     snprintf(j->dir, sizeof j->dir, "/tmp/ddp_test_dist_XXXXXX");
     if (!mkdtemp(j->dir))

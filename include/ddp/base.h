@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>  /* DDP_CHECK */
+#include <stdlib.h> /* DDP_CHECK */
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +62,24 @@ DDP_API void ddp_clear_error(void);
  * TORCHELASTIC_ERROR_FILE, in plain text).  0 without the variable; an
  * error code when the file cannot be written (the program stops anyway). */
 DDP_API int ddp_error_file_write(const char *line);
+
+/* For PROGRAMS (the library never exits): DDP_CHECK(call) runs a libddp
+ * call and, when it fails, prints "FILE:LINE: call: message (DDP_ERR_NAME)"
+ * on stderr, hands that line to ddp_error_file_write (ddprun quotes it) and
+ * exits with status 1. */
+#define DDP_CHECK(call)                                                                 \
+    do {                                                                                \
+        int ddp_check_rc_ = (call);                                                     \
+        if (ddp_check_rc_ < 0) {                                                        \
+            char ddp_check_line_[2048];                                                 \
+            snprintf(ddp_check_line_, sizeof ddp_check_line_, "%s:%d: %s: %s (%s)",     \
+                     __FILE__, __LINE__, #call, ddp_last_error(),                       \
+                     ddp_err_name(ddp_check_rc_));                                      \
+            fprintf(stderr, "%s\n", ddp_check_line_);                                   \
+            ddp_error_file_write(ddp_check_line_);                                      \
+            exit(1);                                                                    \
+        }                                                                               \
+    } while (0)
 
 /* Logging: silent by default.  Level from DDP_LOG_LEVEL (error, warn, info,
  * debug) or ddp_log_set_level().  Without a callback, messages at or above

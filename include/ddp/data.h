@@ -30,6 +30,8 @@
 #define DDP_DATA_H
 
 #include "ddp/base.h"
+#include "ddp/nn.h"
+#include "ddp/pg.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -240,6 +242,21 @@ DDP_API int ddp_loader_epoch_begin(ddp_loader_t *dl, uint64_t epoch);
  * epoch; DDP_ERR_STATE before epoch_begin).  Never waits for a worker: a
  * batch that is not ready is built here (see docs/data.md). */
 DDP_API int ddp_loader_next(ddp_loader_t *dl, ddp_batch *batch);
+
+/* ------------------------------------------------------------------ with a group */
+
+/* DataLoader(ds, sampler=DistributedSampler(ds)) for the group pg in one
+ * call: each rank loads its share (ddp_sampler_distributed_create with the
+ * group's rank and size; pg NULL: one process).  opts as for
+ * ddp_loader_create (NULL: defaults), except that shuffle and seed go to the
+ * sampler (shuffled when opts->shuffle) and opts->sampler must be NULL.  The
+ * loader owns its sampler; caller destroys the loader. */
+DDP_API int ddp_loader_distributed_create(ddp_dataset_t *ds, ddp_pg_t *pg,
+                                          const ddp_loader_options *opts, ddp_loader_t **out);
+/* The batch's images as a leaf var on tape, shape (size, sample_numel), not
+ * requiring grad: a view of b->x (borrowed, valid until the next
+ * ddp_loader_next), so reset the tape before the next batch. */
+DDP_API int ddp_batch_input(const ddp_batch *b, ddp_tape_t *tape, ddp_var_t **x);
 
 #ifdef __cplusplus
 }

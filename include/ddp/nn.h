@@ -158,7 +158,8 @@ DDP_API int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64
 DDP_API int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 /* Row-wise log-softmax over the last dimension, numerically stable. */
 DDP_API int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
-/* Mean negative log-likelihood: logp (B, C), labels[B] in [0, C) (copied). */
+/* Mean negative log-likelihood: logp (B, C), labels[B] in [0, C) (copied);
+ * a label equal to -100 is ignored (ddp_op_nll_loss_opts). */
 DDP_API int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels,
                             ddp_var_t **y);
 /* nn.MSELoss() (mean reduction): scalar mean((input - target)^2), same
@@ -167,9 +168,35 @@ DDP_API int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *targe
                             ddp_var_t **y);
 /* Cross-entropy with mean reduction = nll_loss(log_softmax(logits)), fused:
  * logits (B, C), labels[B] (copied).  A label outside [0, C) fails with
- * DDP_ERR_INVALID_ARG: "label 12 at index 5 is out of range for 10 classes". */
+ * DDP_ERR_INVALID_ARG: "label 12 at index 5 is out of range for 10 classes",
+ * except -100, PyTorch's default ignore_index (ddp_op_cross_entropy_opts). */
 DDP_API int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *labels,
                                  ddp_var_t **y);
+
+/* nn.CrossEntropyLoss's knobs (mean reduction, PyTorch 1.13 semantics). */
+typedef struct ddp_cross_entropy_options {
+    int64_t ignore_index;  /* rows with this label count for nothing: the mean is
+                              over the others (all ignored: NaN, as PyTorch); default -100 */
+    float label_smoothing; /* e in [0, 1]: the target is (1 - e) onehot + e / C (0) */
+} ddp_cross_entropy_options;
+DDP_API ddp_cross_entropy_options ddp_cross_entropy_defaults(void);
+/* Cross-entropy with options (opts NULL: defaults, = ddp_op_cross_entropy):
+ * labels in [0, C) or ignore_index. */
+DDP_API int ddp_op_cross_entropy_opts(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *labels,
+                                      const ddp_cross_entropy_options *opts, ddp_var_t **y);
+/* nn.NLLLoss's knob: ignore_index as for cross-entropy (default -100). */
+typedef struct ddp_nll_loss_options {
+    int64_t ignore_index;
+} ddp_nll_loss_options;
+DDP_API ddp_nll_loss_options ddp_nll_loss_defaults(void);
+DDP_API int ddp_op_nll_loss_opts(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels,
+                                 const ddp_nll_loss_options *opts, ddp_var_t **y);
+/* nn.BCEWithLogitsLoss (mean reduction): scalar mean of (1 - t) x + (1 +
+ * (pw - 1) t) log(1 + exp(-x)), computed stably for any logit x; target t
+ * of input's shape (may require grad); pos_weight NULL (all 1) or one weight
+ * per class of the last dimension, broadcast over the rows (copied). */
+DDP_API int ddp_op_bce_with_logits(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target,
+                                   const float *pos_weight, ddp_var_t **y);
 
 /* ==== backward ============================================================ */
 
@@ -301,4 +328,7 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #ifdef __cplusplus
 }
 #endif
+
+#include "ddp/nn_function.h"
+#include "ddp/nn_norm.h"
 #endif

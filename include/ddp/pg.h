@@ -77,6 +77,13 @@ DDP_API int ddp_init_process_group(const char *backend, const char *init_method,
  * the group (and its subgroups). */
 DDP_API int ddp_init_process_group_store(const char *backend, ddp_store_t *store, int rank,
                                          int world_size, double timeout_s, ddp_pg_t **out);
+/* The group of a job started by a launcher, in one call (PyTorch's
+ * init_process_group(backend) under torchrun): rank and world size from
+ * ddp_launch_info_from_env (ddprun/torchrun, mpirun, srun variables), the
+ * rendezvous from env:// (MASTER_ADDR, MASTER_PORT; the "mpi" backend needs
+ * neither).  No launcher: DDP_ERR_NOT_FOUND saying how to start the program.
+ * backend and timeout_s as in ddp_init_process_group.  Caller destroys. */
+DDP_API int ddp_init_process_group_env(const char *backend, double timeout_s, ddp_pg_t **out);
 /* Waits for the group's pending operations (at most its timeout), stops its
  * thread, says goodbye to the peers and frees everything.  NULL: no-op.
  * Subgroups must be destroyed first.  A DDP wrapper holds a reference on

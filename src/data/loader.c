@@ -35,6 +35,7 @@
 #include "base/error.h"
 #include "base/timeline.h"
 #include "data/idx_internal.h"
+#include "data/loader.h"
 
 #define ERR_BYTES 1024
 
@@ -509,4 +510,9 @@ out:
     pthread_mutex_unlock(&dl->mu);
     ddp__tl_end(t0, "loader next", NULL, 0);
     return rc;
+}
+
+void ddp__loader_adopt_sampler(ddp_loader_t *dl)
+{
+    dl->own_sampler = dl->sampler; /* freed with the loader */
 }
