@@ -134,6 +134,8 @@ int main(int argc, char **argv)
     }
     if (j.pg && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
         goto out;
+    if ((rc = zero_setup(&j)) < 0)
+        goto out;
 
     if (train_ds) {
         ddp_loader_options lo = ddp_loader_defaults();
@@ -193,7 +195,7 @@ out:
     ddp_loader_destroy(dl);
     ddp_sampler_destroy(sampler);
     ddp_data_parallel_destroy(j.dm);
-    ddp_optim_destroy(j.opt);
+    zero_teardown(&j);
     ddp_tape_destroy(j.tape);
     ddp_model_destroy(j.model);
     ddp_dataset_destroy(test_ds);

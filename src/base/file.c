@@ -1,11 +1,12 @@
-/* Opening a user-named file, refusing what is not a regular file; see
- * file.h. */
+/* Files that a user named: opening one (refusing what is not a regular
+ * file), reading one whole, writing one atomically; see file.h. */
 #include "base/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -101,5 +102,35 @@ out:
     if (rc < 0)
         unlink(tmp);
     free(tmp);
+    return rc;
+}
+
+int ddp__file_read(const char *path, size_t max, char **out, size_t *len)
+{
+    int fd;
+    struct stat st;
+    DDP_TRY(ddp__open_regular(path, O_RDONLY, path, &fd, &st));
+    int rc = 0;
+    char *buf = NULL;
+    DDP_FAIL_OUT((uint64_t)st.st_size > max, DDP_ERR_FORMAT, "%s: %lld bytes, more than %zu",
+                 path, (long long)st.st_size, max);
+    buf = malloc((size_t)st.st_size + 1);
+    DDP_FAIL_OUT(!buf, DDP_ERR_NOMEM, "%s: out of memory", path);
+    size_t n = 0;
+    while (n < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        DDP_FAIL_OUT(r < 0, DDP_ERR_IO, "read %s: %s", path, strerror(errno));
+        DDP_FAIL_OUT(r == 0, DDP_ERR_FORMAT, "%s: file ends early", path);
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
     return rc;
 }

@@ -22,4 +22,8 @@ int ddp__open_regular(const char *path, int flags, const char *what, int *fd, st
  * also after a crash.  DDP_ERR_IO names the step that failed. */
 int ddp__file_write_atomic(const char *path, const void *buf, size_t len);
 
+/* Reads a whole regular file (at most max bytes, else DDP_ERR_FORMAT) into
+ * *out, NUL-terminated, *len bytes; caller frees. */
+int ddp__file_read(const char *path, size_t max, char **out, size_t *len);
+
 #endif

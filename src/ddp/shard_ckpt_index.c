@@ -18,36 +18,6 @@
 
 #define INDEX_MAX (64u << 20)
 
-static int read_text(const char *path, char **out, size_t *len)
-{
-    int fd;
-    struct stat st;
-    DDP_TRY(ddp__open_regular(path, O_RDONLY, path, &fd, &st));
-    int rc = 0;
-    char *buf = NULL;
-    DDP_FAIL_OUT(st.st_size > (off_t)INDEX_MAX, DDP_ERR_FORMAT, "%s: %lld bytes, more than %u",
-                 path, (long long)st.st_size, INDEX_MAX);
-    buf = malloc((size_t)st.st_size + 1);
-    DDP_FAIL_OUT(!buf, DDP_ERR_NOMEM, "%s: out of memory", path);
-    size_t n = 0;
-    while (n < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        DDP_FAIL_OUT(r < 0, DDP_ERR_IO, "read %s: %s", path, strerror(errno));
-        DDP_FAIL_OUT(r == 0, DDP_ERR_FORMAT, "%s: file ends early", path);
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
-    return rc;
-}
-
 /* ==== members ============================================================= */
 
 static int get_u64(const char *path, const ddp__json *obj, const char *key, uint64_t *out)
@@ -221,7 +191,7 @@ int ddp__ckpt_index_read(const char *dir, ddp__ckpt_index *ix)
     char path[4096], *text = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/" DDP__CKPT_INDEX, dir);
-    DDP_TRY(read_text(path, &text, &len));
+    DDP_TRY(ddp__file_read(path, INDEX_MAX, &text, &len));
     int rc = ddp__json_parse(text, len, &ix->root);
     free(text);
     if (rc < 0)
