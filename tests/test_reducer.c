@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "ddp.h"
+#include "base/error.h"
 #include "fork_children.h"
+#include "scratch_dir.h"
 
 #define NREG 7
 static const size_t counts[NREG] = {37, 100, 64, 250, 5, 128, 77};
@@ -26,27 +28,10 @@ static const char *const names[NREG] = {"emb", "l0.w", "l0.b", "l1.w", "l1.b", "
 /* ~150 floats per bucket: 3 to 5 buckets. */
 #define TINY_MB (600.0 / (1024.0 * 1024.0))
 
-static char tmpdir[64];
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/ddp-reducer-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 static int join_group(int rank, int n, const char *tag, double timeout, ddp_pg_t **pg)
 {
     char url[256];
-    snprintf(url, sizeof url, "file://%s/store-%s", tmpdir, tag);
+    snprintf(url, sizeof url, "file://%s/store-%s", dir, tag);
     return ddp_init_process_group("tcp", url, rank, n, timeout, pg);
 }
 
@@ -88,6 +73,34 @@ static void shuffled(int rank, int it, int *order)
         order[i] = order[k];
         order[k] = t;
     }
+}
+
+/* Joins group `tag` and makes a reducer over the NREG regions, all the
+ * reducer's memory. */
+static int open_reducer(int rank, int world, const char *tag, double timeout,
+                        const ddp_reducer_options *o, ddp_pg_t **pg, ddp_reducer_t **r)
+{
+    ddp_grad_region regs[NREG];
+    for (int i = 0; i < NREG; i++)
+        regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
+    DDP_TRY(join_group(rank, world, tag, timeout, pg));
+    return ddp_reducer_create(*pg, regs, NREG, o, r);
+}
+
+/* Backward's part, last region first: adds this rank's gradient into each
+ * region (but `skip`) and marks it ready. */
+static int backward_regions(ddp_reducer_t *r, int rank, int it, int skip)
+{
+    for (int i = NREG - 1; i >= 0; i--) {
+        float *g;
+        DDP_TRY(ddp_reducer_grad_buffer(r, i, &g));
+        if (i == skip)
+            continue;
+        for (size_t j = 0; j < counts[i]; j++)
+            g[j] += value(rank, it, i, j);
+        DDP_TRY(ddp_reducer_mark_ready(r, i));
+    }
+    return 0;
 }
 
 /* ==== buckets completed out of order, owned and caller-owned regions ====== */
@@ -152,22 +165,12 @@ static int no_sync_rank(int rank, void *arg)
 {
     (void)arg;
     ddp_pg_t *pg;
-    CHILD_CHECK(join_group(rank, 2, "nosync", 20, &pg) == 0);
-    ddp_grad_region regs[NREG];
-    for (int i = 0; i < NREG; i++)
-        regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
-    ddp_reducer_options o = tiny_options();
     ddp_reducer_t *r;
-    CHILD_CHECK(ddp_reducer_create(pg, regs, NREG, &o, &r) == 0);
+    ddp_reducer_options o = tiny_options();
+    CHILD_CHECK(open_reducer(rank, 2, "nosync", 20, &o, &pg, &r) == 0);
     for (int it = 0; it < 3; it++) {
         CHILD_CHECK(ddp_reducer_set_no_sync(r, it < 2) == 0);
-        for (int i = NREG - 1; i >= 0; i--) {
-            float *g;
-            CHILD_CHECK(ddp_reducer_grad_buffer(r, i, &g) == 0);
-            for (size_t j = 0; j < counts[i]; j++)
-                g[j] += value(rank, it, i, j);
-            CHILD_CHECK(ddp_reducer_mark_ready(r, i) == 0);
-        }
+        CHILD_CHECK(backward_regions(r, rank, it, -1) == 0);
         CHILD_CHECK(ddp_reducer_wait(r) == 0);
         if (it < 2) { /* local only: this rank's own sum so far */
             const float *g = ddp_reducer_grad(r, 3);
@@ -198,24 +201,13 @@ static int unused_rank(int rank, void *arg)
 {
     int find_unused = *(int *)arg;
     ddp_pg_t *pg;
-    CHILD_CHECK(join_group(rank, 2, find_unused ? "unused1" : "unused0", 20, &pg) == 0);
-    ddp_grad_region regs[NREG];
-    for (int i = 0; i < NREG; i++)
-        regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
+    ddp_reducer_t *r;
     ddp_reducer_options o = tiny_options();
     o.find_unused = find_unused;
-    ddp_reducer_t *r;
-    CHILD_CHECK(ddp_reducer_create(pg, regs, NREG, &o, &r) == 0);
+    CHILD_CHECK(open_reducer(rank, 2, find_unused ? "unused1" : "unused0", 20, &o, &pg, &r) == 0);
     for (int it = 0; it < 2; it++) {
-        for (int i = NREG - 1; i >= 0; i--) {
-            float *g;
-            CHILD_CHECK(ddp_reducer_grad_buffer(r, i, &g) == 0);
-            if (i == 4)
-                continue;
-            for (size_t j = 0; j < counts[i]; j++)
-                g[j] = value(rank, it, i, j);
-            CHILD_CHECK(ddp_reducer_mark_ready(r, i) == 0);
-        }
+        ddp_reducer_zero_grad(r);
+        CHILD_CHECK(backward_regions(r, rank, it, 4) == 0);
         int rc = ddp_reducer_wait(r);
         if (find_unused) {
             CHILD_CHECK(rc == 0);
@@ -271,24 +263,14 @@ static int hook_rank(int rank, void *arg)
 {
     (void)arg;
     ddp_pg_t *pg;
-    CHILD_CHECK(join_group(rank, 2, "hook", 20, &pg) == 0);
-    ddp_grad_region regs[NREG];
-    for (int i = 0; i < NREG; i++)
-        regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
+    ddp_reducer_t *r;
     ddp_reducer_options o = tiny_options();
     o.rebuild_buckets = 0;
-    ddp_reducer_t *r;
-    CHILD_CHECK(ddp_reducer_create(pg, regs, NREG, &o, &r) == 0);
+    CHILD_CHECK(open_reducer(rank, 2, "hook", 20, &o, &pg, &r) == 0);
     hook_count hc = {0, 0};
     ddp_comm_hook h = {sum_launch, quarter_finish, &hc};
     CHILD_CHECK(ddp_reducer_register_comm_hook(r, &h) == 0);
-    for (int i = NREG - 1; i >= 0; i--) {
-        float *g;
-        CHILD_CHECK(ddp_reducer_grad_buffer(r, i, &g) == 0);
-        for (size_t j = 0; j < counts[i]; j++)
-            g[j] = value(rank, 0, i, j);
-        CHILD_CHECK(ddp_reducer_mark_ready(r, i) == 0);
-    }
+    CHILD_CHECK(backward_regions(r, rank, 0, -1) == 0);
     CHILD_CHECK(ddp_reducer_wait(r) == 0);
     int nb = ddp_reducer_num_buckets(r);
     CHILD_CHECK(hc.launches == nb && hc.finishes == nb);
@@ -349,13 +331,9 @@ static int silent_peer_rank(int rank, void *arg)
 {
     (void)arg;
     ddp_pg_t *pg;
-    CHILD_CHECK(join_group(rank, 2, "silent", 2.0, &pg) == 0);
-    ddp_grad_region regs[NREG];
-    for (int i = 0; i < NREG; i++)
-        regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
-    ddp_reducer_options o = tiny_options();
     ddp_reducer_t *r;
-    CHILD_CHECK(ddp_reducer_create(pg, regs, NREG, &o, &r) == 0);
+    ddp_reducer_options o = tiny_options();
+    CHILD_CHECK(open_reducer(rank, 2, "silent", 2.0, &o, &pg, &r) == 0);
     if (rank == 1) {
         sleep_s(5.0);
     } else {
@@ -431,5 +409,5 @@ int main(void)
         cmocka_unit_test(test_silent_peer_times_out),
         cmocka_unit_test(test_misuse),
     };
-    return cmocka_run_group_tests(tests, setup_dir, remove_dir);
+    return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
 }

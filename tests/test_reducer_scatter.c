@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "ddp.h"
 #include "fork_children.h"
+#include "scratch_dir.h"
 
 #define NREG 9
 static const size_t counts[NREG] = {37, 100, 64, 250, 5, 128, 77, 61, 90};
@@ -27,27 +28,11 @@ static const char *const names[NREG] = {"emb", "l0.w", "l0.b", "l1.w", "l1.b",
                                         "l2.w", "l2.b", "head.w", "head.b"};
 #define TINY_MB (600.0 / (1024.0 * 1024.0)) /* ~150 floats a bucket */
 
-static char tmpdir[64];
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    strcpy(tmpdir, "/tmp/ddp-rscatter-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static int join_group(int rank, int n, const char *tag, ddp_pg_t **pg)
 {
     char url[256];
-    snprintf(url, sizeof url, "file://%s/store-%s", tmpdir, tag);
+    snprintf(url, sizeof url, "file://%s/store-%s", dir, tag);
     return ddp_init_process_group("tcp", url, rank, n, 20.0, pg);
 }
 
@@ -223,5 +208,5 @@ int main(void)
         cmocka_unit_test(test_scatter_overflow_when_held_early),
         cmocka_unit_test(test_scatter_misuse),
     };
-    return cmocka_run_group_tests(tests, setup_dir, remove_dir);
+    return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
 }
