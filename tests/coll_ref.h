@@ -154,22 +154,27 @@ static void ref_divide(void *acc, ddp_dtype dt, int n)
 }
 
 /* Reduction orders (docs/algorithms.md). */
-enum { ORDER_RANK, ORDER_RING, ORDER_RD };
+enum { ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RAB };
 
 /* Folds the m values vals[] (partials of ranks, or of hosts) in the given
  * order into acc (vals is clobbered).  AVG folds as SUM. */
 static void ref_fold(uint8_t (*vals)[8], int m, ddp_dtype dt, ddp_reduce_op op, int order,
                      int ring_block, uint8_t *acc)
 {
-    if (order == ORDER_RD) {
+    if (order == ORDER_RD || order == ORDER_RAB) {
         int p2 = 1;
         while (p2 * 2 <= m)
             p2 *= 2;
         for (int j = 0; j + p2 < m; j++)
             ref_combine_any(vals[j], vals[j + p2], dt, op);
-        for (int mask = 1; mask < p2; mask <<= 1)
-            for (int j = 0; j < p2; j += 2 * mask)
-                ref_combine_any(vals[j], vals[j + mask], dt, op);
+        if (order == ORDER_RD) /* pairs differing in the lowest bit first */
+            for (int mask = 1; mask < p2; mask <<= 1)
+                for (int j = 0; j < p2; j += 2 * mask)
+                    ref_combine_any(vals[j], vals[j + mask], dt, op);
+        else /* recursive halving: the highest bit first */
+            for (int mask = p2 / 2; mask >= 1; mask >>= 1)
+                for (int j = 0; j < mask; j++)
+                    ref_combine_any(vals[j], vals[j + mask], dt, op);
         memcpy(acc, vals[0], 8);
         return;
     }

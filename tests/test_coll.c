@@ -42,7 +42,7 @@ static size_t big_count(void)
 }
 
 typedef struct ccase {
-    int kind, algo; /* algo: ORDER_* for all-reduce */
+    int kind, algo; /* algo: index into algo_names for all-reduce */
     ddp_dtype dt;
     ddp_reduce_op op;
     size_t count;
@@ -132,11 +132,11 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
  * test_shm_coll adds "shared" (the shared-window algorithm) by defining
  * COLL_NALGOS 4 before it includes this file. */
 #ifndef COLL_NALGOS
-#define COLL_NALGOS 3
+#define COLL_NALGOS 4
 #endif
-enum { ALGO_SHARED = 3 };
-static const char *algo_names[] = {"direct", "ring", "rd", "shared"};
-static const int algo_order[] = {ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RANK};
+enum { ALGO_RING = 1, ALGO_SHARED = 4 };
+static const char *algo_names[] = {"direct", "ring", "rd", "rabenseifner", "shared"};
+static const int algo_order[] = {ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RAB, ORDER_RANK};
 
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
@@ -162,13 +162,13 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
             if (sampled(i, cnt, n))
                 ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
                            n == 1 ? ORDER_RANK : algo_order[c->algo],
-                           c->algo == ORDER_RING ? (int)ring_block_of(i, cnt, n) : 0);
+                           c->algo == ALGO_RING ? (int)ring_block_of(i, cnt, n) : 0);
             else
                 memcpy(want + i * es, out + i * es, es);
         if (ddp__pg_hier(pg)) /* two levels fold in another order */
             for (size_t i = 0; i < cnt; i++)
                 if (sampled(i, cnt, n))
-                    want_hier_all_reduce(pg, want + i * es, c, i, c->algo);
+                    want_hier_all_reduce(pg, want + i * es, c, i, algo_order[c->algo]);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__BROADCAST:
@@ -282,7 +282,7 @@ static int run_all_cases(ddp_pg_t *pg, int *ncases)
                     if (!op_applies(dt, op))
                         continue;
                     if (big && !((dt == DDP_FLOAT32 && op == DDP_SUM) ||
-                                 ((algo == ORDER_RING || algo == ALGO_SHARED) &&
+                                 ((algo == ALGO_RING || algo == ALGO_SHARED) &&
                                   ((dt == DDP_BFLOAT16 && op == DDP_AVG) ||
                                    (dt == DDP_INT64 && op == DDP_MAX)))))
                         continue;

@@ -3,10 +3,10 @@
  * references) over the shared-memory transport: the same file, compiled
  * again with DDP_TRANSPORT=shm and DDP_REDUCE_ISA=portable set before its
  * main runs, and with the shared-window all-reduce (coll/allreduce_shared.c)
- * as a fourth algorithm. */
+ * as a fifth algorithm. */
 #include <stdlib.h>
 
-#define COLL_NALGOS 4 /* and the shared-window all-reduce */
+#define COLL_NALGOS 5 /* and the shared-window all-reduce */
 int coll_matrix_main(void);
 #define main coll_matrix_main
 #include "test_coll.c"

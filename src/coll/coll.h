@@ -33,7 +33,7 @@ enum ddp__coll_kind {
 };
 
 /* all_reduce algorithms (DDP_ALLREDUCE_ALGO) */
-enum { DDP__AR_AUTO, DDP__AR_RING, DDP__AR_RD, DDP__AR_DIRECT, DDP__AR_SHARED };
+enum { DDP__AR_AUTO, DDP__AR_RING, DDP__AR_RD, DDP__AR_DIRECT, DDP__AR_SHARED, DDP__AR_RABENSEIFNER };
 
 /* One operation, as the user issued it. */
 typedef struct ddp__coll_args {
@@ -133,6 +133,9 @@ int ddp__allreduce_rd(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                       ddp_reduce_op op);
 int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
+/* Reduce-scatter by recursive halving + all-gather by recursive doubling. */
+int ddp__allreduce_rabenseifner(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                                ddp_reduce_op op);
 /* Over the transport's shared window (fails without one, or when
  * ddp__allreduce_shared_slot is 0). */
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,

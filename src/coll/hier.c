@@ -254,7 +254,7 @@ int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a)
      * a forced all-reduce algorithm is the leaders' (those of the message
      * interface only: the leaders are on different hosts). */
     h->leaders.allreduce_algo =
-        flat->allreduce_algo <= DDP__AR_DIRECT ? flat->allreduce_algo : DDP__AR_AUTO;
+        flat->allreduce_algo != DDP__AR_SHARED ? flat->allreduce_algo : DDP__AR_AUTO;
     h->local.chunk = h->leaders.chunk = flat->chunk;
     switch (a->kind) {
     case DDP__ALL_REDUCE:
