@@ -132,8 +132,8 @@ int main(int argc, char **argv)
         status = prc; /* reported */
         goto out;
     }
-    if (j.pg && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
-        goto out;
+    if (j.pg && a.zero != 2 && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
+        goto out; /* ZeRO-2 reduces the gradients itself (zero.c) */
     if ((rc = zero_setup(&j)) < 0)
         goto out;
 

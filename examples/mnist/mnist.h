@@ -102,9 +102,11 @@ __attribute__((format(printf, 1, 2))) void stop_error(const char *fmt, ...);
 int train(job *j, ddp_loader_t *dl);
 
 /* zero.c: --zero.  zero_setup makes the optimizer a shard optimizer (after
- * DDP is set up); the other two are the step's, with or without ZeRO. */
+ * DDP is set up, which --zero 2 goes without); the others are the step's,
+ * with or without ZeRO. */
 int zero_setup(job *j);
 void zero_grad(job *j);
+int backward(job *j, ddp_var_t *loss);
 int optimizer_step(job *j);
 void zero_teardown(job *j);
 

@@ -50,8 +50,7 @@ static int train_step(job *j, const ddp_batch *b, float *loss_value)
         return rc;
     zero_grad(j);
     lap(j, PH_FORWARD, &t);
-    rc = j->dm ? ddp_data_parallel_backward(j->dm, j->tape, loss)
-               : ddp_tape_backward(j->tape, loss, j->model);
+    rc = backward(j, loss);
     lap(j, PH_BACKWARD, &t);
     if (rc < 0 || (rc = optimizer_step(j)) < 0)
         return rc;

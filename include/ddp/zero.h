@@ -3,12 +3,20 @@
  * ranks of a process group, after Rajbhandari et al., "ZeRO: Memory
  * Optimizations Toward Training Trillion Parameter Models" (2020).
  *
+ *   stage 1, with DDP:
  *     ddp_data_parallel_t *dm;  ddp_data_parallel_create(model, pg, NULL, &dm);
  *     ddp_zero_t *z;            ddp_zero_create(model, pg, NULL, &z);
  *     ddp_optim_t *opt;         ddp_adam_create(ddp_zero_shard_model(z), &ao, &opt);
  *     for each batch:
- *         ... ddp_data_parallel_forward / backward as usual ...
+ *         ddp_model_zero_grad(model);  // the whole gradients: the shard's are views
+ *         ... ddp_data_parallel_forward / _backward as usual ...
  *         ddp_zero_step(z, opt);     // step this rank's shard, then all-gather
+ *   stage 2, no DDP (opts.stage = 2):
+ *     for each batch:
+ *         ddp_optim_zero_grad(opt);  // the shard's gradient
+ *         ... ddp_model_forward ...
+ *         ddp_zero_backward(z, tape, loss); // reduce-scatter during backward
+ *         ddp_zero_step(z, opt);
  *
  * The partition is ZeRO's flat one over the model's flat parameter block of
  * `total` floats: with N ranks and S = ceil(total / N), rank r owns
@@ -37,6 +45,7 @@
 #include "ddp/nn.h"
 #include "ddp/optim.h"
 #include "ddp/pg.h"
+#include "ddp/reducer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,11 +76,16 @@ DDP_API ddp_model_t *ddp_zero_shard_model(ddp_zero_t *z);
 DDP_API void ddp_zero_shard_range(const ddp_zero_t *z, size_t *begin, size_t *end);
 DDP_API int ddp_zero_stage(const ddp_zero_t *z);
 
-/* Stage 2: the averaged gradient of this rank's shard lives in grad (the
- * shard's length in floats, borrowed: it must stay valid while steps use
- * it), for instance the reducer's shard array; the next ddp_zero_step reads
- * it there.  Stage 1 reads the real parameters' p->grad instead. */
-DDP_API int ddp_zero_set_shard_grad(ddp_zero_t *z, float *grad);
+/* Stage 2's backward (plain DDP does it at stage 1; do not wrap the model
+ * in DDP at stage 2): ddp_tape_backward, each bucket of gradients
+ * reduce-scattered the moment it is complete, then the wait for the last:
+ * the averaged gradient of this rank's shard is then what the shard
+ * model's gradients view, accumulated (+=) over backward calls until
+ * ddp_optim_zero_grad(opt) clears it.  The full gradients never exist at
+ * once: they are written into a pool of bucket buffers (reducer.h, scatter
+ * mode).  Stage 2's create is collective: it checks that every rank holds
+ * the same parameters (names, sizes) and broadcasts rank 0's values. */
+DDP_API int ddp_zero_backward(ddp_zero_t *z, ddp_tape_t *tape, ddp_var_t *loss);
 
 /* One optimizer step over this rank's shard (opt must have been created
  * over ddp_zero_shard_model(z)), then the gather of every rank's shard into

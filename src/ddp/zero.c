@@ -77,6 +77,8 @@ int ddp_zero_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_zero_options *op
     ddp_model_param_block(model, &z->total);
     ddp__zero_partition(z->total, z->world, z->rank, &z->begin, &z->end);
     int rc = build_shard(z);
+    if (rc == 0 && z->stage == 2)
+        rc = ddp__zero_stage2_init(z);
     if (rc < 0) {
         ddp_zero_destroy(z);
         return rc;
@@ -89,6 +91,7 @@ void ddp_zero_destroy(ddp_zero_t *z)
 {
     if (!z)
         return;
+    ddp__zero_stage2_destroy(z);
     ddp_model_destroy(z->shard);
     free(z->pieces);
     free(z);
@@ -106,30 +109,15 @@ void ddp_zero_shard_range(const ddp_zero_t *z, size_t *begin, size_t *end)
 
 int ddp_zero_stage(const ddp_zero_t *z) { return z ? z->stage : 0; }
 
-int ddp_zero_set_shard_grad(ddp_zero_t *z, float *grad)
+/* Stage 1: aims each piece's gradient at this step's averaged gradient,
+ * wherever DDP keeps it now (stage 2's view the reducer's shard array for
+ * good).  Assigned, not moved with ddp_param_set_grad: the piece is a pure
+ * view, and set_grad would first copy the previous view's contents, memory
+ * that DDP may have freed since (its one-time bucket rebuild). */
+static void aim_grads(ddp_zero_t *z)
 {
-    DDP_FAIL_IF(!z, DDP_ERR_INVALID_ARG, "ZeRO: handle is NULL");
-    DDP_FAIL_IF(z->stage != 2, DDP_ERR_STATE,
-                "ZeRO: a shard gradient is for stage 2; stage 1 reads the parameters' gradients");
-    DDP_FAIL_IF(!grad && z->end > z->begin, DDP_ERR_INVALID_ARG, "ZeRO: shard gradient is NULL");
-    z->shard_grad = grad;
-    return 0;
-}
-
-/* Aims each piece's gradient at this step's averaged gradient.  Assigned,
- * not moved with ddp_param_set_grad: the piece is a pure view, and
- * set_grad would first copy the previous view's contents, memory that DDP
- * may have freed since (its one-time bucket rebuild). */
-static int aim_grads(ddp_zero_t *z)
-{
-    DDP_FAIL_IF(z->stage == 2 && !z->shard_grad && z->end > z->begin, DDP_ERR_STATE,
-                "ZeRO stage 2: no shard gradient (ddp_zero_set_shard_grad)");
-    for (size_t i = 0; i < z->npieces; i++) {
-        ddp__zero_piece *pc = &z->pieces[i];
-        pc->sp->grad = z->stage == 2 ? z->shard_grad + pc->sp->offset
-                                     : pc->real->grad + pc->local;
-    }
-    return 0;
+    for (size_t i = 0; z->stage == 1 && i < z->npieces; i++)
+        z->pieces[i].sp->grad = z->pieces[i].real->grad + z->pieces[i].local;
 }
 
 int ddp__zero_gather(ddp_zero_t *z)
@@ -168,7 +156,7 @@ int ddp_zero_step(ddp_zero_t *z, ddp_optim_t *opt)
 {
     DDP_FAIL_IF(!z || !opt, DDP_ERR_INVALID_ARG, "ZeRO step: NULL handle or optimizer");
     uint64_t t0 = ddp__tl_begin();
-    DDP_TRY(aim_grads(z));
+    aim_grads(z);
     DDP_TRY(ddp_optim_step(opt));
     ddp_model_bump_param_version(z->model);
     int rc = ddp__zero_gather(z);

@@ -3,6 +3,7 @@
 #ifndef DDP_DDP_ZERO_INTERNAL_H
 #define DDP_DDP_ZERO_INTERNAL_H
 
+#include "ddp/reducer.h"
 #include "ddp/zero.h"
 
 /* One piece of a real parameter in this rank's shard. */
@@ -20,7 +21,8 @@ struct ddp_zero {
     int stage, rank, world;
     size_t total;        /* the model's numel */
     size_t begin, end;   /* this rank's flat range */
-    float *shard_grad;   /* stage 2: (end - begin), borrowed */
+    float *shard_grad;   /* stage 2: (end - begin), the reducer's */
+    ddp_reducer_t *reducer; /* stage 2: scatter mode, owned */
     ddp__zero_piece *pieces;
     size_t npieces;
 };
@@ -28,6 +30,10 @@ struct ddp_zero {
 /* ZeRO's flat partition: shard rank of total floats over world ranks,
  * S = ceil(total / world), [rank*S, min((rank+1)*S, total)). */
 void ddp__zero_partition(size_t total, int world, int rank, size_t *begin, size_t *end);
+/* zero_stage2.c: the reducer in scatter mode and the model's hooks; undone
+ * by destroy (a no-op at stage 1). */
+int ddp__zero_stage2_init(ddp_zero_t *z);
+void ddp__zero_stage2_destroy(ddp_zero_t *z);
 /* Every rank's shard of the parameter block into every rank's block. */
 int ddp__zero_gather(ddp_zero_t *z);
 
