@@ -123,8 +123,9 @@ int main(int argc, char **argv)
     ddp_model_t *m = make_model(o.hidden, o.layers);
     ddp_tape_t *tape;
     check(ddp_tape_create(&tape), "tape");
-    ddp_data_parallel_t *dm;
-    check(ddp_data_parallel_create(m, pg, NULL, &dm), "DDP");
+    ddp_data_parallel_t *dm = NULL; /* stage 2 reduces the gradients itself */
+    if (o.stage != 2)
+        check(ddp_data_parallel_create(m, pg, NULL, &dm), "DDP");
     ddp_zero_t *z = NULL;
     ddp_optim_t *opt;
     ddp_adam_options ao = ddp_adam_defaults();
@@ -153,10 +154,15 @@ int main(int argc, char **argv)
         ddp_var_t *xv, *y, *loss;
         ddp_tape_reset(tape);
         check(ddp_tape_input(tape, &x, 0, &xv), "input");
-        check(ddp_data_parallel_forward(dm, tape, xv, &y), "forward");
+        check(dm ? ddp_data_parallel_forward(dm, tape, xv, &y) : ddp_model_forward(m, tape, xv, &y),
+              "forward");
         check(ddp_op_cross_entropy(tape, y, labels, &loss), "loss");
-        ddp_model_zero_grad(m);
-        check(ddp_data_parallel_backward(dm, tape, loss), "backward");
+        if (o.stage == 2)
+            ddp_optim_zero_grad(opt); /* the shard's gradient */
+        else
+            ddp_model_zero_grad(m);
+        check(dm ? ddp_data_parallel_backward(dm, tape, loss) : ddp_zero_backward(z, tape, loss),
+              "backward");
         check(z ? ddp_zero_step(z, opt) : ddp_optim_step(opt), "step");
     }
     double dt = ddp_time_now() - t0;

@@ -5,9 +5,12 @@
  * optimizer over the shard model keeps state for the shard alone. */
 #include "ddp/zero.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/timeline.h"
@@ -25,6 +28,14 @@ void ddp__zero_partition(size_t total, int world, int rank, size_t *begin, size_
     size_t b = (size_t)rank * S, e = b + S;
     *begin = b < total ? b : total;
     *end = e < total ? e : total;
+}
+
+void ddp__zero_release(void *p, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b = ((uintptr_t)p + page - 1) / page * page, e = ((uintptr_t)p + bytes) / page * page;
+    if (p && e > b)
+        madvise((void *)b, e - b, MADV_DONTNEED); /* advice: a failure only costs memory */
 }
 
 /* The shard model: one 1-D parameter per piece of a real parameter in
@@ -56,6 +67,15 @@ static int build_shard(ddp_zero_t *z)
         pc->sp = ddp_model_param(z->shard, i); /* sealing moved them */
         DDP_TRY(ddp_param_set_data(pc->sp, pc->real->data + pc->local));
     }
+    /* The shard model's own blocks, touched by its seal, now back nothing:
+     * its parameters view the real block and its gradients the averaged
+     * ones.  Without this they would cost 2/N of the parameters per rank,
+     * what stage 1 saves at N = 2. */
+    size_t n;
+    float *own = ddp_model_param_block(z->shard, &n);
+    ddp__zero_release(own, n * sizeof(float));
+    own = ddp_model_grad_block(z->shard, &n);
+    ddp__zero_release(own, n * sizeof(float));
     return 0;
 }
 

@@ -30,6 +30,11 @@ struct ddp_zero {
 /* ZeRO's flat partition: shard rank of total floats over world ranks,
  * S = ceil(total / world), [rank*S, min((rank+1)*S, total)). */
 void ddp__zero_partition(size_t total, int world, int rank, size_t *begin, size_t *end);
+/* Hands the whole pages inside [p, p + bytes) back to the kernel
+ * (MADV_DONTNEED): the memory stays valid and reads as zeros when touched
+ * again.  For blocks that nothing reads any more, allocated (and touched) by
+ * another layer that ZeRO cannot ask not to. */
+void ddp__zero_release(void *p, size_t bytes);
 /* zero_stage2.c: the reducer in scatter mode and the model's hooks; undone
  * by destroy (a no-op at stage 1). */
 int ddp__zero_stage2_init(ddp_zero_t *z);

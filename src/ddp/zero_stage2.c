@@ -57,6 +57,12 @@ int ddp__zero_stage2_init(ddp_zero_t *z)
         z->pieces[i].sp->grad = grad + z->pieces[i].sp->offset; /* a view, as in aim_grads */
     ddp_model_set_grad_write_hook(z->model, on_write, z);
     ddp_model_set_grad_ready_hook(z->model, on_ready, z);
+    /* From now on the model's gradients live in the pool: its own grad
+     * block (a whole copy of the parameters' size) is read again only when
+     * destroy points the gradients back at it. */
+    size_t n;
+    float *own = ddp_model_grad_block(z->model, &n);
+    ddp__zero_release(own, n * sizeof(float));
     return 0;
 }
 
