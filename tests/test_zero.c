@@ -3,9 +3,9 @@
  * AdamW; 2, 3 and 4 ranks: the in-place all-gather and, on 3, the short
  * last shard's broadcasts), bitwise; stage 2 (no DDP: the reducer's
  * reduce-scatter) against DDP, bitwise on 2 ranks and within 1e-6 on 3
- * and 4; the state per rank; sharded
- * checkpoints saved on 4 ranks and loaded on 1, 2 and 3 (and on 2 at stage
- * 2) with the optimizer state bitwise the saved one; the consolidated export read back by
+ * and 4; the state per rank; sharded checkpoints saved on 4 ranks and
+ * loaded on 1, 2 and 3 (and on 2 at stage 2) with the optimizer state
+ * bitwise the saved one; the consolidated export read back by
  * ddp_model_load_safetensors; missing, damaged, foreign and mismatched
  * files failing every rank with nothing loaded. */
 #include <setjmp.h>
