@@ -266,30 +266,7 @@ static float *run_case(zcase *c)
     return p0;
 }
 
-/* ==== stage 1 against DDP ================================================= */
-
-static void test_stage1_equals_ddp(void **state)
-{
-    (void)state;
-    const char *names[] = {"sgd", "adam", "adamw"};
-    size_t n = model_numel(HID);
-    for (int world = 2; world <= 4; world++) {
-        for (int o = OPT_SGD; o <= OPT_ADAMW; o++) {
-            char t1[32], t2[32];
-            snprintf(t1, sizeof t1, "ddp-%d-%d", world, o);
-            snprintf(t2, sizeof t2, "z1-%d-%d", world, o);
-            zcase ref = {.world = world, .optim = o, .steps = 8, .tag = t1, .out = t1};
-            zcase z1 = {.world = world, .zero = 1, .optim = o, .steps = 8, .tag = t2, .out = t2};
-            float *a = run_case(&ref), *b = run_case(&z1);
-            /* the same all-reduced gradients, the same element-wise update:
-             * bitwise (docs/zero.md) */
-            if (memcmp(a, b, n * sizeof *a) != 0)
-                fail_msg("ZeRO-1 %s on %d ranks differs from DDP", names[o], world);
-            free(a);
-            free(b);
-        }
-    }
-}
+/* ==== against DDP ========================================================= */
 
 /* max |a - b| / max |a| */
 static double rel_diff(const float *a, const float *b, size_t n)
@@ -302,32 +279,53 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return num / (den > 0 ? den : 1);
 }
 
-/* Stage 2: the gradients reduced by the reducer's reduce-scatter instead of
- * DDP's all-reduce.  On 2 ranks both add the same two numbers (a + b = b +
- * a) and halve them: bitwise.  On more, the two orders of summation differ
- * in the last bits: within 1e-6. */
-static void test_stage2_equals_ddp(void **state)
+/* Optimizers first..last on 2, 3 and 4 ranks, plain DDP and ZeRO `stage`
+ * from the same start on the same samples: bitwise equal when `bitwise`
+ * says so for that world size, else within 1e-6. */
+static void against_ddp(int stage, int first, int last, int (*bitwise)(int world))
 {
-    (void)state;
+    const char *names[] = {"sgd", "adam", "adamw"};
     size_t n = model_numel(HID);
     for (int world = 2; world <= 4; world++) {
-        for (int o = OPT_SGD; o <= OPT_ADAM; o++) {
+        for (int o = first; o <= last; o++) {
             char t1[32], t2[32];
-            snprintf(t1, sizeof t1, "ddp2-%d-%d", world, o);
-            snprintf(t2, sizeof t2, "z2-%d-%d", world, o);
+            snprintf(t1, sizeof t1, "ddp%d-%d-%d", stage, world, o);
+            snprintf(t2, sizeof t2, "z%d-%d-%d", stage, world, o);
             zcase ref = {.world = world, .optim = o, .steps = 8, .tag = t1, .out = t1};
-            zcase z2 = {.world = world, .zero = 2, .optim = o, .steps = 8, .tag = t2, .out = t2};
-            float *a = run_case(&ref), *b = run_case(&z2);
+            zcase z = {.world = world, .zero = stage, .optim = o, .steps = 8, .tag = t2, .out = t2};
+            float *a = run_case(&ref), *b = run_case(&z);
             double d = rel_diff(a, b, n);
-            print_message("stage 2, %d ranks, optimizer %d: relative difference %.3g\n", world, o,
-                          d);
-            if (world == 2 ? memcmp(a, b, n * sizeof *a) != 0 : d > 1e-6)
-                fail_msg("ZeRO-2 (optimizer %d) on %d ranks differs from DDP by %.3g", o, world,
+            print_message("stage %d, %d ranks, %s: relative difference %.3g\n", stage, world,
+                          names[o], d);
+            if (bitwise(world) ? memcmp(a, b, n * sizeof *a) != 0 : d > 1e-6)
+                fail_msg("ZeRO-%d %s on %d ranks differs from DDP by %.3g", stage, names[o], world,
                          d);
             free(a);
             free(b);
         }
     }
+}
+
+/* Stage 1: the same all-reduced gradients, the same element-wise update:
+ * bitwise (docs/zero.md). */
+static int always(int world) { return world > 0; }
+
+static void test_stage1_equals_ddp(void **state)
+{
+    (void)state;
+    against_ddp(1, OPT_SGD, OPT_ADAMW, always);
+}
+
+/* Stage 2: the gradients reduced by the reducer's reduce-scatter instead of
+ * DDP's all-reduce.  On 2 ranks both add the same two numbers (a + b = b +
+ * a) and halve them: bitwise.  On more, the two orders of summation differ
+ * in the last bits: within 1e-6. */
+static int two_ranks(int world) { return world == 2; }
+
+static void test_stage2_equals_ddp(void **state)
+{
+    (void)state;
+    against_ddp(2, OPT_SGD, OPT_ADAM, two_ranks);
 }
 
 static void test_bad_use(void **state)
