@@ -61,8 +61,10 @@ DDP_API ddp_zero_options ddp_zero_defaults(void);
 
 /* Shards model (borrowed, sealed by this call; it must outlive the handle)
  * over pg (borrowed; it must outlive the handle).  Every rank must call it
- * with the same model layout (ddp_data_parallel_create checks that).  opts
- * NULL: defaults.  Caller destroys. */
+ * with the same model layout: at stage 1 ddp_data_parallel_create checks
+ * that; stage 2's create is collective and checks it itself (below, at
+ * ddp_zero_backward).  opts NULL: defaults (stage 1).  A stage other than
+ * 1 or 2 fails with DDP_ERR_INVALID_ARG.  Caller destroys. */
 DDP_API int ddp_zero_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_zero_options *opts,
                             ddp_zero_t **out);
 /* NULL is a no-op.  The shard model goes with it: destroy the optimizer
