@@ -10,6 +10,8 @@
 #include "ddp/store.h"
 #include "ddp/pg.h"
 #include "ddp/ddp.h"
+#include "ddp/reducer.h"
+#include "ddp/zero.h"
 #include "ddp/progress.h"
 #include "ddp/timeline.h"
 

@@ -41,6 +41,8 @@ static void usage(FILE *f)
             "  --checkpoint-every N       ... every N optimizer steps (default 100)\n"
             "  --resume          continue from DIR's checkpoint (automatic after a\n"
             "                    ddprun restart when --checkpoint-dir is given)\n"
+            "  --zero 1|2        ZeRO: shard the optimizer state (1) and the gradients\n"
+            "                    (2) over the ranks (docs/zero.md)\n"
             "  --crash-at-step N rank 1 (rank 0 alone) kills itself at global step N in\n"
             "                    the first attempt: a fault to test restarts with\n"
             "  --help            this text\n"
@@ -88,6 +90,7 @@ int parse_args(int argc, char **argv, args *a)
     enum { O_DATA = 256, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_SEED, O_NOSHUF, O_LOAD, O_SAVE,
            O_WORKERS, O_HELP, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_CKDIR,
            O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS };
+    enum { O_ZERO = 512 };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
         {"epochs", required_argument, NULL, O_EPOCHS},
@@ -112,6 +115,7 @@ int parse_args(int argc, char **argv, args *a)
         {"metrics", required_argument, NULL, O_METRICS},
         {"eval-every", required_argument, NULL, O_EVAL_EVERY},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
+        {"zero", required_argument, NULL, O_ZERO},
         {NULL, 0, NULL, 0},
     };
     *a = (args){.data = "/usr/share/datasets/fashion-mnist", .epochs = 1, .batch = 64,
@@ -157,6 +161,7 @@ int parse_args(int argc, char **argv, args *a)
             rc = parse_long("--eval-every", optarg, 1, 1L << 40, &a->eval_every);
             break;
         case O_NO_PROGRESS: a->progress = 0; break;
+        case O_ZERO: rc = parse_long("--zero", optarg, 1, 2, &a->zero); break;
         case ':':
             return bad_usage("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -174,5 +179,7 @@ int parse_args(int argc, char **argv, args *a)
                          a->world_size);
     if (a->resume && !a->ckpt_dir)
         return bad_usage("--resume needs --checkpoint-dir");
+    if (a->zero && a->ckpt_dir) /* its checkpoints are whole-model files */
+        return bad_usage("--zero does not take --checkpoint-dir yet");
     return 0;
 }

@@ -132,7 +132,9 @@ int main(int argc, char **argv)
         status = prc; /* reported */
         goto out;
     }
-    if (j.pg && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
+    if (j.pg && a.zero != 2 && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
+        goto out; /* ZeRO-2 reduces the gradients itself (zero.c) */
+    if ((rc = zero_setup(&j)) < 0)
         goto out;
 
     if (train_ds) {
@@ -193,7 +195,7 @@ out:
     ddp_loader_destroy(dl);
     ddp_sampler_destroy(sampler);
     ddp_data_parallel_destroy(j.dm);
-    ddp_optim_destroy(j.opt);
+    zero_teardown(&j);
     ddp_tape_destroy(j.tape);
     ddp_model_destroy(j.model);
     ddp_dataset_destroy(test_ds);

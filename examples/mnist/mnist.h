@@ -37,6 +37,7 @@ typedef struct args {
     const char *metrics;     /* --metrics FILE, or NULL */
     long eval_every;         /* evaluate every N global steps; 0: at the end only */
     int progress;            /* 0: --no-progress */
+    long zero;               /* --zero stage, 0: off */
 } args;
 
 /* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
@@ -52,7 +53,8 @@ typedef struct job {
     ddp_data_parallel_t *dm;        /* NULL when alone */
     ddp_model_t *model;
     ddp_tape_t *tape;
-    ddp_optim_t *opt;
+    ddp_optim_t *opt;     /* with --zero: over the shard model */
+    ddp_zero_t *zero;     /* --zero on several ranks, else NULL */
     ddp_train_state st;   /* where training starts (after a resume) */
     char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
     int profile;          /* DDP_MNIST_PROFILE=1 */
@@ -98,6 +100,15 @@ __attribute__((format(printf, 1, 2))) void stop_error(const char *fmt, ...);
 
 /* train.c */
 int train(job *j, ddp_loader_t *dl);
+
+/* zero.c: --zero.  zero_setup makes the optimizer a shard optimizer (after
+ * DDP is set up, which --zero 2 goes without); the others are the step's,
+ * with or without ZeRO. */
+int zero_setup(job *j);
+void zero_grad(job *j);
+int backward(job *j, ddp_var_t *loss);
+int optimizer_step(job *j);
+void zero_teardown(job *j);
 
 /* outputs.c: returns 0, or the exit status once this rank said why it stops */
 int check_outputs(job *j);

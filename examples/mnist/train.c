@@ -48,12 +48,11 @@ static int train_step(job *j, const ddp_batch *b, float *loss_value)
     if ((rc = forward(j->dm, j->model, j->tape, b, &logits)) < 0 ||
         (rc = ddp_op_cross_entropy(j->tape, logits, b->y64, &loss)) < 0)
         return rc;
-    ddp_optim_zero_grad(j->opt);
+    zero_grad(j);
     lap(j, PH_FORWARD, &t);
-    rc = j->dm ? ddp_data_parallel_backward(j->dm, j->tape, loss)
-               : ddp_tape_backward(j->tape, loss, j->model);
+    rc = backward(j, loss);
     lap(j, PH_BACKWARD, &t);
-    if (rc < 0 || (rc = ddp_optim_step(j->opt)) < 0)
+    if (rc < 0 || (rc = optimizer_step(j)) < 0)
         return rc;
     lap(j, PH_STEP, &t);
     *loss_value = ddp_var_item(loss);

@@ -2,6 +2,7 @@
 #ifndef DDP_BASE_FILE_H
 #define DDP_BASE_FILE_H
 
+#include <stddef.h>
 #include <sys/stat.h>
 
 /* Opens path with flags (O_RDONLY, O_RDWR, | O_CREAT: mode 0600; O_CLOEXEC
@@ -15,5 +16,14 @@
  * where what (borrowed) names the file as the caller's messages do: the
  * path, "file store PATH", "DDP_SECRET_FILE=PATH". */
 int ddp__open_regular(const char *path, int flags, const char *what, int *fd, struct stat *st);
+
+/* Writes len bytes of buf to "<path>.tmp", fsyncs it, renames it over path
+ * and fsyncs the folder: a reader sees the old file or the whole new one,
+ * also after a crash.  DDP_ERR_IO names the step that failed. */
+int ddp__file_write_atomic(const char *path, const void *buf, size_t len);
+
+/* Reads a whole regular file (at most max bytes, else DDP_ERR_FORMAT) into
+ * *out, NUL-terminated, *len bytes; caller frees. */
+int ddp__file_read(const char *path, size_t max, char **out, size_t *len);
 
 #endif

@@ -10,40 +10,40 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "ddp/wrapper.h"
+#include "ddp/reducer_impl.h"
 #include "pg/internal.h"
 
 #define REPORT_LEN 2048
 
-void ddp__dp_debug_layout(const ddp_data_parallel_t *dm)
+void ddp__reducer_debug_layout(const ddp_reducer_t *r)
 {
-    if (ddp__pg_debug_level(dm->pg) < 1)
+    if (ddp__pg_debug_level(r->pg) < 1)
         return;
-    const ddp__bucket_layout *l = &dm->layout;
+    const ddp__bucket_layout *l = &r->layout;
     char buf[REPORT_LEN];
     size_t at = 0;
     for (int b = 0; b < l->nbuckets && at < sizeof buf; b++)
         at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%d: %d params, %.2f MiB",
                                b ? "; " : "", b, l->bucket_nparams[b],
                                (double)l->bucket_numel[b] * 4 / DDP_MIB);
-    ddp__log(DDP_LOG_INFO, "DDP_DEBUG: DDP rank %d: %d parameters in %d buckets: %s",
-             ddp_pg_rank(dm->pg), dm->nparams, l->nbuckets, buf);
+    ddp__log(DDP_LOG_INFO, "DDP_DEBUG: %s rank %d: %d %ss in %d buckets: %s", r->who,
+             ddp_pg_rank(r->pg), r->nregions, r->noun, l->nbuckets, buf);
 }
 
 /* This iteration's report into buf: unused parameters, bucket ready order. */
-static void report(const ddp_data_parallel_t *dm, int *pos, int *buckets, char *buf, size_t len)
+static void report(const ddp_reducer_t *r, int *pos, int *buckets, char *buf, size_t len)
 {
-    const ddp__bucket_layout *l = &dm->layout;
-    for (int p = 0; p < dm->nparams; p++)
+    const ddp__bucket_layout *l = &r->layout;
+    for (int p = 0; p < r->nregions; p++)
         pos[p] = -1;
-    for (int i = 0; i < dm->nready; i++)
-        pos[dm->ready_order[i]] = i;
-    size_t at = (size_t)snprintf(buf, len, "unused parameters:");
+    for (int i = 0; i < r->nready; i++)
+        pos[r->ready_order[i]] = i;
+    size_t at = (size_t)snprintf(buf, len, "unused %ss:", r->noun);
     int unused = 0;
-    for (int p = 0; p < dm->nparams && at < len; p++)
+    for (int p = 0; p < r->nregions && at < len; p++)
         if (pos[p] < 0)
             at += (size_t)snprintf(buf + at, len - at, "%s %s", unused++ ? "," : "",
-                                   dm->params[p]->name);
+                                   r->names[p]);
     if (!unused && at < len)
         at += (size_t)snprintf(buf + at, len - at, " none");
     /* A bucket is ready at its last parameter's gradient (unused: at the
@@ -51,8 +51,8 @@ static void report(const ddp_data_parallel_t *dm, int *pos, int *buckets, char *
     int *when = buckets + l->nbuckets;
     for (int b = 0; b < l->nbuckets; b++)
         when[b] = -1;
-    for (int p = 0; p < dm->nparams; p++) {
-        int t = pos[p] < 0 ? dm->nparams : pos[p], b = l->bucket_of[p];
+    for (int p = 0; p < r->nregions; p++) {
+        int t = pos[p] < 0 ? r->nregions : pos[p], b = l->bucket_of[p];
         when[b] = t > when[b] ? t : when[b];
     }
     for (int b = 0; b < l->nbuckets; b++) {
@@ -67,24 +67,24 @@ static void report(const ddp_data_parallel_t *dm, int *pos, int *buckets, char *
         at += (size_t)snprintf(buf + at, len - at, "%s %d", i ? "," : "", buckets[i]);
 }
 
-void ddp__dp_debug_iteration(ddp_data_parallel_t *dm)
+void ddp__reducer_debug_iteration(ddp_reducer_t *r)
 {
-    if (ddp__pg_debug_level(dm->pg) < 2)
+    if (ddp__pg_debug_level(r->pg) < 2)
         return;
-    dm->debug_iter++;
-    int *pos = malloc(((size_t)dm->nparams + 2 * (size_t)dm->layout.nbuckets + 1) * sizeof *pos);
+    r->debug_iter++;
+    int *pos = malloc(((size_t)r->nregions + 2 * (size_t)r->layout.nbuckets + 1) * sizeof *pos);
     char *buf = malloc(REPORT_LEN);
     if (!pos || !buf) {
         free(pos);
         free(buf);
         return; /* a report, not worth failing the step for */
     }
-    report(dm, pos, pos + dm->nparams, buf, REPORT_LEN);
-    if (!dm->debug_last || strcmp(dm->debug_last, buf) != 0) {
-        ddp__log(DDP_LOG_INFO, "DDP_DEBUG=detail: DDP rank %d, iteration %llu: %s",
-                 ddp_pg_rank(dm->pg), (unsigned long long)dm->debug_iter, buf);
-        free(dm->debug_last);
-        dm->debug_last = buf;
+    report(r, pos, pos + r->nregions, buf, REPORT_LEN);
+    if (!r->debug_last || strcmp(r->debug_last, buf) != 0) {
+        ddp__log(DDP_LOG_INFO, "DDP_DEBUG=detail: %s rank %d, iteration %llu: %s", r->who,
+                 ddp_pg_rank(r->pg), (unsigned long long)r->debug_iter, buf);
+        free(r->debug_last);
+        r->debug_last = buf;
         buf = NULL;
     }
     free(buf);

@@ -1,0 +1,209 @@
+/* ZeRO memory benchmark driver (bench/zero_mem.sh runs it): one training
+ * run of an MLP 784-H-...-H-10 (H = 4096, 3 hidden layers: about 37 M
+ * parameters) with Adam, as plain DDP or ZeRO stage 1 or 2, and on rank 0
+ * one line:
+ *
+ *   zero_mem mode=ddp world=2 params=36818954 state_bytes=294551632 \
+ *       peak_rss=883986432 train_rss=800000000 samples_per_s=19.0
+ *
+ * state_bytes, peak_rss and train_rss are the largest over the ranks (peak
+ * RSS: each rank's VmHWM from /proc/self/status, the whole run's high-water
+ * mark, setup included; train_rss: the high-water mark of the training
+ * steps alone, VmHWM reset through /proc/self/clear_refs after the setup,
+ * 0 where the kernel cannot); samples/s over the timed steps (after
+ * --warmup untimed ones), all ranks' samples over the slowest rank's time.
+ *
+ *   build/bin/ddprun --standalone --nproc-per-node 2 build/bench/zero_mem \
+ *       --mode ddp|zero1|zero2 [--hidden H] [--layers L] [--batch B] [--steps N]
+ *       [--warmup W] [--save-dir DIR] [--export FILE]
+ *
+ * --save-dir writes a sharded checkpoint of the trained model at the end
+ * (ZeRO modes), --export then writes its consolidated file from rank 0,
+ * and the same weights saved directly to EXPORT.direct
+ * (bench/zero_export_check.py reads both with PyTorch).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp.h"
+#include "ddp/ext.h"
+
+#define IN 784
+#define OUT 10
+#define MAX_LAYERS 8
+
+static void check(int rc, const char *what)
+{
+    if (rc < 0) {
+        fprintf(stderr, "zero_mem: %s: %s\n", what, ddp_last_error());
+        exit(1);
+    }
+}
+
+static ddp_model_t *make_model(int hidden, int layers)
+{
+    ddp_module_t *mods[2 * MAX_LAYERS + 1], *seq;
+    int n = 0, in = IN;
+    for (int l = 0; l < layers; l++) {
+        check(ddp_linear_create(in, hidden, 1, (uint64_t)l + 1, &mods[n++]), "linear");
+        check(ddp_relu_create(&mods[n++]), "relu");
+        in = hidden;
+    }
+    check(ddp_linear_create(in, OUT, 1, 99, &mods[n++]), "linear");
+    check(ddp_sequential_create(mods, n, &seq), "sequential");
+    ddp_model_t *m;
+    check(ddp_model_from_module(seq, &m), "model");
+    return m;
+}
+
+/* VmHWM of this process in bytes, 0 when unknown. */
+static double peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+typedef struct {
+    const char *mode, *save_dir, *export_path;
+    char save_path[4096]; /* EXPORT.direct: the model saved directly */
+    int hidden, layers, batch, steps, warmup, stage;
+} opts;
+
+static void parse(int argc, char **argv, opts *o)
+{
+    *o = (opts){.mode = "ddp", .hidden = 4096, .layers = 3, .batch = 8, .steps = 5, .warmup = 2};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--mode"))
+            o->mode = v;
+        else if (!strcmp(k, "--hidden"))
+            o->hidden = atoi(v);
+        else if (!strcmp(k, "--layers"))
+            o->layers = atoi(v);
+        else if (!strcmp(k, "--batch"))
+            o->batch = atoi(v);
+        else if (!strcmp(k, "--steps"))
+            o->steps = atoi(v);
+        else if (!strcmp(k, "--warmup"))
+            o->warmup = atoi(v);
+        else if (!strcmp(k, "--save-dir"))
+            o->save_dir = v;
+        else if (!strcmp(k, "--export")) {
+            o->export_path = v;
+            snprintf(o->save_path, sizeof o->save_path, "%s.direct", v);
+        }
+        else {
+            fprintf(stderr, "zero_mem: unknown flag %s\n", k);
+            exit(2);
+        }
+    }
+    o->stage = !strcmp(o->mode, "zero1") ? 1 : !strcmp(o->mode, "zero2") ? 2 : 0;
+    if ((o->stage == 0 && strcmp(o->mode, "ddp")) || o->hidden < 1 || o->layers < 1 ||
+        o->layers > MAX_LAYERS || o->batch < 1 || o->steps < 1 || o->warmup < 0) {
+        fprintf(stderr, "zero_mem: bad arguments\n");
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    parse(argc, argv, &o);
+    ddp_launch_info li;
+    check(ddp_launch_info_from_env(&li), "launcher environment");
+    ddp_pg_t *pg;
+    check(ddp_init_process_group("tcp", "env://", li.rank, li.world_size, 300, &pg), "init");
+    ddp_model_t *m = make_model(o.hidden, o.layers);
+    ddp_tape_t *tape;
+    check(ddp_tape_create(&tape), "tape");
+    ddp_data_parallel_t *dm = NULL; /* stage 2 reduces the gradients itself */
+    if (o.stage != 2)
+        check(ddp_data_parallel_create(m, pg, NULL, &dm), "DDP");
+    ddp_zero_t *z = NULL;
+    ddp_optim_t *opt;
+    ddp_adam_options ao = ddp_adam_defaults();
+    if (o.stage) {
+        ddp_zero_options zo = ddp_zero_defaults();
+        zo.stage = o.stage;
+        check(ddp_zero_create(m, pg, &zo, &z), "ZeRO");
+        check(ddp_adam_create(ddp_zero_shard_model(z), &ao, &opt), "Adam");
+    } else {
+        check(ddp_adam_create(m, &ao, &opt), "Adam");
+    }
+    /* The setup's peak (building the model copies every parameter from its
+     * layer's storage into the model's blocks: for a moment both are
+     * alive), then the high-water mark is reset (Linux >= 4.0), so that the
+     * end's VmHWM is the training's own peak. */
+    double setup_rss = peak_rss();
+    FILE *cr = fopen("/proc/self/clear_refs", "w");
+    int reset = cr && fputs("5", cr) >= 0;
+    if (cr && fclose(cr) != 0)
+        reset = 0;
+    float *xs = malloc((size_t)o.batch * IN * sizeof *xs);
+    int64_t *labels = malloc((size_t)o.batch * sizeof *labels);
+    ddp_tensor x;
+    check(ddp_tensor_wrap(&x, xs, 2, (int64_t[]){o.batch, IN}), "wrap");
+    double t0 = 0;
+    for (int s = 0; s < o.warmup + o.steps; s++) {
+        if (s == o.warmup) {
+            check(ddp_pg_barrier(pg), "barrier");
+            t0 = ddp_time_now();
+        }
+        for (int i = 0; i < o.batch * IN; i++)
+            xs[i] = (float)sin(0.01 * i + 0.7 * s + li.rank);
+        for (int i = 0; i < o.batch; i++)
+            labels[i] = (i + s) % OUT;
+        ddp_var_t *xv, *y, *loss;
+        ddp_tape_reset(tape);
+        check(ddp_tape_input(tape, &x, 0, &xv), "input");
+        check(dm ? ddp_data_parallel_forward(dm, tape, xv, &y) : ddp_model_forward(m, tape, xv, &y),
+              "forward");
+        check(ddp_op_cross_entropy(tape, y, labels, &loss), "loss");
+        if (o.stage == 2)
+            ddp_optim_zero_grad(opt); /* the shard's gradient */
+        else
+            ddp_model_zero_grad(m);
+        check(dm ? ddp_data_parallel_backward(dm, tape, loss) : ddp_zero_backward(z, tape, loss),
+              "backward");
+        check(z ? ddp_zero_step(z, opt) : ddp_optim_step(opt), "step");
+    }
+    double dt = ddp_time_now() - t0;
+    size_t total;
+    ddp_model_param_block(m, &total);
+    double train_rss = peak_rss();
+    double v[4] = {z ? (double)ddp_zero_state_bytes(z, opt)
+                     : (double)ddp_optim_num_states(opt) * (double)total * sizeof(float),
+                   setup_rss > train_rss ? setup_rss : train_rss, reset ? train_rss : 0, dt};
+    check(ddp_pg_all_reduce(pg, v, 4, DDP_FLOAT64, DDP_MAX), "all-reduce");
+    if (li.rank == 0)
+        printf("zero_mem mode=%s world=%d params=%zu state_bytes=%.0f peak_rss=%.0f "
+               "train_rss=%.0f samples_per_s=%.1f\n",
+               o.mode, li.world_size, total, v[0], v[1], v[2],
+               (double)o.steps * o.batch * li.world_size / v[3]);
+    if (o.save_dir && z) {
+        ddp_train_state st = {.global_step = o.warmup + o.steps};
+        check(ddp_zero_checkpoint_save(o.save_dir, z, opt, &st), "checkpoint save");
+        if (o.export_path && li.rank == 0)
+            check(ddp_zero_checkpoint_export(o.save_dir, o.export_path), "export");
+        if (o.export_path && li.rank == 0) /* the same weights the ordinary way */
+            check(ddp_model_save_safetensors(m, o.save_path), "save");
+    }
+    ddp_optim_destroy(opt);
+    ddp_zero_destroy(z);
+    ddp_data_parallel_destroy(dm);
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(m);
+    free(xs);
+    free(labels);
+    ddp_destroy_process_group(pg);
+    return 0;
+}

@@ -1,0 +1,129 @@
+/* ddp-mnist --zero 1|2: the same training with the optimizer state (and at
+ * stage 2 the gradients) sharded over the ranks ends with the weights of
+ * plain ddp-mnist to 1e-6 (stage 1 bitwise; stage 2 bitwise on 2 ranks,
+ * docs/zero.md says why), on 2 ranks (an even partition: one in-place
+ * all-gather) and on 3 (a short last shard: broadcasts); bad values of the
+ * flag are refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data_fixture.h"
+#include "ddp.h"
+#include "mnist_output.h"
+#include "scratch_dir.h"
+
+static char bin[1024];
+
+/* Runs world ranks of ddp-mnist by hand (file:// rendezvous) with flags,
+ * rank 0 saving to dir/out; returns the exit status, output in *log. */
+static int run_ranks(int world, const char *flags, const char *out, char **log)
+{
+    char cmd[8192], path[256];
+    int n = snprintf(cmd, sizeof cmd, "timeout -k 5 300 sh -c '");
+    for (int r = world - 1; r >= 0; r--)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n,
+                      "%s --data %s --no-progress --init-method file://%s/rdzv-%s --rank %d "
+                      "--world-size %d --save %s/%s %s %s",
+                      bin, dir, dir, out, r, world, dir, out, flags, r ? "& " : "; s=$?; wait; exit $s");
+    snprintf(path, sizeof path, "%s/log-%s", dir, out);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, "' >%s 2>&1", path);
+    int st = system(cmd);
+    *log = slurp(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static ddp_model_t *load_model(const char *name)
+{
+    ddp_module_t *mods[3], *seq;
+    assert_int_equal(ddp_linear_create(784, 256, 1, 0, &mods[0]), 0);
+    assert_int_equal(ddp_relu_create(&mods[1]), 0);
+    assert_int_equal(ddp_linear_create(256, 10, 1, 0, &mods[2]), 0);
+    assert_int_equal(ddp_sequential_create(mods, 3, &seq), 0);
+    ddp_model_t *m;
+    assert_int_equal(ddp_model_from_module(seq, &m), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (ddp_model_load_safetensors(m, path) != 0)
+        fail_msg("%s: %s", path, ddp_last_error());
+    return m;
+}
+
+static void test_zero_matches_ddp(void **state)
+{
+    (void)state;
+    fx_write_split(dir, "train", 0, 960, 28, 28, 10);
+    fx_write_split(dir, "t10k", 0, 100, 28, 28, 10);
+    const char *common = "--epochs 2 --batch-size 32 --momentum 0.9 --lr 0.05 --seed 5";
+    for (int k = 0; k < 4; k++) {
+        int world = 2 + k % 2, stage = 1 + k / 2;
+        char flags[256], a[32], b[32], *la, *lb;
+        snprintf(a, sizeof a, "ddp%d.safetensors", world);
+        snprintf(b, sizeof b, "zero%d-%d.safetensors", stage, world);
+        if (run_ranks(world, common, a, &la) != 0)
+            fail_msg("ddp-mnist on %d ranks: %s", world, la);
+        snprintf(flags, sizeof flags, "%s --zero %d", common, stage);
+        if (run_ranks(world, flags, b, &lb) != 0)
+            fail_msg("ddp-mnist --zero %d on %d ranks: %s", stage, world, lb);
+        assert_non_null(strstr(lb, "Test accuracy: "));
+        assert_non_null(strstr(lb, "Throughput: "));
+        ddp_model_t *ma = load_model(a), *mb = load_model(b);
+        size_t n;
+        const float *pa = ddp_model_param_block(ma, &n), *pb = ddp_model_param_block(mb, NULL);
+        double num = 0, den = 0, moved = 0;
+        for (size_t i = 0; i < n; i++) {
+            num = fmax(num, fabs((double)pa[i] - pb[i]));
+            den = fmax(den, fabs((double)pa[i]));
+        }
+        for (size_t i = 0; i < n; i++)
+            moved += fabs((double)pa[i]);
+        assert_true(moved > 0); /* rank 0 saved real weights */
+        if (num / den > 1e-6)
+            fail_msg("%d ranks: --zero %d differs from DDP by %.3g (relative)", world, stage,
+                     num / den);
+        print_message("--zero %d on %d ranks: relative difference %.3g\n", stage, world,
+                      num / den);
+        ddp_model_destroy(ma);
+        ddp_model_destroy(mb);
+        free(la);
+        free(lb);
+    }
+}
+
+static void test_bad_zero_flag(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {{"--zero 3", "--zero"},
+                              {"--zero x", "--zero"},
+                              {"--zero 1 --checkpoint-dir /tmp", "--zero does not take --checkpoint-dir"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[2048], path[256];
+        snprintf(path, sizeof path, "%s/log", dir);
+        snprintf(cmd, sizeof cmd, "%s --epochs 0 %s >%s 2>&1", bin, cases[i][0], path);
+        int st = system(cmd);
+        char *out = slurp(path);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, cases[i][1]))
+            fail_msg("'%s': status %d, output '%s'", cases[i][0], st, out);
+        free(out);
+    }
+}
+
+int main(void)
+{
+    const char *build = getenv("DDP_TEST_BUILD");
+    build = build && *build ? build : "build";
+    snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
+    const struct CMUnitTest tests[] = {
+        IN_SCRATCH(test_zero_matches_ddp),
+        IN_SCRATCH(test_bad_zero_flag),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
