@@ -287,6 +287,96 @@ static void test_4_stages_1f1b(void **state)
     check_equivalence(4, 1, 6, DDP_SCHEDULE_1F1B, cuts4);
 }
 
+/* Stage 1 declares 15 features where stage 0 sends 16: stage 1 names
+ * itself, micro-batch 0 and both shapes; stage 0, waiting for a gradient
+ * that never comes, fails too within the timeout. */
+static void test_wrong_shape(void **state)
+{
+    (void)state;
+    pcase c;
+    memset(&c, 0, sizeof c);
+    c.S = 2, c.R = 1, c.M = 4, c.schedule = DDP_SCHEDULE_1F1B, c.cuts = cuts2;
+    c.bad_shape = 1, c.kill_rank = c.kill_step = -1, c.timeout = 5.0;
+    c.out = shared_page(sizeof *c.out);
+    job_init(&c.j);
+    double t0 = ddp_time_now();
+    assert_int_equal(run_children(2, pipeline_rank, &c, 30), 2);
+    printf("stage 1: %s\nstage 0: %s\n", c.out->err[1], c.out->err[0]);
+    assert_true(contains(c.out->err[1], "pipeline stage 1 (rank 1): the activation of "
+                                        "micro-batch 0 from stage 0 has shape (6, 14); stage 1 "
+                                        "expects (6, 13)"));
+    assert_true(contains(c.out->err[0], "pipeline stage 0"));
+    assert_true(c.out->fail_at[0] - t0 < c.timeout + 3.0);
+    job_cleanup(&c.j);
+    munmap(c.out, sizeof *c.out);
+}
+
+/* 2 x 2: the last stage of replica 1 (rank 3) is killed at step 3; every
+ * other rank fails within the timeout naming it: rank 2 waited for it, and
+ * the others hear the cause through the aborted subgroups (ddp__pg_abort). */
+static void test_dead_stage(void **state)
+{
+    (void)state;
+    pcase c;
+    memset(&c, 0, sizeof c);
+    c.S = 2, c.R = 2, c.M = 4, c.schedule = DDP_SCHEDULE_1F1B, c.cuts = cuts2;
+    c.kill_rank = 3, c.kill_step = 3, c.timeout = 5.0;
+    c.out = shared_page(sizeof *c.out);
+    job_init(&c.j);
+    double t0 = ddp_time_now();
+    assert_int_equal(run_children(4, pipeline_rank, &c, 40), 4);
+    for (int r = 0; r < 3; r++) {
+        printf("rank %d (%.1f s): %s\n", r, c.out->fail_at[r] - t0, c.out->err[r]);
+        assert_true(contains(c.out->err[r], "pipeline stage"));
+        assert_true(contains(c.out->err[r], "from stage 1 (rank 3)"));
+        assert_true(contains(c.out->err[r], "died"));
+        assert_true(c.out->fail_at[r] > 0 && c.out->fail_at[r] - t0 < c.timeout + 5.0);
+    }
+    job_cleanup(&c.j);
+    munmap(c.out, sizeof *c.out);
+}
+
+static int bad_options_rank(int rank, void *arg)
+{
+    pcase *c = arg;
+    ddp_pg_t *pg = NULL;
+    ddp_model_t *m = NULL;
+    ddp_pipeline_t *pp = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", c->j.url, rank, 2, 10.0, &pg) == 0);
+    CHILD_CHECK(build_model(c->cuts[rank], c->cuts[rank + 1], &m) == 0);
+    /* 3 stages on 2 ranks; no input shape on stage 1; then ranks that
+     * disagree on the micro-batches */
+    ddp_pipeline_options o = ddp_pipeline_defaults(3, 4);
+    CHILD_CHECK(ddp_pipeline_create(pg, m, &o, &pp) == DDP_ERR_INVALID_ARG);
+    CHILD_CHECK(contains(ddp_last_error(), "world size 2 is not a multiple of 3 stages"));
+    o = ddp_pipeline_defaults(2, 4);
+    if (rank == 1) {
+        CHILD_CHECK(ddp_pipeline_create(pg, m, &o, &pp) == DDP_ERR_INVALID_ARG);
+        CHILD_CHECK(contains(ddp_last_error(), "pipeline stage 1: options.input_shape is "
+                                               "required"));
+    }
+    o.input_ndim = 1;
+    o.input_shape[0] = dims[c->cuts[rank] / 2];
+    o.micro_batches = 4 + rank;
+    CHILD_CHECK(ddp_pipeline_create(pg, m, &o, &pp) == DDP_ERR_MISMATCH);
+    CHILD_CHECK(contains(ddp_last_error(), "rank 1 has micro_batches 5, rank 0 has 4"));
+    CHILD_CHECK(pp == NULL);
+    ddp_model_destroy(m);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    pcase c;
+    memset(&c, 0, sizeof c);
+    c.cuts = cuts2;
+    job_init(&c.j);
+    assert_int_equal(run_children(2, bad_options_rank, &c, 30), 0);
+    job_cleanup(&c.j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +384,9 @@ int main(void)
         cmocka_unit_test(test_2_stages_2_replicas_1f1b_uneven),
         cmocka_unit_test(test_2_stages_2_replicas_gpipe),
         cmocka_unit_test(test_4_stages_1f1b),
+        cmocka_unit_test(test_wrong_shape),
+        cmocka_unit_test(test_dead_stage),
+        cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

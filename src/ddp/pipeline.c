@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "pg/internal.h"
 #include "ddp/pipeline_internal.h"
 
 ddp_pipeline_options ddp_pipeline_defaults(int stages, int micro_batches)
@@ -174,6 +175,19 @@ out:
         ddp__error_restore(msg);
     }
     return rc;
+}
+
+void ddp__pp_abort(ddp_pipeline_t *pp, int rc)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    pp->failed = 1;
+    /* The peers of every other subgroup hear the cause, not just that this
+     * rank left: a stage two hops from a dead one names it too. */
+    ddp_pg_t *groups[5] = {pp->act_in, pp->grad_out, pp->act_out, pp->grad_in, pp->replicas};
+    for (int i = 0; i < 5; i++)
+        ddp__pg_abort(groups[i], rc, msg);
+    ddp__error_restore(msg);
 }
 
 void ddp_pipeline_destroy(ddp_pipeline_t *pp)

@@ -56,6 +56,12 @@ struct ddp_pipeline {
     int failed;                   /* a step failed: the stages are out of step */
 };
 
+/* pipeline.c.  After a failed step (the last error says why): the stage
+ * is marked failed and every subgroup it belongs to is aborted with that
+ * message, so the ranks waiting on this one fail at once, naming the cause.
+ * Keeps the last error. */
+void ddp__pp_abort(ddp_pipeline_t *pp, int rc);
+
 /* pipeline_comm.c.  Sends slot's tensor (rows, ...) t on g to peer 1-side
  * as micro-batch mb (kind ACT to the next stage, GRAD to the previous). */
 int ddp__pp_send(ddp_pipeline_t *pp, ddp__pp_slot *slot, int kind, const ddp_tensor *t);

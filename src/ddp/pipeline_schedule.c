@@ -235,8 +235,9 @@ int ddp_pipeline_step(ddp_pipeline_t *pp, const ddp_tensor *input, const int64_t
     if (rc == 0)
         rc = average_grads(pp);
     if (rc < 0) {
-        pp->failed = 1;
-        return ddp__error_context(rc, "ddp_pipeline_step %lld", (long long)pp->step);
+        ddp__error_context(rc, "ddp_pipeline_step %lld", (long long)pp->step);
+        ddp__pp_abort(pp, rc);
+        return rc;
     }
     pp->step++;
     if (loss && pp->next_rank < 0)
@@ -280,8 +281,9 @@ int ddp_pipeline_forward(ddp_pipeline_t *pp, const ddp_tensor *input, int64_t ba
     int rc = eval_forward(pp, input, batch, out);
     ddp_tape_set_grad_enabled(pp->slots[0].tape, 1);
     if (rc < 0) {
-        pp->failed = 1;
-        return ddp__error_context(rc, "ddp_pipeline_forward (step %lld)", (long long)pp->step);
+        ddp__error_context(rc, "ddp_pipeline_forward (step %lld)", (long long)pp->step);
+        ddp__pp_abort(pp, rc);
+        return rc;
     }
     pp->step++;
     return 0;
