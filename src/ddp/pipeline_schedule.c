@@ -21,6 +21,7 @@
  * gradients accumulated over the micro-batches are those of the batch's
  * mean loss; the replicas' average then makes them the global batch's. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,9 +186,17 @@ static int average_grads(ddp_pipeline_t *pp)
         ddp_param *p = ddp_model_param(pp->model, i);
         rc = ddp_pg_all_reduce(pp->replicas, p->grad, p->numel, DDP_FLOAT32, DDP_AVG);
     }
-    if (rc < 0)
+    if (rc < 0) {
+        /* the group's message numbers its ranks 0 .. R-1: say who they are */
+        char who[256] = "";
+        size_t len = 0;
+        for (int r = 0; r < pp->R && len + 16 < sizeof who; r++)
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%d", r ? ", " : "",
+                                    r * pp->S + pp->stage);
         ddp__error_context(rc, "pipeline stage %d (rank %d): averaging its gradients over the "
-                           "%d replicas of the stage", pp->stage, pp->rank, pp->R);
+                           "%d replicas of the stage (world ranks %s)", pp->stage, pp->rank,
+                           pp->R, who);
+    }
     return rc;
 }
 
