@@ -125,22 +125,6 @@ static int forward_mb(ddp_pipeline_t *pp, int m, const ddp_tensor *input, const 
     return 0;
 }
 
-/* Backward from the output y with upstream gradient dy (y's shape):
- * sum(y * dy) has exactly dy as y's gradient (the product's backward
- * multiplies dy by the sum's 1.0), so this is PyTorch's y.backward(dy)
- * bitwise, at the cost of one element-wise product. */
-static int backward_from(ddp_pipeline_t *pp, ddp__pp_slot *s, float *dy)
-{
-    ddp_tensor dyt;
-    const ddp_tensor *yt = ddp_var_tensor(s->y);
-    DDP_TRY(ddp_tensor_wrap(&dyt, dy, yt->ndim, yt->shape));
-    ddp_var_t *dv = NULL, *prod = NULL, *dot = NULL;
-    DDP_TRY(ddp_tape_input(s->tape, &dyt, 0, &dv));
-    DDP_TRY(ddp_op_mul(s->tape, s->y, dv, &prod));
-    DDP_TRY(ddp_op_sum(s->tape, prod, &dot));
-    return ddp_tape_backward(s->tape, dot, pp->model);
-}
-
 /* B(m): backward of micro-batch m, from its loss or from the gradient the
  * next stage sends; then the input's gradient goes to the previous stage. */
 static int backward_mb(ddp_pipeline_t *pp, int m)
@@ -155,7 +139,7 @@ static int backward_mb(ddp_pipeline_t *pp, int m)
     if (pp->next_rank < 0)
         DDP_TRY(ddp_tape_backward(s->tape, s->loss, pp->model));
     else
-        DDP_TRY(backward_from(pp, s, pp->dy));
+        DDP_TRY(ddp_tape_backward_grad(s->tape, s->y, pp->dy, pp->model));
     pp->busy_s += ddp_time_now() - t0;
     if (pp->prev_rank < 0)
         return 0;
