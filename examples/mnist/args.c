@@ -43,6 +43,11 @@ static void usage(FILE *f)
             "                    ddprun restart when --checkpoint-dir is given)\n"
             "  --crash-at-step N rank 1 (rank 0 alone) kills itself at global step N in\n"
             "                    the first attempt: a fault to test restarts with\n"
+            "  --pipeline-stages S  the model cut into S stages (1 or 2), one per rank:\n"
+            "                    world = replicas x S, rank = replica * S + stage; the\n"
+            "                    last stage of replica 0 prints loss and test accuracy\n"
+            "  --micro-batches M micro-batches per step with a pipeline (default 1;\n"
+            "                    1F1B schedule, docs/pipeline.md)\n"
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok, 2 bad flags, data set, --load file or an unwritable\n"
@@ -83,11 +88,34 @@ static int parse_double(const char *flag, const char *s, double lo, double *out)
     return 0;
 }
 
+/* --pipeline-stages trains through examples/mnist/pipeline.c, which has
+ * none of the outputs below yet. */
+static int check_pipeline_args(args *a)
+{
+    if (!a->pipeline_stages) {
+        if (a->micro_batches)
+            return bad_usage("--micro-batches needs --pipeline-stages");
+        return 0;
+    }
+    const char *bad = a->load ? "--load" : a->save ? "--save" : a->ckpt_dir ? "--checkpoint-dir"
+                    : a->metrics ? "--metrics" : a->eval_every ? "--eval-every"
+                    : a->crash_at >= 0 ? "--crash-at-step" : NULL;
+    if (bad)
+        return bad_usage("--pipeline-stages does not support %s yet", bad);
+    if (!a->micro_batches)
+        a->micro_batches = 1;
+    if (a->micro_batches > a->batch)
+        return bad_usage("--micro-batches %ld is more than --batch-size %ld", a->micro_batches,
+                         a->batch);
+    return 0;
+}
+
 int parse_args(int argc, char **argv, args *a)
 {
     enum { O_DATA = 256, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_SEED, O_NOSHUF, O_LOAD, O_SAVE,
            O_WORKERS, O_HELP, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_CKDIR,
-           O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS };
+           O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS,
+           O_PP_STAGES, O_MICRO };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
         {"epochs", required_argument, NULL, O_EPOCHS},
@@ -112,6 +140,8 @@ int parse_args(int argc, char **argv, args *a)
         {"metrics", required_argument, NULL, O_METRICS},
         {"eval-every", required_argument, NULL, O_EVAL_EVERY},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
+        {"pipeline-stages", required_argument, NULL, O_PP_STAGES},
+        {"micro-batches", required_argument, NULL, O_MICRO},
         {NULL, 0, NULL, 0},
     };
     *a = (args){.data = "/usr/share/datasets/fashion-mnist", .epochs = 1, .batch = 64,
@@ -157,6 +187,10 @@ int parse_args(int argc, char **argv, args *a)
             rc = parse_long("--eval-every", optarg, 1, 1L << 40, &a->eval_every);
             break;
         case O_NO_PROGRESS: a->progress = 0; break;
+        case O_PP_STAGES:
+            rc = parse_long("--pipeline-stages", optarg, 1, 2, &a->pipeline_stages);
+            break;
+        case O_MICRO: rc = parse_long("--micro-batches", optarg, 1, 1 << 20, &a->micro_batches); break;
         case ':':
             return bad_usage("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -174,5 +208,5 @@ int parse_args(int argc, char **argv, args *a)
                          a->world_size);
     if (a->resume && !a->ckpt_dir)
         return bad_usage("--resume needs --checkpoint-dir");
-    return 0;
+    return check_pipeline_args(a);
 }

@@ -37,6 +37,8 @@ typedef struct args {
     const char *metrics;     /* --metrics FILE, or NULL */
     long eval_every;         /* evaluate every N global steps; 0: at the end only */
     int progress;            /* 0: --no-progress */
+    long pipeline_stages;    /* --pipeline-stages S; 0: no pipeline */
+    long micro_batches;      /* --micro-batches M (with a pipeline) */
 } args;
 
 /* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
@@ -98,6 +100,10 @@ __attribute__((format(printf, 1, 2))) void stop_error(const char *fmt, ...);
 
 /* train.c */
 int train(job *j, ddp_loader_t *dl);
+
+/* pipeline.c: training and evaluation with --pipeline-stages; 0 or a
+ * negative code (message in ddp_last_error) */
+int run_pipeline(job *j, ddp_dataset_t *train_ds);
 
 /* outputs.c: returns 0, or the exit status once this rank said why it stops */
 int check_outputs(job *j);
