@@ -67,7 +67,7 @@ static int build_model(int begin, int end, ddp_model_t **out)
         int rc = i % 2 ? ddp_relu_create(&mod)
                        : ddp_linear_create(dims[i / 2], dims[i / 2 + 1], 1, 100 + (uint64_t)i,
                                            &mod);
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "%d", i);
         if (rc == 0)
             rc = ddp_model_add_module(m, name, mod);
