@@ -18,28 +18,9 @@
 #include "ddp.h"
 #include "mnist_output.h"
 #include "scratch_dir.h"
+#include "run_logged.h"
 
 static char bin[1024], ddprun[1024];
-
-typedef struct {
-    int status;
-    char *out; /* stdout and stderr together */
-} result;
-
-static result sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static result sh(const char *fmt, ...)
-{
-    char cmd[4096], body[3000], log[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 300 sh -c '%s' >%s 2>&1", body, log);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(log)};
-    return r;
-}
 
 /* The losses of the "Loss: x.xxxx" lines, at most max; how many. */
 static int losses(const char *out, double *v, int max)
@@ -81,22 +62,26 @@ static void test_2x2_pipeline_equals_ddp(void **state)
 static void test_bad_pipeline_flags(void **state)
 {
     (void)state;
-    result r = sh("%s --micro-batches 4", bin);
-    assert_int_equal(r.status, 2);
-    assert_non_null(strstr(r.out, "--micro-batches needs --pipeline-stages"));
-    free(r.out);
-    r = sh("%s --pipeline-stages 2 --save %s/m.safetensors", bin, dir);
-    assert_int_equal(r.status, 2);
-    assert_non_null(strstr(r.out, "--pipeline-stages does not support --save yet"));
-    free(r.out);
-    r = sh("%s --pipeline-stages 3", bin);
-    assert_int_equal(r.status, 2);
-    assert_non_null(strstr(r.out, "--pipeline-stages: expected an integer in 1..2"));
-    free(r.out);
-    r = sh("%s --standalone --nproc-per-node 3 %s --epochs 0 --pipeline-stages 2", ddprun, bin);
-    assert_int_equal(r.status, 1);
-    assert_non_null(strstr(r.out, "world size 3 is not a multiple of 2 stages"));
-    free(r.out);
+    char save[128], cmds[4][2200];
+    snprintf(save, sizeof save, "--pipeline-stages 2 --save %s/m.safetensors", dir);
+    snprintf(cmds[0], sizeof cmds[0], "%s --micro-batches 4", bin);
+    snprintf(cmds[1], sizeof cmds[1], "%s %s", bin, save);
+    snprintf(cmds[2], sizeof cmds[2], "%s --pipeline-stages 3", bin);
+    snprintf(cmds[3], sizeof cmds[3], "%s --standalone --nproc-per-node 3 %s --epochs 0 "
+             "--pipeline-stages 2", ddprun, bin);
+    static const struct { int status; const char *says; } want[4] = {
+        {2, "--micro-batches needs --pipeline-stages"},
+        {2, "--pipeline-stages does not support --save yet"},
+        {2, "--pipeline-stages: expected an integer in 1..2"},
+        {1, "world size 3 is not a multiple of 2 stages"},
+    };
+    for (int i = 0; i < 4; i++) {
+        result r = sh("%s", cmds[i]);
+        if (r.status != want[i].status || !strstr(r.out, want[i].says))
+            fail_msg("%s: exit %d, expected %d and '%s':\n%s", cmds[i], r.status,
+                     want[i].status, want[i].says, r.out);
+        free(r.out);
+    }
 }
 
 int main(void)
