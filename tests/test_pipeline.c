@@ -37,6 +37,7 @@ static const int dims[] = {20, 16, 14, 12, 5};
 
 typedef struct results {
     float ref[MAXP], ref_loss[STEPS];
+    float ref_logits[GLOBAL_B * CLASSES], logits[GLOBAL_B * CLASSES]; /* after training */
     float params[2][MAXP];       /* per replica, the full model's layout */
     float loss[2][STEPS];        /* per replica, from its last stage */
     char err[MAXR][768];         /* each rank's failure */
@@ -126,6 +127,14 @@ static int reference(int rank, void *arg)
         CHILD_CHECK(ddp_optim_step(opt) == 0);
         out->ref_loss[t] = ddp_var_item(loss);
     }
+    make_batch(STEPS, x, labels); /* evaluation: logits of a batch not trained on */
+    ddp_tensor xt;
+    ddp_var_t *xv, *y;
+    CHILD_CHECK(ddp_tensor_wrap(&xt, x, 2, shape) == 0);
+    ddp_tape_reset(tape);
+    CHILD_CHECK(ddp_tape_input(tape, &xt, 0, &xv) == 0);
+    CHILD_CHECK(ddp_model_forward(m, tape, xv, &y) == 0);
+    memcpy(out->ref_logits, ddp_var_tensor(y)->data, sizeof out->ref_logits);
     size_t n;
     float *block = ddp_model_param_block(m, &n);
     CHILD_CHECK(n <= MAXP);
@@ -178,6 +187,20 @@ static int train(pcase *c, ddp_pg_t *pg, ddp_pipeline_t **ppo, ddp_model_t *m, i
             c->out->loss[replica][t] = loss;
     }
     ddp_optim_destroy(opt);
+    if (rc == 0 && replica == 0) { /* evaluation through replica 0's stages */
+        ddp_tensor xt, z;
+        int64_t gshape[2] = {GLOBAL_B, IN};
+        make_batch(STEPS, x, labels);
+        rc = ddp_tensor_wrap(&xt, x, 2, gshape);
+        if (rc == 0)
+            rc = ddp_pipeline_forward(pp, &xt, GLOBAL_B, &z);
+        if (rc == 0 && stage == c->S - 1) {
+            if (z.numel != GLOBAL_B * CLASSES)
+                return DDP_ERROR(DDP_ERR_MISMATCH, "logits of %lld floats", (long long)z.numel);
+            memcpy(c->out->logits, z.data, sizeof c->out->logits);
+        }
+        ddp_tensor_destroy(&z);
+    }
     return rc;
 }
 
@@ -258,6 +281,7 @@ static void check_equivalence(int S, int R, int M, ddp_pipeline_schedule sched, 
         mean_loss[t] = (float)(s / R);
     }
     assert_true(max_rel_diff(mean_loss, out->ref_loss, STEPS) <= 1e-5);
+    assert_true(max_rel_diff(out->logits, out->ref_logits, GLOBAL_B * CLASSES) <= 1e-5);
     assert_true(out->ref_loss[STEPS - 1] < out->ref_loss[0]); /* it learned something */
     job_cleanup(&c.j);
     munmap(out, sizeof *out);
