@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/time.h"
+#include "base/timeline.h"
 #include "ddp/pipeline_internal.h"
 
 #define PP_MAGIC 0x3145504950504444LL /* "DDPPIPE1" */
@@ -113,6 +114,7 @@ int ddp__pp_recv(ddp_pipeline_t *pp, int kind, int mb, const ddp_tensor *expect,
     int from_rank = kind == DDP__PP_ACT ? pp->prev_rank : pp->next_rank;
     int64_t h[DDP__PP_HDR_LEN];
     double t0 = ddp_time_now();
+    uint64_t tl = ddp__tl_begin();
     int rc = ddp_pg_recv(g, h, DDP__PP_HDR_LEN, DDP_INT64, peer, 0);
     if (rc == 0) {
         rc = check_header(pp, h, kind, mb, from, expect);
@@ -121,6 +123,8 @@ int ddp__pp_recv(ddp_pipeline_t *pp, int kind, int mb, const ddp_tensor *expect,
         rc = ddp_pg_recv(g, buf, (size_t)expect->numel, DDP_FLOAT32, peer, 1);
     }
     pp->idle_s += ddp_time_now() - t0;
+    ddp__tl_end(tl, kind == DDP__PP_ACT ? "pipeline wait activation" : "pipeline wait gradient",
+                "micro_batch", mb);
     if (rc < 0)
         ddp__error_context(rc, "pipeline stage %d (rank %d): waiting for the %s of micro-batch "
                            "%d from stage %d (rank %d)", pp->stage, pp->rank, kind_name(kind),

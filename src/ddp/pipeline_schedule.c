@@ -27,6 +27,7 @@
 
 #include "base/error.h"
 #include "base/time.h"
+#include "base/timeline.h"
 #include "ddp/pipeline_internal.h"
 
 /* Rows of micro-batch m of a batch of B rows, and its first row: the
@@ -110,6 +111,7 @@ static int forward_mb(ddp_pipeline_t *pp, int m, const ddp_tensor *input, const 
     s->rows = mb_rows(B, pp->M, m, &first);
     DDP_TRY(take_input(pp, s, input, first));
     double t0 = ddp_time_now();
+    uint64_t tl = ddp__tl_begin(); /* the stage's timeline shows its busy spans */
     DDP_TRY(ddp_tape_input(s->tape, &s->in_t, pp->stage > 0, &s->x));
     DDP_TRY(ddp_model_forward(pp->model, s->tape, s->x, &s->y));
     if (pp->next_rank < 0) {
@@ -120,6 +122,7 @@ static int forward_mb(ddp_pipeline_t *pp, int m, const ddp_tensor *input, const 
         *loss_sum += (double)ddp_var_item(s->loss);
     }
     pp->busy_s += ddp_time_now() - t0;
+    ddp__tl_end(tl, "pipeline forward", "micro_batch", m);
     if (pp->next_rank >= 0)
         DDP_TRY(ddp__pp_send(pp, s, DDP__PP_ACT, ddp_var_tensor(s->y)));
     return 0;
@@ -136,11 +139,13 @@ static int backward_mb(ddp_pipeline_t *pp, int m)
         DDP_TRY(ddp__pp_recv(pp, DDP__PP_GRAD, m, yt, pp->dy));
     }
     double t0 = ddp_time_now();
+    uint64_t tl = ddp__tl_begin();
     if (pp->next_rank < 0)
         DDP_TRY(ddp_tape_backward(s->tape, s->loss, pp->model));
     else
         DDP_TRY(ddp_tape_backward_grad(s->tape, s->y, pp->dy, pp->model));
     pp->busy_s += ddp_time_now() - t0;
+    ddp__tl_end(tl, "pipeline backward", "micro_batch", m);
     if (pp->prev_rank < 0)
         return 0;
     ddp_tensor gx;
