@@ -57,29 +57,37 @@ typedef struct pcase {
 
 static const int cuts2[] = {0, 4, 7}, cuts4[] = {0, 2, 4, 6, 7};
 
-/* Modules [begin, end) of the full list, named by their index there (so
- * parameter names and order are the full model's). */
-static int build_model(int begin, int end, ddp_model_t **out)
+/* The full list's modules (seeded), into mods[NMOD]. */
+static int make_modules(ddp_module_t **mods)
 {
-    ddp_model_t *m;
-    DDP_TRY(ddp_model_create(&m));
-    for (int i = begin; i < end; i++) {
-        ddp_module_t *mod;
-        int rc = i % 2 ? ddp_relu_create(&mod)
+    for (int i = 0; i < NMOD; i++) {
+        int rc = i % 2 ? ddp_relu_create(&mods[i])
                        : ddp_linear_create(dims[i / 2], dims[i / 2 + 1], 1, 100 + (uint64_t)i,
-                                           &mod);
-        char name[16];
-        snprintf(name, sizeof name, "%d", i);
-        if (rc == 0)
-            rc = ddp_model_add_module(m, name, mod);
+                                           &mods[i]);
         if (rc < 0) {
-            ddp_model_destroy(m);
+            while (i-- > 0)
+                ddp_module_destroy(mods[i]);
             return rc;
         }
     }
-    DDP_TRY(ddp_model_seal(m));
-    *out = m;
     return 0;
+}
+
+/* The unsplit model: one Sequential ("0.weight", ...). */
+static int build_full(ddp_model_t **out)
+{
+    ddp_module_t *mods[NMOD], *seq;
+    DDP_TRY(make_modules(mods));
+    DDP_TRY(ddp_sequential_create(mods, NMOD, &seq));
+    return ddp_model_from_module(seq, out);
+}
+
+/* Stage s's part of the full list, cut at cuts (ddp_pipeline_split). */
+static int build_stage(const int *cuts, int S, int s, ddp_model_t **out)
+{
+    ddp_module_t *mods[NMOD];
+    DDP_TRY(make_modules(mods));
+    return ddp_pipeline_split(mods, NMOD, cuts, S, s, out);
 }
 
 /* Step t's global batch: x in (-1, 1), labels from a hash of (t, row). */
@@ -107,7 +115,7 @@ static int reference(int rank, void *arg)
     ddp_model_t *m;
     ddp_optim_t *opt;
     ddp_tape_t *tape;
-    CHILD_CHECK(build_model(0, NMOD, &m) == 0);
+    CHILD_CHECK(build_full(&m) == 0);
     ddp_sgd_options so = sgd();
     CHILD_CHECK(ddp_sgd_create(m, &so, &opt) == 0);
     CHILD_CHECK(ddp_tape_create(&tape) == 0);
@@ -149,7 +157,7 @@ static int reference(int rank, void *arg)
 static size_t full_offset(ddp_model_t *m)
 {
     ddp_model_t *full;
-    if (build_model(0, NMOD, &full) < 0)
+    if (build_full(&full) < 0)
         return 0;
     size_t off = ddp_model_find_param(full, ddp_model_param(m, 0)->name)->offset;
     ddp_model_destroy(full);
@@ -213,7 +221,7 @@ static int pipeline_rank(int rank, void *arg)
     int stage = rank % c->S, replica = rank / c->S;
     int rc = ddp_init_process_group("tcp", c->j.url, rank, c->S * c->R, c->timeout, &pg);
     if (rc == 0)
-        rc = build_model(c->cuts[stage], c->cuts[stage + 1], &m);
+        rc = build_stage(c->cuts, c->S, stage, &m);
     if (rc == 0)
         rc = train(c, pg, &pp, m, rank);
     if (rc == 0) {
@@ -370,7 +378,7 @@ static int bad_options_rank(int rank, void *arg)
     ddp_model_t *m = NULL;
     ddp_pipeline_t *pp = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", c->j.url, rank, 2, 10.0, &pg) == 0);
-    CHILD_CHECK(build_model(c->cuts[rank], c->cuts[rank + 1], &m) == 0);
+    CHILD_CHECK(build_stage(c->cuts, 2, rank, &m) == 0);
     /* 3 stages on 2 ranks; no input shape on stage 1; then ranks that
      * disagree on the micro-batches */
     ddp_pipeline_options o = ddp_pipeline_defaults(3, 4);
@@ -404,6 +412,30 @@ static void test_bad_options(void **state)
     job_cleanup(&c.j);
 }
 
+/* Bad cuts are refused, naming them; every module is freed either way
+ * (the sanitizer build's leak check sees it). */
+static void test_split_errors(void **state)
+{
+    (void)state;
+    ddp_module_t *mods[NMOD];
+    ddp_model_t *m = NULL;
+    assert_int_equal(make_modules(mods), 0);
+    assert_int_equal(ddp_pipeline_split(mods, NMOD, (int[]){0, 4, 4, 7}, 3, 0, &m),
+                     DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "stage 1 would hold modules [4, 4)"));
+    assert_null(m);
+    assert_int_equal(make_modules(mods), 0);
+    assert_int_equal(ddp_pipeline_split(mods, NMOD, (int[]){0, 4, 6}, 2, 1, &m),
+                     DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "cuts must run from 0 to 7 modules (got 0 .. 6)"));
+    assert_int_equal(make_modules(mods), 0);
+    assert_int_equal(ddp_pipeline_split(mods, NMOD, (int[]){0, 4, 7}, 2, 1, &m), 0);
+    assert_int_equal(ddp_model_num_params(m), 4); /* 4.weight, 4.bias, 6.weight, 6.bias */
+    assert_string_equal(ddp_model_param(m, 0)->name, "4.weight");
+    assert_string_equal(ddp_model_param(m, 3)->name, "6.bias");
+    ddp_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_dead_stage),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_split_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

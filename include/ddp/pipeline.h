@@ -3,8 +3,8 @@
  * PipelineStage with ScheduleGPipe / Schedule1F1B), and data parallelism
  * across R replicas of the whole pipeline.
  *
- *     // every rank: its stage's modules, named by their place in the full
- *     // Sequential (so parameter names are the full model's: "2.weight")
+ *     // every rank builds the full module list and keeps its stage's part
+ *     ddp_pipeline_split(modules, 3, (int[]){0, 2, 3}, 2, stage, &stage_model);
  *     ddp_pipeline_options o = ddp_pipeline_defaults(2, 4);   // S = 2, M = 4
  *     o.input_ndim = 1; o.input_shape[0] = stage == 0 ? 784 : 256;
  *     ddp_pipeline_t *pp;
@@ -85,6 +85,18 @@ typedef struct ddp_pipeline_options {
     ddp_pipeline_loss_fn loss;       /* NULL: cross-entropy (mean) */
     void *loss_user;                 /* borrowed, passed to loss */
 } ddp_pipeline_options;
+
+/* Cuts a module list into stages, as torch's pipeline splits a Sequential
+ * at given points: cuts[0..stages] ascend strictly from 0 to n, and *out
+ * is a sealed model of modules [cuts[stage], cuts[stage + 1]), each added
+ * under its index in the list, so that parameters keep the unsplit
+ * Sequential's names ("2.weight").  Takes ownership of all n modules
+ * (also on failure): those of the other stages are destroyed.  Every rank
+ * builds the same list with the same seeds and keeps its part, so the
+ * stages start from the values of the unsplit model.  Caller destroys
+ * *out. */
+DDP_API int ddp_pipeline_split(ddp_module_t *const *modules, int n, const int *cuts, int stages,
+                               int stage, ddp_model_t **out);
 
 /* stages and micro_batches as given, 1F1B, no input shape, cross-entropy. */
 DDP_API ddp_pipeline_options ddp_pipeline_defaults(int stages, int micro_batches);
