@@ -12,6 +12,7 @@
 #include "ddp/ddp.h"
 #include "ddp/reducer.h"
 #include "ddp/zero.h"
+#include "ddp/pipeline.h"
 #include "ddp/progress.h"
 #include "ddp/timeline.h"
 

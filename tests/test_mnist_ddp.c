@@ -27,29 +27,9 @@
 #include "mnist_output.h"
 #include "free_port.h"
 #include "scratch_dir.h"
+#include "run_logged.h"
 
 static char bin[1024], ddprun[1024];
-
-typedef struct {
-    int status; /* exit status, -1 when killed */
-    char *out;  /* stdout and stderr together */
-} result;
-
-/* Runs a shell command (at most 600 s), output to dir/log. */
-static result sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static result sh(const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 600 sh -c '%s' >%s 2>&1", body, log);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(log)};
-    return r;
-}
 
 static int same_files(const char *a, const char *b)
 {

@@ -45,6 +45,11 @@ static void usage(FILE *f)
             "                    (2) over the ranks (docs/zero.md)\n"
             "  --crash-at-step N rank 1 (rank 0 alone) kills itself at global step N in\n"
             "                    the first attempt: a fault to test restarts with\n"
+            "  --pipeline-stages S  the model cut into S stages (1 or 2), one per rank:\n"
+            "                    world = replicas x S, rank = replica * S + stage; the\n"
+            "                    last stage of replica 0 prints loss and test accuracy\n"
+            "  --micro-batches M micro-batches per step with a pipeline (default 1;\n"
+            "                    1F1B schedule, docs/pipeline.md)\n"
             "  --help            this text\n"
             "\n"
             "Exit status: 0 ok, 2 bad flags, data set, --load file or an unwritable\n"
@@ -85,11 +90,34 @@ static int parse_double(const char *flag, const char *s, double lo, double *out)
     return 0;
 }
 
+/* --pipeline-stages trains through examples/mnist/pipeline.c, which has
+ * none of the outputs below yet. */
+static int check_pipeline_args(args *a)
+{
+    if (!a->pipeline_stages) {
+        if (a->micro_batches)
+            return bad_usage("--micro-batches needs --pipeline-stages");
+        return 0;
+    }
+    const char *bad = a->load ? "--load" : a->save ? "--save" : a->ckpt_dir ? "--checkpoint-dir"
+                    : a->metrics ? "--metrics" : a->eval_every ? "--eval-every"
+                    : a->crash_at >= 0 ? "--crash-at-step" : NULL;
+    if (bad)
+        return bad_usage("--pipeline-stages does not support %s yet", bad);
+    if (!a->micro_batches)
+        a->micro_batches = 1;
+    if (a->micro_batches > a->batch)
+        return bad_usage("--micro-batches %ld is more than --batch-size %ld", a->micro_batches,
+                         a->batch);
+    return 0;
+}
+
 int parse_args(int argc, char **argv, args *a)
 {
     enum { O_DATA = 256, O_EPOCHS, O_BATCH, O_LR, O_MOM, O_SEED, O_NOSHUF, O_LOAD, O_SAVE,
            O_WORKERS, O_HELP, O_BACKEND, O_INIT, O_RANK, O_WORLD, O_TIMEOUT, O_CKDIR,
-           O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS };
+           O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS,
+           O_PP_STAGES, O_MICRO };
     enum { O_ZERO = 512 };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
@@ -116,6 +144,8 @@ int parse_args(int argc, char **argv, args *a)
         {"eval-every", required_argument, NULL, O_EVAL_EVERY},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
         {"zero", required_argument, NULL, O_ZERO},
+        {"pipeline-stages", required_argument, NULL, O_PP_STAGES},
+        {"micro-batches", required_argument, NULL, O_MICRO},
         {NULL, 0, NULL, 0},
     };
     *a = (args){.data = "/usr/share/datasets/fashion-mnist", .epochs = 1, .batch = 64,
@@ -162,6 +192,10 @@ int parse_args(int argc, char **argv, args *a)
             break;
         case O_NO_PROGRESS: a->progress = 0; break;
         case O_ZERO: rc = parse_long("--zero", optarg, 1, 2, &a->zero); break;
+        case O_PP_STAGES:
+            rc = parse_long("--pipeline-stages", optarg, 1, 2, &a->pipeline_stages);
+            break;
+        case O_MICRO: rc = parse_long("--micro-batches", optarg, 1, 1 << 20, &a->micro_batches); break;
         case ':':
             return bad_usage("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -181,5 +215,7 @@ int parse_args(int argc, char **argv, args *a)
         return bad_usage("--resume needs --checkpoint-dir");
     if (a->zero && a->ckpt_dir) /* its checkpoints are whole-model files */
         return bad_usage("--zero does not take --checkpoint-dir yet");
-    return 0;
+    if (a->zero && a->pipeline_stages)
+        return bad_usage("--zero and --pipeline-stages do not go together yet");
+    return check_pipeline_args(a);
 }

@@ -132,6 +132,17 @@ int main(int argc, char **argv)
         status = prc; /* reported */
         goto out;
     }
+    if (a.pipeline_stages && !j.pg) {
+        stop_error("--pipeline-stages needs a job of several ranks (ddprun)");
+        status = 2;
+        goto out;
+    }
+    if (a.pipeline_stages) { /* pipeline.c: stages and replicas instead of DDP */
+        if ((rc = run_pipeline(&j, train_ds)) < 0 || (rc = ddp_pg_barrier(j.pg)) < 0)
+            goto out;
+        status = 0;
+        goto out;
+    }
     if (j.pg && a.zero != 2 && (rc = ddp_data_parallel_create(j.model, j.pg, NULL, &j.dm)) < 0)
         goto out; /* ZeRO-2 reduces the gradients itself (zero.c) */
     if ((rc = zero_setup(&j)) < 0)

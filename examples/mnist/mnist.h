@@ -38,6 +38,8 @@ typedef struct args {
     long eval_every;         /* evaluate every N global steps; 0: at the end only */
     int progress;            /* 0: --no-progress */
     long zero;               /* --zero stage, 0: off */
+    long pipeline_stages;    /* --pipeline-stages S; 0: no pipeline */
+    long micro_batches;      /* --micro-batches M (with a pipeline) */
 } args;
 
 /* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
@@ -109,6 +111,9 @@ void zero_grad(job *j);
 int backward(job *j, ddp_var_t *loss);
 int optimizer_step(job *j);
 void zero_teardown(job *j);
+/* pipeline.c: training and evaluation with --pipeline-stages; 0 or a
+ * negative code (message in ddp_last_error) */
+int run_pipeline(job *j, ddp_dataset_t *train_ds);
 
 /* outputs.c: returns 0, or the exit status once this rank said why it stops */
 int check_outputs(job *j);

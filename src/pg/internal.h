@@ -23,4 +23,12 @@ const struct ddp__hier *ddp__pg_hier(ddp_pg_t *pg);
 void ddp__pg_retain(ddp_pg_t *pg);
 void ddp__pg_release(ddp_pg_t *pg);
 
+/* Breaks the group on purpose, as a failed operation would: once its
+ * queued operations are done (at most the group's timeout), the backend
+ * tells the live peers why (their waits on this rank fail with "rank R:
+ * why" instead of "left the group"), and later operations fail at once.
+ * For a layer that fails on another group and must tell this one's peers
+ * the cause (the pipeline's stages).  NULL pg: no-op. */
+void ddp__pg_abort(ddp_pg_t *pg, int code, const char *why);
+
 #endif

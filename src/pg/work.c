@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeline.h"
+#include "pg/internal.h"
 #include "pg/pg_impl.h"
 
 struct ddp_work {
@@ -378,3 +379,25 @@ void ddp_pg_symmetric_free(ddp_pg_t *pg, void *p)
         ddp__free_aligned(p);
 }
 
+/* ------------------------------------------------------------------ */
+/* Deliberate failure                                                   */
+/* ------------------------------------------------------------------ */
+
+void ddp__pg_abort(ddp_pg_t *pg, int code, const char *why)
+{
+    if (!pg)
+        return;
+    pthread_mutex_lock(&pg->mu);
+    if (pg->broken || become_executor(pg, "abort") < 0) {
+        pthread_mutex_unlock(&pg->mu); /* failed already, or stuck: its own error stands */
+        return;
+    }
+    char msg[MSG_LEN];
+    snprintf(msg, sizeof msg, "%s", why);
+    pthread_mutex_unlock(&pg->mu);
+    pg->be->abort(pg->impl, code, msg);
+    pthread_mutex_lock(&pg->mu);
+    mark_broken(pg, code, msg);
+    leave_executor(pg);
+    pthread_mutex_unlock(&pg->mu);
+}
