@@ -137,7 +137,7 @@ static int scatter_rank(int rank, void *arg)
         ddp_data_parallel_zero_shard_grad(dm[1]);
     }
     ddp_reducer_stats st;
-    CHILD_CHECK(ddp_reducer_get_stats(ddp_data_parallel_reducer(dm[1]), &st) == 0);
+    CHILD_CHECK(ddp_reducer_pool_stats(ddp_data_parallel_reducer(dm[1]), &st) == 0);
     CHILD_CHECK(st.buckets_reduced == 2 * NP && st.buffers_in_use == 0);
     if (c->shared && c->pool == 1) {
         CHILD_CHECK(st.overflow_buffers == 1 && st.buffers_in_use_max == 2);

@@ -125,7 +125,7 @@ static int scatter_rank(int rank, void *arg)
             ddp_reducer_zero_grad(r);
     }
     ddp_reducer_stats st;
-    CHILD_CHECK(ddp_reducer_get_stats(r, &st) == 0);
+    CHILD_CHECK(ddp_reducer_pool_stats(r, &st) == 0);
     CHILD_CHECK(st.pool_buffers == c->pool && st.buffers_in_use == 0);
     CHILD_CHECK(st.buckets_reduced == (uint64_t)(iters * nb));
     if (c->hold_early) {

@@ -222,6 +222,7 @@ DDP_API int ddp_reducer_shard_bounds(const ddp_reducer_t *r, int shard, size_t *
  * DDP_ERR_INVALID_ARG in all-reduce mode. */
 DDP_API int ddp_reducer_shard_grad(ddp_reducer_t *r, float **grad, size_t *begin, size_t *count);
 
+/* The pool's and the buckets' counters (ddp_reducer_pool_stats). */
 typedef struct ddp_reducer_stats {
     int pool_buffers;           /* scatter mode: buffers in the pool */
     size_t buffer_count;        /* floats per pool buffer (the largest bucket) */
@@ -231,7 +232,7 @@ typedef struct ddp_reducer_stats {
     uint64_t pool_waits;        /* times an empty pool waited for a bucket's reduction */
     uint64_t buckets_reduced;   /* bucket reductions completed since create */
 } ddp_reducer_stats;
-DDP_API int ddp_reducer_get_stats(const ddp_reducer_t *r, ddp_reducer_stats *out);
+DDP_API int ddp_reducer_pool_stats(const ddp_reducer_t *r, ddp_reducer_stats *out);
 
 #ifdef __cplusplus
 }

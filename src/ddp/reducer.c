@@ -431,9 +431,9 @@ int ddp_reducer_shard_bounds(const ddp_reducer_t *r, int shard, size_t *begin, s
     return 0;
 }
 
-int ddp_reducer_get_stats(const ddp_reducer_t *r, ddp_reducer_stats *out)
+int ddp_reducer_pool_stats(const ddp_reducer_t *r, ddp_reducer_stats *out)
 {
-    DDP_FAIL_IF(!r || !out, DDP_ERR_INVALID_ARG, "ddp_reducer_get_stats: NULL argument");
+    DDP_FAIL_IF(!r || !out, DDP_ERR_INVALID_ARG, "ddp_reducer_pool_stats: NULL argument");
     *out = r->stats;
     return 0;
 }
