@@ -85,12 +85,16 @@
  *   hooks and join are all-reduce-mode only (create / enable fail saying
  *   so).
  *
- * With a libddp model (what ZeRO-2 over ddp_model_t builds on): regions
- * are the model's parameters in registration order (name p->name, grad
- * NULL, count p->numel), so the flat space is the model's parameter block;
- * the model's grad-write hook (ext.h rule 8) sets *grad from
- * ddp_reducer_grad_buffer(r, p->index, grad), and its grad-ready hook calls
- * ddp_reducer_mark_ready (used) or ddp_reducer_mark_unused (unused).
+ *   A region is never split across buckets, so the largest bucket is at
+ *   least the largest region: when one region dominates, pool_buffers 1
+ *   saves the most (docs/ddp.md has the figures).
+ *
+ * With a libddp model, DDP does all of this for you:
+ * ddp_data_parallel_options.reduce_scatter = 1 (ddp.h) makes its reducer's
+ * regions the model's parameters in registration order (so the flat space
+ * is the model's parameter block), points each parameter's gradient at its
+ * pool buffer from nn's grad-write hook (ext.h rule 8), marks it ready from
+ * the grad-ready hook, and hands out the shard (ddp_data_parallel_shard_grad).
  *
  * Threading: a reducer belongs to one thread; the process group's
  * communication thread does the reductions.
