@@ -274,6 +274,26 @@ static int hook_rank(int rank, void *arg)
     CHILD_CHECK(ddp_reducer_wait(r) == 0);
     int nb = ddp_reducer_num_buckets(r);
     CHILD_CHECK(hc.launches == nb && hc.finishes == nb);
+    /* Each bucket's regions tile it, and a region's slice of the bucket
+     * memory is what ddp_reducer_grad points at. */
+    const float *base = ddp_reducer_grad(r, NREG - 1); /* first in fill order */
+    int seen = 0;
+    for (int b = 0; b < nb; b++) {
+        int nr, i;
+        size_t count, at = 0, off;
+        CHILD_CHECK(ddp_reducer_bucket_info(r, b, &nr, &count) == 0);
+        const float *start = NULL;
+        for (int k = 0; k < nr; k++, seen++) {
+            CHILD_CHECK(ddp_reducer_bucket_region(r, b, k, &i, &off) == 0);
+            CHILD_CHECK(off == at);
+            start = k == 0 ? ddp_reducer_grad(r, i) : start;
+            CHILD_CHECK(ddp_reducer_grad(r, i) == start + off);
+            at += counts[i];
+        }
+        CHILD_CHECK(at == count);
+    }
+    CHILD_CHECK(seen == NREG && base == ddp_reducer_grad(r, NREG - 1));
+    CHILD_CHECK(ddp_reducer_bucket_region(r, 0, 99, NULL, NULL) == DDP_ERR_INVALID_ARG);
     for (int i = 0; i < NREG; i++)
         for (size_t j = 0; j < counts[i]; j++)
             CHILD_CHECK(close_to(ddp_reducer_grad(r, i)[j], 0.5 * mean(2, 0, i, j)));

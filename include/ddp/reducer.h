@@ -210,6 +210,13 @@ DDP_API int ddp_reducer_join(ddp_reducer_t *r, float *params, size_t n);
 DDP_API int ddp_reducer_num_buckets(const ddp_reducer_t *r);
 DDP_API int ddp_reducer_bucket_info(const ddp_reducer_t *r, int b, int *nregions, size_t *count);
 DDP_API int ddp_reducer_buckets_rebuilt(const ddp_reducer_t *r);
+/* The k-th region of bucket b in the bucket's memory order (0 <= k <
+ * its region count): *region its index, *offset where it starts, in floats
+ * from the bucket's first element (what a comm hook's data pointer points
+ * at; e.g. PowerSGD's layout, powersgd.h).  Valid until the next wait (the
+ * rebuild). */
+DDP_API int ddp_reducer_bucket_region(const ddp_reducer_t *r, int b, int k, int *region,
+                                      size_t *offset);
 
 /* ---- reduce-scatter mode (ZeRO-2) ---------------------------------------- */
 
