@@ -66,7 +66,7 @@ static const char *netns_pair_setup(netns_pair *p, const char *tag, int net)
 }
 
 /* Moves the calling process (a forked child) into namespace i: 0 or -1. */
-static int netns_enter(const netns_pair *p, int i)
+__attribute__((unused)) static int netns_enter(const netns_pair *p, int i)
 {
     char path[64];
     snprintf(path, sizeof path, "/run/netns/%s", p->ns[i]);

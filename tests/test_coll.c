@@ -101,6 +101,21 @@ static void want_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
         ref_reduce(want, c->dt, c->op, c->id, n, i, ORDER_RANK, 0);
 }
 
+/* Element i of a reduce_scatter's input vector, reduced: the flat ring's
+ * order (the block of rank r folded from r+1 on), or on a hierarchical
+ * group each host in rank order, then the leaders' ring over hosts (the
+ * segment of host h folded from h+1 on). */
+static void want_reduce_scatter(ddp_pg_t *pg, uint8_t *want, const ccase *c, size_t i)
+{
+    const int n = ddp_pg_size(pg), r = ddp_pg_rank(pg);
+    const ddp__hier *h = ddp__pg_hier(pg);
+    if (h)
+        ref_reduce_hier(want, c->dt, c->op, c->id, n, i, h->host_of, h->nhosts, ORDER_RING,
+                        h->host_of[r]);
+    else
+        ref_reduce(want, c->dt, c->op, c->id, n, i, n == 1 ? ORDER_RANK : ORDER_RING, r);
+}
+
 static void fill(uint8_t *buf, size_t count, const ccase *c, int rank, size_t first)
 {
     size_t es = ddp_dtype_size(c->dt);
@@ -212,8 +227,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         rc = ddp_pg_reduce_scatter(pg, in, out, cnt, c->dt, c->op);
         for (size_t i = 0; i < cnt; i++)
             if (sampled(i, cnt, n))
-                ref_reduce(want + i * es, c->dt, c->op, c->id, n, (size_t)r * cnt + i,
-                           n == 1 ? ORDER_RANK : ORDER_RING, r);
+                want_reduce_scatter(pg, want + i * es, c, (size_t)r * cnt + i);
             else
                 memcpy(want + i * es, out + i * es, es);
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");

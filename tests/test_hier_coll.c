@@ -7,8 +7,8 @@
  * each leaders' algorithm, reduce against its hierarchical order; the
  * other collectives against the same references as on one host.  Each
  * group must have run hierarchically: every rank checks its layout and that
- * all_reduce, broadcast, reduce and barrier went through the two levels
- * (coll/hier.h's counters). */
+ * every collective went through the two levels (coll/hier.h's counters);
+ * reduce_scatter is checked against its hierarchical order. */
 #include <stdlib.h>
 
 #include "coll/hier.h"
@@ -61,12 +61,16 @@ static int hier_check_group(ddp_pg_t *pg)
     bad |= lsize > 1 && strcmp(h->local.tp->vt->name, "shm") != 0;
     bad |= h->leaders.tp && strcmp(h->leaders.tp->vt->name, "tcp") != 0;
     bad |= strcmp(ddp__pg_transport(pg)->vt->name, "tcp") != 0;
-    bad |= h->runs[DDP__ALL_REDUCE] == 0 || h->runs[DDP__BROADCAST] == 0 ||
-           h->runs[DDP__REDUCE] == 0 || h->runs[DDP__BARRIER] == 0;
+    static const int kinds[] = {DDP__ALL_REDUCE, DDP__BROADCAST, DDP__REDUCE, DDP__BARRIER,
+                                DDP__ALL_GATHER, DDP__GATHER, DDP__SCATTER, DDP__ALL_TO_ALL,
+                                DDP__REDUCE_SCATTER};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        bad |= h->runs[kinds[k]] == 0;
     if (bad)
         fprintf(stderr,
-                "rank %d of %d: layout %s, local size %d (want %d), leader %d, runs "
-                "%llu/%llu/%llu/%llu\n",
+                "rank %d of %d: layout %s, local size %d (want %d), leader %d, runs of "
+                "all_reduce/broadcast/reduce/barrier %llu/%llu/%llu/%llu (every kind must have "
+                "run hierarchically)\n",
                 r, n, lay, h->local.size, lsize, h->leaders.tp != NULL,
                 (unsigned long long)h->runs[DDP__ALL_REDUCE],
                 (unsigned long long)h->runs[DDP__BROADCAST],

@@ -1,4 +1,5 @@
-/* Hierarchical all_reduce, broadcast, reduce and barrier over two levels of
+/* Hierarchical all_reduce, broadcast, reduce and barrier (the data-movement
+ * collectives and reduce_scatter are in hier_move.c) over two levels of
  * transports (hier.h): the ranks of each host (shared memory) and one
  * leader per host (tcp).  The classic two-level scheme of MPICH's SMP-aware
  * collectives (MPIR_Allreduce_intra_smp) and NCCL's tree across nodes:
@@ -123,14 +124,14 @@ int ddp__hier_error(int rc, const int *map, int n, const char *what)
     return ddp__error_context(rc, "%s", what);
 }
 
-static int local_error(ddp__hier *h, int rc)
+int ddp__hier_local_error(ddp__hier *h, int rc)
 {
     if (rc >= 0)
         return rc;
     return ddp__hier_error(rc, h->local_ranks, h->local.size, "inside host (shm)");
 }
 
-static int leaders_error(ddp__hier *h, int rc)
+int ddp__hier_leaders_error(ddp__hier *h, int rc)
 {
     if (rc >= 0)
         return rc;
@@ -141,7 +142,7 @@ static int leaders_error(ddp__hier *h, int rc)
 /* The collectives                                                      */
 /* ------------------------------------------------------------------ */
 
-static void set_step(ddp__hier *h, const ddp__coll_ctx *flat, unsigned step)
+void ddp__hier_step(ddp__hier *h, const ddp__coll_ctx *flat, unsigned step)
 {
     h->local.seq = h->leaders.seq = flat->seq << 2 | step;
     h->local.deadline = h->leaders.deadline = flat->deadline;
@@ -152,22 +153,22 @@ static int all_reduce(ddp__hier *h, const ddp__coll_ctx *flat, void *buf, size_t
 {
     const ddp_reduce_op sum_op = op == DDP_AVG ? DDP_SUM : op;
     /* Phase 1: each host's vectors onto its leader. */
-    set_step(h, flat, 0);
+    ddp__hier_step(h, flat, 0);
     if (h->local.tp)
-        DDP_TRY(local_error(h, ddp__reduce_direct(&h->local, buf, count, dt, sum_op, 0)));
+        DDP_TRY(ddp__hier_local_error(h, ddp__reduce_direct(&h->local, buf, count, dt, sum_op, 0)));
     /* Phase 2: the host partials among the leaders. */
-    set_step(h, flat, 1);
+    ddp__hier_step(h, flat, 1);
     if (h->leaders.tp) {
         ddp__coll_args la = {.kind = DDP__ALL_REDUCE, .send = buf, .recv = buf, .count = count,
                              .dtype = dt, .op = sum_op};
-        DDP_TRY(leaders_error(h, ddp__coll_run(&h->leaders, &la)));
+        DDP_TRY(ddp__hier_leaders_error(h, ddp__coll_run(&h->leaders, &la)));
         if (op == DDP_AVG)
             ddp__reduce_divide(buf, count, dt, h->size);
     }
     /* Phase 3: the result from each leader to its host. */
-    set_step(h, flat, 2);
+    ddp__hier_step(h, flat, 2);
     if (h->local.tp)
-        DDP_TRY(local_error(h, ddp__broadcast_tree(&h->local, buf, count * ddp_dtype_size(dt), 0)));
+        DDP_TRY(ddp__hier_local_error(h, ddp__broadcast_tree(&h->local, buf, count * ddp_dtype_size(dt), 0)));
     return 0;
 }
 
@@ -175,17 +176,17 @@ static int broadcast(ddp__hier *h, const ddp__coll_ctx *flat, void *buf, size_t 
 {
     const int root_host = h->host_of[root];
     /* Phase 1: the root's host, from the root (its leader included). */
-    set_step(h, flat, 0);
+    ddp__hier_step(h, flat, 0);
     if (h->local.tp && h->host == root_host)
-        DDP_TRY(local_error(h, ddp__broadcast_tree(&h->local, buf, bytes, h->local_index[root])));
+        DDP_TRY(ddp__hier_local_error(h, ddp__broadcast_tree(&h->local, buf, bytes, h->local_index[root])));
     /* Phase 2: from the root host's leader to the other leaders. */
-    set_step(h, flat, 1);
+    ddp__hier_step(h, flat, 1);
     if (h->leaders.tp)
-        DDP_TRY(leaders_error(h, ddp__broadcast_tree(&h->leaders, buf, bytes, root_host)));
+        DDP_TRY(ddp__hier_leaders_error(h, ddp__broadcast_tree(&h->leaders, buf, bytes, root_host)));
     /* Phase 3: every other host, from its leader. */
-    set_step(h, flat, 2);
+    ddp__hier_step(h, flat, 2);
     if (h->local.tp && h->host != root_host)
-        DDP_TRY(local_error(h, ddp__broadcast_tree(&h->local, buf, bytes, 0)));
+        DDP_TRY(ddp__hier_local_error(h, ddp__broadcast_tree(&h->local, buf, bytes, 0)));
     return 0;
 }
 
@@ -206,26 +207,26 @@ static int reduce(ddp__hier *h, ddp__coll_ctx *flat, void *buf, size_t count, dd
         DDP_TRY(ddp__coll_scratch(flat, bytes, (void **)&acc));
         memcpy(acc, buf, bytes);
     }
-    set_step(h, flat, 0);
+    ddp__hier_step(h, flat, 0);
     if (h->local.tp)
-        DDP_TRY(local_error(h, ddp__reduce_direct(&h->local, leader ? acc : buf, count, dt, sum_op,
+        DDP_TRY(ddp__hier_local_error(h, ddp__reduce_direct(&h->local, leader ? acc : buf, count, dt, sum_op,
                                                   0)));
-    set_step(h, flat, 1);
+    ddp__hier_step(h, flat, 1);
     if (h->leaders.tp)
-        DDP_TRY(leaders_error(h, ddp__reduce_direct(&h->leaders, acc, count, dt, sum_op,
+        DDP_TRY(ddp__hier_leaders_error(h, ddp__reduce_direct(&h->leaders, acc, count, dt, sum_op,
                                                     root_host)));
     if (leader && h->host == root_host && op == DDP_AVG)
         ddp__reduce_divide(acc, count, dt, h->size);
-    set_step(h, flat, 2);
+    ddp__hier_step(h, flat, 2);
     if (h->host == root_host && !root_leads && (leader || h->rank == root)) {
         ddp__req r;
         if (leader)
-            DDP_TRY(local_error(h, ddp__tp_isend(h->local.tp, &r, h->local_index[root],
+            DDP_TRY(ddp__hier_local_error(h, ddp__tp_isend(h->local.tp, &r, h->local_index[root],
                                                  ddp__tag(&h->local, 0, 0), acc, bytes)));
         else
-            DDP_TRY(local_error(h, ddp__tp_irecv(h->local.tp, &r, 0, ddp__tag(&h->local, 0, 0),
+            DDP_TRY(ddp__hier_local_error(h, ddp__tp_irecv(h->local.tp, &r, 0, ddp__tag(&h->local, 0, 0),
                                                  buf, bytes)));
-        DDP_TRY(local_error(h, ddp__coll_wait1(&h->local, &r)));
+        DDP_TRY(ddp__hier_local_error(h, ddp__coll_wait1(&h->local, &r)));
     }
     return 0;
 }
@@ -235,15 +236,15 @@ static int reduce(ddp__hier *h, ddp__coll_ctx *flat, void *buf, size_t count, dd
  * the second one only after their leader has reached it. */
 static int barrier(ddp__hier *h, const ddp__coll_ctx *flat)
 {
-    set_step(h, flat, 0);
+    ddp__hier_step(h, flat, 0);
     if (h->local.tp)
-        DDP_TRY(local_error(h, ddp__barrier_dissemination(&h->local)));
-    set_step(h, flat, 1);
+        DDP_TRY(ddp__hier_local_error(h, ddp__barrier_dissemination(&h->local)));
+    ddp__hier_step(h, flat, 1);
     if (h->leaders.tp)
-        DDP_TRY(leaders_error(h, ddp__barrier_dissemination(&h->leaders)));
-    set_step(h, flat, 2);
+        DDP_TRY(ddp__hier_leaders_error(h, ddp__barrier_dissemination(&h->leaders)));
+    ddp__hier_step(h, flat, 2);
     if (h->local.tp)
-        DDP_TRY(local_error(h, ddp__barrier_dissemination(&h->local)));
+        DDP_TRY(ddp__hier_local_error(h, ddp__barrier_dissemination(&h->local)));
     return 0;
 }
 
@@ -274,6 +275,34 @@ int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a)
         break;
     case DDP__BARRIER:
         rc = barrier(h, flat);
+        break;
+    case DDP__ALL_GATHER:
+        if (a->count == 0)
+            return 0;
+        rc = ddp__hier_all_gather(h, flat, a->send, a->recv, a->count * ddp_dtype_size(a->dtype));
+        break;
+    case DDP__GATHER:
+        if (a->count == 0)
+            return 0;
+        rc = ddp__hier_gather(h, flat, a->send, a->recv, a->count * ddp_dtype_size(a->dtype),
+                              a->root);
+        break;
+    case DDP__SCATTER:
+        if (a->count == 0)
+            return 0;
+        rc = ddp__hier_scatter(h, flat, a->send, a->recv, a->count * ddp_dtype_size(a->dtype),
+                               a->root);
+        break;
+    case DDP__ALL_TO_ALL:
+        if (a->count == 0)
+            return 0;
+        rc = ddp__hier_all_to_all(h, flat, a->send, a->recv,
+                                  a->count * ddp_dtype_size(a->dtype));
+        break;
+    case DDP__REDUCE_SCATTER:
+        if (a->count == 0)
+            return 0;
+        rc = ddp__hier_reduce_scatter(h, flat, a->send, a->recv, a->count, a->dtype, a->op);
         break;
     default:
         return ddp__coll_run(flat, a);

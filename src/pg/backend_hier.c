@@ -20,7 +20,9 @@ static int layout_maps(ddp__hier *h, const ddp__layout *lay)
     h->local_index = malloc(sizeof *h->local_index * (size_t)n);
     h->leader_ranks = malloc(sizeof *h->leader_ranks * (size_t)lay->nhosts);
     h->local_ranks = malloc(sizeof *h->local_ranks * (size_t)n);
-    DDP_FAIL_IF(!h->host_of || !h->local_index || !h->leader_ranks || !h->local_ranks,
+    h->host_start = calloc((size_t)lay->nhosts + 1, sizeof *h->host_start);
+    DDP_FAIL_IF(!h->host_of || !h->local_index || !h->leader_ranks || !h->local_ranks ||
+                    !h->host_start,
                 DDP_ERR_NOMEM, "out of memory");
     h->nhosts = lay->nhosts;
     h->host = lay->host_of[h->rank];
@@ -36,6 +38,8 @@ static int layout_maps(ddp__hier *h, const ddp__layout *lay)
         if (hh == h->host)
             h->local_ranks[lsize++] = r;
     }
+    for (int g = 0; g < lay->nhosts; g++) /* host order: hosts by index */
+        h->host_start[g + 1] = h->host_start[g] + count[g];
     free(count);
     return lsize;
 }
@@ -97,5 +101,6 @@ void ddp__hier_destroy(ddp__hier *h)
     free(h->local_index);
     free(h->local_ranks);
     free(h->leader_ranks);
+    free(h->host_start);
     free(h);
 }

@@ -4,6 +4,9 @@
  *   sleep DIR        write DIR/pid.RANK, then sleep 30 s
  *   flaky DIR        rank 1 dies by SIGKILL in the first generation; every
  *                    worker of the next writes DIR/done.RANK and exits 0
+ *   elastic DIR      generation 0: writes DIR/gen0.RANK (its pid) and sleeps
+ *                    30 s; a later generation G writes DIR/genG.RANK
+ *                    ("WORLD_SIZE GROUP_RANK") and exits 0
  *   spam N CODE      writes N numbered lines to stderr, then "FATAL-LAST",
  *                    and exits CODE
  *   grandchild DIR   leaves a child sleeping 30 s (its pid in DIR/child.RANK)
@@ -155,6 +158,20 @@ int main(int argc, char **argv)
             return 0;
         }
         write_file(argv[2], "done", rank, "ok\n");
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "elastic")) {
+        int gen = env_int("TORCHELASTIC_RESTART_COUNT");
+        char what[32];
+        snprintf(what, sizeof what, "gen%d", gen);
+        if (gen == 0) {
+            snprintf(text, sizeof text, "%d\n", (int)getpid());
+            write_file(argv[2], what, rank, text);
+            sleep(30);
+            return 0;
+        }
+        snprintf(text, sizeof text, "%d %d\n", env_int("WORLD_SIZE"), env_int("GROUP_RANK"));
+        write_file(argv[2], what, rank, text);
         return 0;
     }
     if (argc == 4 && !strcmp(argv[1], "spam")) {

@@ -6,6 +6,8 @@
  *              last error
  *   jobdir.c   the job's private directory (its secret, the error files)
  *              and its log directory
+ *   rdzv.c     the launchers' own rendezvous across nodes (--rdzv-backend
+ *              c10d): rounds, node ranks, coordinated restarts
  * Names shared across these files start with ddprun_ (libddp's own ddp_ and
  * ddp__ prefixes stay the library's). */
 #ifndef DDPRUN_H
@@ -27,6 +29,9 @@
 
 typedef struct {
     int nproc, nnodes, node_rank, max_restarts, prefix;
+    int elastic;              /* --rdzv-backend c10d */
+    int min_nodes, max_nodes; /* --nnodes MIN:MAX (elastic) */
+    double rdzv_join_timeout, rdzv_last_call, rdzv_heartbeat_timeout; /* --rdzv-conf */
     const char *master_addr;
     int master_port;
     char rdzv_id[129];
@@ -74,6 +79,21 @@ typedef struct {
     char logs[4096];        /* the job's log folder, "" without logs */
 } ddprun_job;
 
+/* The launchers' rendezvous (rdzv.c). */
+typedef struct {
+    char id[129], host[256], self[256]; /* job id, store endpoint, this node's address */
+    int port, is_host;
+    struct ddp_store *store;
+    int min_nodes, max_nodes, nproc;
+    double join_timeout, last_call, hb_timeout;
+    long long round;                   /* this round */
+    int slot, nnodes;                  /* this node's rank and the nodes, this round */
+    char master_addr[256];             /* the workers' store, this round */
+    int master_port;
+    long long *seen_hb;                /* the others' heartbeats and when they last moved */
+    double *seen_at;
+} ddprun_rdzv;
+
 extern volatile sig_atomic_t ddprun_got_signal; /* SIGINT/SIGTERM/SIGHUP: stop */
 extern volatile sig_atomic_t ddprun_got_usr1;   /* SIGUSR1s to pass on */
 extern struct rlimit ddprun_nofile;             /* the user's descriptor limit */
@@ -82,6 +102,19 @@ double ddprun_now(void);
 
 /* options.c: 0, or the exit status (2) after a message on stderr. */
 int ddprun_parse_options(int argc, char **argv, ddprun_options *o);
+
+/* rdzv.c: 0 or -1 after a message on stderr. */
+int ddprun_rdzv_open(const ddprun_options *o, ddprun_rdzv *z);
+/* Joins the next round: slot, nnodes, master address. */
+int ddprun_rdzv_join(ddprun_rdzv *z);
+/* 0: go on (*all_done: every node's workers succeeded); 1: another node
+ * asked for a restart, 2: the job failed (why says which and why); 3: a
+ * node stopped answering (why); -1: the store is gone. */
+int ddprun_rdzv_poll(ddprun_rdzv *z, int *all_done, char *why, size_t len);
+int ddprun_rdzv_restart(ddprun_rdzv *z, const char *why);
+int ddprun_rdzv_fail(ddprun_rdzv *z, const char *why);
+int ddprun_rdzv_done(ddprun_rdzv *z);
+void ddprun_rdzv_close(ddprun_rdzv *z);
 
 /* jobdir.c */
 int ddprun_job_open(const ddprun_options *o, ddprun_job *job);

@@ -35,6 +35,8 @@
 #include "base/timeline.h"
 #include "ddprun.h"
 
+enum { RG_RESTART = -3, RG_FAILED = -4, RG_NODE_LOST = -5 };
+
 volatile sig_atomic_t ddprun_got_signal;
 volatile sig_atomic_t ddprun_got_usr1;
 struct rlimit ddprun_nofile;
@@ -53,11 +55,25 @@ double ddprun_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* What the launchers' rendezvous says between two reaps (elastic jobs):
+ * 0 go on, else run_group's code for it (why filled). */
+static int watch_rdzv(ddprun_rdzv *z, char *why, size_t len)
+{
+    static double last;
+    int all_done = 0;
+    if (!z || ddprun_now() - last < 0.25)
+        return 0;
+    last = ddprun_now();
+    int rc = ddprun_rdzv_poll(z, &all_done, why, len);
+    return rc == 0 ? 0 : rc == 1 ? RG_RESTART : rc == 2 ? RG_FAILED : rc == 3 ? RG_NODE_LOST : -1;
+}
+
 /* Runs one generation of workers to the end.  Returns 0 when all succeeded,
- * the failing worker's index + 1 when one failed, -1 on a launch error,
- * -2 when ddprun itself was interrupted. */
+ * the failing worker's index + 1 when one failed, -1 on a launch error or a
+ * lost rendezvous, -2 when ddprun itself was interrupted, RG_* when another
+ * node ended the round (z: elastic jobs, else NULL). */
 static int run_group(const ddprun_options *o, const ddprun_job *job, ddprun_worker *ws,
-                     int restart)
+                     int restart, ddprun_rdzv *z, char *why, size_t why_len)
 {
     int rc, failed, running = 0;
     ddprun_got_usr1 = 0; /* one from before these workers is not theirs */
@@ -90,6 +106,10 @@ static int run_group(const ddprun_options *o, const ddprun_job *job, ddprun_work
             rc = 0;
             break;
         }
+        if ((rc = watch_rdzv(z, why, why_len)) != 0) {
+            ddprun_workers_stop(o, ws, &running, SIGTERM);
+            break;
+        }
     }
 out:
     ddprun_workers_finish(o, ws);
@@ -99,7 +119,7 @@ out:
 static int run_job(const ddprun_options *o, const ddprun_job *job, ddprun_worker *ws)
 {
     for (int restart = 0;; restart++) {
-        int rc = run_group(o, job, ws, restart);
+        int rc = run_group(o, job, ws, restart, NULL, NULL, 0);
         if (rc <= 0)
             return rc;
         ddprun_worker *w = &ws[rc - 1];
@@ -113,6 +133,85 @@ static int run_job(const ddprun_options *o, const ddprun_job *job, ddprun_worker
         ddprun_output_report(w);
         return rc;
     }
+}
+
+/* The host of the store stays until every node is done (the others need
+ * the store), or the job ends otherwise. */
+static int wait_all_done(ddprun_rdzv *z)
+{
+    char why[512];
+    for (;;) {
+        int all_done = 0, rc = ddprun_rdzv_poll(z, &all_done, why, sizeof why);
+        if (rc < 0 || all_done || ddprun_got_signal)
+            return rc < 0 ? -1 : 0;
+        if (rc > 0) {
+            fprintf(stderr, "ddprun: this node's workers finished; %s\n", why);
+            return 0;
+        }
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One round of an elastic job: join, run, and say how it ended.  Returns
+ * 0 (the job succeeded), 1 (restart: another round), or -1 (stop). */
+static int elastic_round(const ddprun_options *o, const ddprun_job *job, ddprun_worker *ws,
+                         ddprun_rdzv *z)
+{
+    static ddprun_options ro;
+    char why[512] = "", msg[700];
+    if (ddprun_rdzv_join(z) < 0)
+        return -1;
+    ro = *o;
+    ro.nnodes = z->nnodes;
+    ro.node_rank = z->slot;
+    ro.master_addr = z->master_addr;
+    ro.master_port = z->master_port;
+    fprintf(stderr, "ddprun: round %lld: node %d of %d, ranks %d..%d of %d\n", z->round,
+            z->slot, z->nnodes, z->slot * o->nproc, (z->slot + 1) * o->nproc - 1,
+            z->nnodes * o->nproc);
+    int rc = run_group(&ro, job, ws, (int)z->round, z, why, sizeof why);
+    if (rc == 0)
+        return ddprun_rdzv_done(z) < 0 ? -1 : z->is_host ? wait_all_done(z) : 0;
+    if (rc == -1 || rc == -2)
+        return -1;
+    if (rc > 0) {
+        char what[128];
+        ddprun_worker *w = &ws[rc - 1];
+        ddprun_describe(w, what, sizeof what);
+        snprintf(msg, sizeof msg, "node %d: rank %d (pid %d) %s", z->slot, w->rank, (int)w->pid,
+                 what);
+        if (z->round >= o->max_restarts || ddprun_got_signal)
+            ddprun_output_report(w); /* the job stops: its last error and lines */
+    } else {
+        snprintf(msg, sizeof msg, "%s", why);
+    }
+    int can_restart = z->round < o->max_restarts && !ddprun_got_signal;
+    if (rc == RG_FAILED || !can_restart) {
+        if (rc != RG_FAILED)
+            ddprun_rdzv_fail(z, msg);
+        fprintf(stderr, "ddprun: the job stops: %s\n", msg);
+        return -1;
+    }
+    if (rc != RG_RESTART && ddprun_rdzv_restart(z, msg) < 0)
+        return -1;
+    fprintf(stderr, "ddprun: %s; every node restarts (%lld of %d)\n", msg, z->round + 1,
+            o->max_restarts);
+    return 1;
+}
+
+static int run_elastic(const ddprun_options *o, const ddprun_job *job, ddprun_worker *ws)
+{
+    ddprun_rdzv z;
+    if (ddprun_rdzv_open(o, &z) < 0)
+        return -1;
+    int rc;
+    while ((rc = elastic_round(o, job, ws, &z)) == 1)
+        ;
+    ddprun_rdzv_close(&z);
+    free(z.seen_hb);
+    free(z.seen_at);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -145,7 +244,7 @@ int main(int argc, char **argv)
     if (ddprun_job_open(&o, &job) < 0)
         rc = -1;
     else if (!ddprun_got_signal)
-        rc = run_job(&o, &job, ws);
+        rc = o.elastic ? run_elastic(&o, &job, ws) : run_job(&o, &job, ws);
     ddprun_job_close(&o, &job);
     free(ws);
     if (ddp__timeline_merge_env() < 0) /* DDP_TIMELINE_DIR: the ranks' timelines in one file */

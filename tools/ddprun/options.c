@@ -23,7 +23,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ddprun [options] PROGRAM [ARGS...]\n"
             "  --nproc-per-node N   workers on this node (default 1)\n"
-            "  --nnodes N           nodes in the job (default 1)\n"
+            "  --nnodes N|MIN:MAX   nodes in the job (default 1); MIN:MAX with\n"
+            "                       --rdzv-backend c10d: the job runs with MIN to MAX nodes\n"
             "  --node-rank R        this node's index, 0..nnodes-1 (default 0)\n"
             "  --master-addr A      address of rank 0's store (default 127.0.0.1)\n"
             "  --master-port P      its port (default 29500)\n"
@@ -31,6 +32,12 @@ static void usage(FILE *f)
             "  --rdzv-id ID         the job's id, the same on every node (default: a fresh\n"
             "                       one on a single node; 'none' with --nnodes > 1)\n"
             "  --standalone         single node, pick a free port on 127.0.0.1\n"
+            "  --rdzv-backend B     static (default: --node-rank and --master-addr given)\n"
+            "                       or c10d: the launchers meet at --rdzv-endpoint (the\n"
+            "                       one that binds it hosts the store), node ranks are\n"
+            "                       assigned, a failure anywhere restarts every node\n"
+            "  --rdzv-conf K=V,...  c10d: join_timeout (600 s), last_call_timeout (2 s,\n"
+            "                       after MIN nodes came), heartbeat_timeout (15 s)\n"
             "  --max-restarts K     restart the whole group up to K times (default 0)\n"
             "  --prefix             prefix each output line with \"[rank N]: \"\n"
             "  --stop-timeout S     seconds between SIGTERM and SIGKILL (default 1)\n"
@@ -213,6 +220,49 @@ static int parse_endpoint(ddprun_options *o, const char *v)
     return 0;
 }
 
+/* --nnodes N or MIN:MAX. */
+static int parse_nnodes(ddprun_options *o, const char *v)
+{
+    const char *colon = strchr(v, ':'), *end = NULL;
+    if (!colon) {
+        if (parse_int(v, 1, 1 << 20, &o->nnodes))
+            return fail_usage("bad --nnodes '%s': want 1..%d or MIN:MAX", v, 1 << 20);
+        o->min_nodes = o->max_nodes = o->nnodes;
+        return 0;
+    }
+    if (parse_int_at(v, 1, 1 << 20, &o->min_nodes, &end) || end != colon ||
+        parse_int(colon + 1, 1, 1 << 20, &o->max_nodes) || o->max_nodes < o->min_nodes)
+        return fail_usage("bad --nnodes '%s': want MIN:MAX with 1 <= MIN <= MAX <= %d", v,
+                          1 << 20);
+    o->nnodes = o->max_nodes;
+    return 0;
+}
+
+/* --rdzv-conf join_timeout=S,last_call_timeout=S,heartbeat_timeout=S. */
+static int parse_rdzv_conf(ddprun_options *o, const char *v)
+{
+    static const char *names[3] = {"join_timeout", "last_call_timeout", "heartbeat_timeout"};
+    double *vals[3] = {&o->rdzv_join_timeout, &o->rdzv_last_call, &o->rdzv_heartbeat_timeout};
+    const char *p = v;
+    while (*p) {
+        size_t n = strcspn(p, ","), k;
+        char item[128];
+        if (n >= sizeof item)
+            return fail_usage("bad --rdzv-conf '%s': item too long", v);
+        memcpy(item, p, n);
+        item[n] = '\0';
+        char *eq = strchr(item, '=');
+        for (k = 0; eq && k < 3; k++)
+            if ((size_t)(eq - item) == strlen(names[k]) && !strncmp(item, names[k], strlen(names[k])))
+                break;
+        if (!eq || k == 3 || parse_seconds(eq + 1, 0.01, 86400, vals[k]))
+            return fail_usage("bad --rdzv-conf item '%s': want join_timeout, last_call_timeout "
+                              "or heartbeat_timeout = seconds (0.01..86400)", item);
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 /* The highest local rank that --redirects, --tee, --local-ranks-filter name. */
 typedef struct {
     int redirects, tee, filter;
@@ -227,8 +277,13 @@ static int parse_valued(ddprun_options *o, int argc, char **argv, int *i, named_
         if (parse_int(v, 1, MAX_WORKERS, &o->nproc))
             return fail_usage("bad --nproc-per-node '%s': want 1..%d", v, MAX_WORKERS);
     } else if ((v = flag_value(argc, argv, i, "--nnodes", NULL))) {
-        if (parse_int(v, 1, 1 << 20, &o->nnodes))
-            return fail_usage("bad --nnodes '%s': want 1..%d", v, 1 << 20);
+        return parse_nnodes(o, v);
+    } else if ((v = flag_value(argc, argv, i, "--rdzv-backend", NULL))) {
+        if (strcmp(v, "static") && strcmp(v, "c10d"))
+            return fail_usage("bad --rdzv-backend '%s': want static or c10d", v);
+        o->elastic = !strcmp(v, "c10d");
+    } else if ((v = flag_value(argc, argv, i, "--rdzv-conf", NULL))) {
+        return parse_rdzv_conf(o, v);
     } else if ((v = flag_value(argc, argv, i, "--node-rank", NULL))) {
         if (parse_int(v, 0, 1 << 20, &o->node_rank))
             return fail_usage("bad --node-rank '%s': want 0..%d", v, 1 << 20);
@@ -298,6 +353,9 @@ int ddprun_parse_options(int argc, char **argv, ddprun_options *o)
     o->master_addr = "127.0.0.1";
     o->master_port = 29500;
     o->stop_timeout = 1.0;
+    o->rdzv_join_timeout = 600;
+    o->rdzv_last_call = 2;
+    o->rdzv_heartbeat_timeout = 15;
     named_ranks top = {-1, -1, -1};
     int standalone = 0, i, rc;
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {
@@ -320,6 +378,15 @@ int ddprun_parse_options(int argc, char **argv, ddprun_options *o)
         return fail_usage("no program to run");
     if (o->node_rank >= o->nnodes)
         return fail_usage("--node-rank %d must be below --nnodes %d", o->node_rank, o->nnodes);
+    if (o->min_nodes != o->max_nodes && !o->elastic)
+        return fail_usage("--nnodes MIN:MAX needs --rdzv-backend c10d");
+    if (o->elastic && o->node_rank)
+        return fail_usage("--rdzv-backend c10d assigns node ranks; drop --node-rank");
+    if (o->elastic && !o->min_nodes)
+        o->min_nodes = o->max_nodes = o->nnodes;
+    if (o->elastic && !o->rdzv_id[0])
+        return fail_usage("--rdzv-backend c10d needs --rdzv-id, the same on every node of "
+                          "the job (launchers of other jobs are kept apart by it)");
     if ((long)o->nproc * o->nnodes > (1L << 24))
         return fail_usage("world size too large");
     if ((rc = check_ranks(o, &top)))

@@ -1,0 +1,92 @@
+/* libddp PowerSGD: gradient compression for slow links (Vogels, Karimireddy
+ * & Jaggi 2019), PyTorch's ddp_comm_hooks.powerSGD_hook as a communication
+ * hook (ddp.h's ddp_comm_hook) of DistributedDataParallel or the reducer.
+ *
+ * Each gradient tensor of a bucket is viewed as a matrix M (rows =
+ * shape[0], cols = the rest).  With rank r it sends P = M Q (rows x r) and
+ * Q = M^T P (cols x r) instead of M: two all-reduces of (rows + cols) r
+ * floats instead of rows x cols.  As PyTorch 1.13 does:
+ *   - the first start_powersgd_iter iterations are plain averaged
+ *     all-reduces (PowerSGD hurts accuracy when it starts too early);
+ *   - error feedback: what compression lost on this rank is added to the
+ *     next iteration's gradient;
+ *   - warm start: Q is kept from one iteration to the next (orthogonalised
+ *     again), else drawn at random each time (the same on every rank);
+ *   - a tensor whose compression saves less than min_compression_rate
+ *     (1-D tensors: biases) is all-reduced as it is, with the others of its
+ *     bucket in one message;
+ *   - P is orthogonalised (Gram-Schmidt) after its all-reduce; Q's sum is
+ *     divided by the world size; M becomes P Q^T.
+ * Q's first values come from libddp's generator seeded with random_seed
+ * (PyTorch's from numpy and torch's): the same on every rank, not
+ * PyTorch's numbers.
+ *
+ * Its state (the iteration, each bucket's error and Q) belongs in a
+ * checkpoint: ddp_powersgd_num_states / ddp_powersgd_state enumerate it.
+ */
+#ifndef DDP_POWERSGD_H
+#define DDP_POWERSGD_H
+
+#include "ddp/ddp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddp_powersgd ddp_powersgd_t;
+
+/* torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.PowerSGDState. */
+typedef struct ddp_powersgd_options {
+    int matrix_approximation_rank;    /* 1 */
+    int64_t start_powersgd_iter;      /* 1000 */
+    double min_compression_rate;      /* 2 */
+    int use_error_feedback;           /* 1 */
+    int warm_start;                   /* 1 */
+    double orthogonalization_epsilon; /* 0 */
+    uint64_t random_seed;             /* 0 */
+} ddp_powersgd_options;
+
+DDP_API ddp_powersgd_options ddp_powersgd_defaults(void);
+
+/* One tensor of a bucket: where it starts (in floats from the bucket's
+ * first element) and its matrix view. */
+typedef struct ddp_powersgd_tensor {
+    size_t offset;
+    int64_t rows, cols;
+} ddp_powersgd_tensor;
+
+/* Tells the hook bucket b's tensors (*tensors borrowed until the next
+ * call, *n of them) and how many buckets there are; 0 or a negative code.
+ * The layout may change between iterations (DDP rebuilds its buckets
+ * once); the hook follows it (state of a bucket whose size changed starts
+ * afresh). */
+typedef int (*ddp_powersgd_layout_fn)(void *user, int bucket, const ddp_powersgd_tensor **tensors,
+                                      int *n, int *nbuckets);
+
+/* A PowerSGD state over buckets described by layout (user borrowed).
+ * Invalid options fail with DDP_ERR_INVALID_ARG naming them.  Caller
+ * destroys (after the hook's last use). */
+DDP_API int ddp_powersgd_create(const ddp_powersgd_options *o, ddp_powersgd_layout_fn layout,
+                                void *user, ddp_powersgd_t **out);
+DDP_API void ddp_powersgd_destroy(ddp_powersgd_t *s);
+/* The communication hook (its state is s): register it with
+ * ddp_data_parallel_register_comm_hook or ddp_reducer_register_comm_hook. */
+DDP_API ddp_comm_hook ddp_powersgd_hook(ddp_powersgd_t *s);
+
+/* Iterations done (PyTorch's state.iter); set_iter restores it. */
+DDP_API int64_t ddp_powersgd_iter(const ddp_powersgd_t *s);
+DDP_API void ddp_powersgd_set_iter(ddp_powersgd_t *s, int64_t iter);
+/* Floats before and after compression, summed over every compressed
+ * iteration (PyTorch's compression stats). */
+DDP_API void ddp_powersgd_stats(const ddp_powersgd_t *s, double *before, double *after);
+/* Checkpoint state: 2 buffers per bucket seen so far ("powersgd.error.B",
+ * "powersgd.q.B"); data borrowed (writable, to load a checkpoint into a
+ * state that ran one iteration with the same layout). */
+DDP_API int ddp_powersgd_num_states(const ddp_powersgd_t *s);
+DDP_API int ddp_powersgd_state(ddp_powersgd_t *s, int i, const char **name, float **data,
+                               size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,205 @@
+/* PowerSGD's hook on 2 real processes against a float64 reimplementation of
+ * PyTorch 1.13's powerSGD_hook: a vanilla averaged iteration, then two
+ * compressed ones (rank 1: P = sum M Q, orthogonalised, Q = sum M^T P / 2,
+ * M = P Q^T), error feedback over the whole bucket, warm start, the bias
+ * all-reduced as it is; every rank ends with the same bits; bad options
+ * and layouts refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "ddp/pg.h"
+#include "ddp/powersgd.h"
+#include "fork_children.h"
+#include "pg_util.h"
+
+/* A (8 x 6) compressed, a bias (6) as it is, B (5 x 4) compressed. */
+static const ddp_powersgd_tensor LAYOUT[3] = {{0, 8, 6}, {48, 6, 1}, {54, 5, 4}};
+#define N 74
+#define ITERS 3
+
+static int layout(void *user, int bucket, const ddp_powersgd_tensor **t, int *n, int *nb)
+{
+    (void)user;
+    (void)bucket;
+    *t = LAYOUT;
+    *n = 3;
+    *nb = 1;
+    return 0;
+}
+
+static float input(int rank, int it, int e)
+{
+    return (float)sin(0.37 * e + 1.3 * rank + 0.71 * it) + 0.1f * (float)(e % 5);
+}
+
+/* ---- the float64 reference -------------------------------------------- */
+
+static void orth(double *m, int64_t rows)
+{
+    double norm = 0;
+    for (int64_t k = 0; k < rows; k++)
+        norm += m[k] * m[k];
+    norm = sqrt(norm);
+    for (int64_t k = 0; k < rows; k++)
+        m[k] = norm > 0 ? m[k] / norm : 0;
+}
+
+static double normal(ddp__rng *g) /* the hook's draw for Q's first values */
+{
+    double u1 = ddp__rng_uniform(g), u2 = ddp__rng_uniform(g);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return (double)(float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* out[it][e]: the bucket every rank holds after iteration it. */
+static void reference(double out[ITERS][N])
+{
+    double err[2][N] = {{0}}, q[2][8] = {{0}};
+    ddp__rng g;
+    ddp__rng_seed(&g, 5);
+    for (int it = 0; it < ITERS; it++) {
+        double m[2][N];
+        for (int r = 0; r < 2; r++)
+            for (int e = 0; e < N; e++)
+                m[r][e] = input(r, it, e) + (it > 0 ? err[r][e] : 0);
+        if (it == 0) { /* vanilla: the average, no error */
+            for (int e = 0; e < N; e++)
+                out[it][e] = (m[0][e] + m[1][e]) / 2;
+            continue;
+        }
+        for (int e = 48; e < 54; e++) /* the bias: averaged as it is */
+            out[it][e] = (m[0][e] + m[1][e]) / 2;
+        for (int ti = 0; ti < 3; ti += 2) {
+            const ddp_powersgd_tensor *t = &LAYOUT[ti];
+            double *qq = q[ti / 2], p[8] = {0};
+            if (it == 1)
+                for (int64_t c = 0; c < t->cols; c++)
+                    qq[c] = normal(&g);
+            orth(qq, t->cols);
+            for (int r = 0; r < 2; r++)
+                for (int64_t i = 0; i < t->rows; i++)
+                    for (int64_t c = 0; c < t->cols; c++)
+                        p[i] += m[r][t->offset + (size_t)(i * t->cols + c)] * qq[c];
+            orth(p, t->rows);
+            for (int64_t c = 0; c < t->cols; c++) {
+                qq[c] = 0;
+                for (int r = 0; r < 2; r++)
+                    for (int64_t i = 0; i < t->rows; i++)
+                        qq[c] += m[r][t->offset + (size_t)(i * t->cols + c)] * p[i];
+                qq[c] /= 2;
+            }
+            for (int64_t i = 0; i < t->rows; i++)
+                for (int64_t c = 0; c < t->cols; c++)
+                    out[it][t->offset + (size_t)(i * t->cols + c)] = p[i] * qq[c];
+        }
+        for (int r = 0; r < 2; r++)
+            for (int e = 0; e < N; e++)
+                err[r][e] = m[r][e] - out[it][e];
+    }
+}
+
+/* ---- the ranks ---------------------------------------------------------- */
+
+static job J;
+static float *shared; /* [rank][ITERS][N] */
+
+static int rank_main(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 30.0, &pg) == 0);
+    ddp_powersgd_options o = ddp_powersgd_defaults();
+    o.start_powersgd_iter = 1;
+    o.random_seed = 5;
+    ddp_powersgd_t *s = NULL;
+    CHILD_CHECK(ddp_powersgd_create(&o, layout, NULL, &s) == 0);
+    ddp_comm_hook h = ddp_powersgd_hook(s);
+    for (int it = 0; it < ITERS; it++) {
+        float *data = shared + ((size_t)rank * ITERS + (size_t)it) * N;
+        for (int e = 0; e < N; e++)
+            data[e] = input(rank, it, e);
+        ddp_work_t *w = NULL;
+        CHILD_CHECK(h.launch(h.state, pg, 0, data, N, &w) == 0);
+        if (w) {
+            CHILD_CHECK(ddp_work_wait(w, 30.0) == 0);
+            ddp_work_destroy(w);
+        }
+        CHILD_CHECK(h.finish(h.state, pg, 0, data, N) == 0);
+        CHILD_CHECK(ddp_powersgd_iter(s) == it + 1);
+    }
+    double before, after;
+    ddp_powersgd_stats(s, &before, &after);
+    CHILD_CHECK(before == 2 * 74 && after == 2 * (14 + 6 + 9)); /* two compressed iterations */
+    const char *name;
+    float *buf;
+    size_t cnt;
+    CHILD_CHECK(ddp_powersgd_num_states(s) == 2);
+    CHILD_CHECK(ddp_powersgd_state(s, 1, &name, &buf, &cnt) == 0);
+    CHILD_CHECK(strcmp(name, "powersgd.q.0") == 0 && cnt == 6 + 4);
+    ddp_powersgd_destroy(s);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_against_reference(void **state)
+{
+    (void)state;
+    job_init(&J);
+    shared = shared_page(2 * ITERS * N * sizeof(float));
+    rank_group g;
+    start_ranks(&g, 0, 2, rank_main, NULL);
+    assert_int_equal(join_ranks(&g, 60.0), 0);
+    static double want[ITERS][N];
+    reference(want);
+    for (int it = 0; it < ITERS; it++)
+        for (int e = 0; e < N; e++) {
+            float a = shared[(size_t)it * N + (size_t)e], b = shared[(size_t)(ITERS + it) * N + (size_t)e];
+            assert_memory_equal(&a, &b, sizeof a); /* every rank the same bits */
+            if (fabs(a - want[it][e]) > 2e-5 * (1 + fabs(want[it][e])))
+                fail_msg("iteration %d element %d: %.9g, float64 reference %.9g", it, e, a,
+                         want[it][e]);
+        }
+    job_cleanup(&J);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    ddp_powersgd_t *s = NULL;
+    ddp_powersgd_options o = ddp_powersgd_defaults();
+    o.matrix_approximation_rank = 0;
+    assert_int_equal(ddp_powersgd_create(&o, layout, NULL, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "matrix_approximation_rank 0 must be >= 1"));
+    o = ddp_powersgd_defaults();
+    o.start_powersgd_iter = 0;
+    assert_int_equal(ddp_powersgd_create(&o, layout, NULL, &s), 0);
+    ddp_comm_hook h = ddp_powersgd_hook(s);
+    float data[N] = {0};
+    ddp_work_t *w = NULL;
+    /* a bucket smaller than its layout says */
+    assert_int_equal(h.launch(h.state, NULL, 0, data, 60, &w), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "tensor 2 (5 x 4 at 54) is outside its 60 floats"));
+    const char *name;
+    float *buf;
+    size_t cnt;
+    assert_int_equal(ddp_powersgd_state(s, 7, &name, &buf, &cnt), DDP_ERR_NOT_FOUND);
+    ddp_powersgd_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
