@@ -2,7 +2,7 @@
  * mode, with 2 and 3 real processes: buckets completed out of order on each
  * rank, caller-owned and reducer-owned regions, the rebuild, no_sync
  * accumulation, an unused region named, a user comm hook, the agreement
- * check's message, a peer that never reduces (the wait ends within the
+ * check's message, join for uneven inputs, a peer that never reduces (the wait ends within the
  * group's timeout), misuse.  Every average is checked against a reference
  * computed in float64 on one process from the same formula. */
 #include <setjmp.h>
@@ -274,6 +274,26 @@ static int hook_rank(int rank, void *arg)
     CHILD_CHECK(ddp_reducer_wait(r) == 0);
     int nb = ddp_reducer_num_buckets(r);
     CHILD_CHECK(hc.launches == nb && hc.finishes == nb);
+    /* Each bucket's regions tile it, and a region's slice of the bucket
+     * memory is what ddp_reducer_grad points at. */
+    const float *base = ddp_reducer_grad(r, NREG - 1); /* first in fill order */
+    int seen = 0;
+    for (int b = 0; b < nb; b++) {
+        int nr, i;
+        size_t count, at = 0, off;
+        CHILD_CHECK(ddp_reducer_bucket_info(r, b, &nr, &count) == 0);
+        const float *start = NULL;
+        for (int k = 0; k < nr; k++, seen++) {
+            CHILD_CHECK(ddp_reducer_bucket_region(r, b, k, &i, &off) == 0);
+            CHILD_CHECK(off == at);
+            start = k == 0 ? ddp_reducer_grad(r, i) : start;
+            CHILD_CHECK(ddp_reducer_grad(r, i) == start + off);
+            at += counts[i];
+        }
+        CHILD_CHECK(at == count);
+    }
+    CHILD_CHECK(seen == NREG && base == ddp_reducer_grad(r, NREG - 1));
+    CHILD_CHECK(ddp_reducer_bucket_region(r, 0, 99, NULL, NULL) == DDP_ERR_INVALID_ARG);
     for (int i = 0; i < NREG; i++)
         for (size_t j = 0; j < counts[i]; j++)
             CHILD_CHECK(close_to(ddp_reducer_grad(r, i)[j], 0.5 * mean(2, 0, i, j)));
@@ -355,6 +375,45 @@ static void test_silent_peer_times_out(void **state)
     assert_int_equal(run_children(2, silent_peer_rank, NULL, 60), 0);
 }
 
+/* ==== join ================================================================ */
+
+/* Rank 1 trains one iteration and joins; rank 0 trains three: its later
+ * averages are its own gradient over 2 (the joined rank shadows with
+ * zeros), and after the join both hold rank 0's parameters. */
+static int join_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    ddp_reducer_t *r;
+    ddp_reducer_options o = tiny_options();
+    CHILD_CHECK(open_reducer(rank, 2, "join", 20, &o, &pg, &r) == 0);
+    CHILD_CHECK(ddp_reducer_join_enable(r, 1, 0) == 0);
+    float params[8];
+    for (int k = 0; k < 8; k++)
+        params[k] = (float)(rank * 10 + k);
+    int iters = rank == 0 ? 3 : 1;
+    for (int it = 0; it < iters; it++) {
+        CHILD_CHECK(ddp_reducer_join_step(r) == 0);
+        ddp_reducer_zero_grad(r);
+        CHILD_CHECK(backward_regions(r, rank, it, -1) == 0);
+        CHILD_CHECK(ddp_reducer_wait(r) == 0);
+        double want = it == 0 ? mean(2, 0, 3, 7) : value(0, it, 3, 7) / 2.0;
+        CHILD_CHECK(close_to(ddp_reducer_grad(r, 3)[7], want));
+    }
+    CHILD_CHECK(ddp_reducer_join(r, params, 8) == 0);
+    for (int k = 0; k < 8; k++)
+        CHILD_CHECK(params[k] == (float)k);
+    ddp_reducer_destroy(r);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_join(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, join_rank, NULL, 60), 0);
+}
+
 /* ==== misuse, on one rank ================================================== */
 
 static int misuse_rank(int rank, void *arg)
@@ -407,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_comm_hook),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_silent_peer_times_out),
+        cmocka_unit_test(test_join),
         cmocka_unit_test(test_misuse),
     };
     return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);

@@ -3,8 +3,9 @@
  * against the same sums computed on one process in float64, accumulation
  * over waits and zero_grad, the pool never holding more buffers than it
  * has (the reducer's stats), the overflow buffer when every pool buffer is
- * held by a bucket that cannot launch yet (results still exact), and the
- * modes' misuse messages. */
+ * held by a bucket that cannot launch yet (results still exact), a silent
+ * peer ending the pool's wait within the timeout, and the modes' misuse
+ * messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,11 +30,16 @@ static const char *const names[NREG] = {"emb", "l0.w", "l0.b", "l1.w", "l1.b",
 #define TINY_MB (600.0 / (1024.0 * 1024.0)) /* ~150 floats a bucket */
 
 
-static int join_group(int rank, int n, const char *tag, ddp_pg_t **pg)
+static int join_group_within(int rank, int n, const char *tag, double timeout, ddp_pg_t **pg)
 {
     char url[256];
     snprintf(url, sizeof url, "file://%s/store-%s", dir, tag);
-    return ddp_init_process_group("tcp", url, rank, n, 20.0, pg);
+    return ddp_init_process_group("tcp", url, rank, n, timeout, pg);
+}
+
+static int join_group(int rank, int n, const char *tag, ddp_pg_t **pg)
+{
+    return join_group_within(rank, n, tag, 20.0, pg);
 }
 
 /* Rank r's gradient at flat position k, iteration it (dyadic: exact sums). */
@@ -119,7 +125,7 @@ static int scatter_rank(int rank, void *arg)
             ddp_reducer_zero_grad(r);
     }
     ddp_reducer_stats st;
-    CHILD_CHECK(ddp_reducer_get_stats(r, &st) == 0);
+    CHILD_CHECK(ddp_reducer_pool_stats(r, &st) == 0);
     CHILD_CHECK(st.pool_buffers == c->pool && st.buffers_in_use == 0);
     CHILD_CHECK(st.buckets_reduced == (uint64_t)(iters * nb));
     if (c->hold_early) {
@@ -151,6 +157,52 @@ static void test_scatter_overflow_when_held_early(void **state)
     (void)state;
     scatter_case held = {2, 2, 1, "held"};
     assert_int_equal(run_children(2, scatter_rank, &held, 60), 0);
+}
+
+/* ==== a peer that never reduces =========================================== */
+
+/* Rank 1 never writes nor marks anything; rank 0, with a one-buffer pool,
+ * waits for its first bucket's reduce when the second bucket asks for a
+ * buffer: that wait ends within the group's timeout (2 s) with an error
+ * naming rank 1, never hangs. */
+static int silent_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg;
+    CHILD_CHECK(join_group_within(rank, 2, "silent", 2.0, &pg) == 0);
+    ddp_grad_region regs[NREG];
+    for (int i = 0; i < NREG; i++)
+        regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
+    ddp_reducer_options o = ddp_reducer_defaults();
+    o.bucket_cap_mb = o.first_bucket_cap_mb = TINY_MB;
+    o.mode = DDP_REDUCER_SCATTER;
+    o.pool_buffers = 1;
+    ddp_reducer_t *r;
+    CHILD_CHECK(ddp_reducer_create(pg, regs, NREG, &o, &r) == 0);
+    if (rank == 1) {
+        sleep_s(5.0);
+    } else {
+        double t0 = ddp_time_now();
+        int rc = 0;
+        for (int i = NREG - 1; i >= 0 && rc == 0; i--)
+            if ((rc = write_region(r, rank, 0, i)) == 0)
+                rc = ddp_reducer_mark_ready(r, i);
+        if (rc == 0)
+            rc = ddp_reducer_wait(r);
+        CHILD_CHECK(rc < 0);
+        CHILD_CHECK(ddp_time_now() - t0 < 4.5);
+        CHILD_CHECK(strstr(ddp_last_error(), "rank 1"));
+        ddp_reducer_wait(r); /* whatever is left: returns, within the timeout */
+    }
+    ddp_reducer_destroy(r);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_scatter_silent_peer_times_out(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, silent_rank, NULL, 60), 0);
 }
 
 /* ==== misuse =============================================================== */
@@ -206,6 +258,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scatter_matches_sums),
         cmocka_unit_test(test_scatter_overflow_when_held_early),
+        cmocka_unit_test(test_scatter_silent_peer_times_out),
         cmocka_unit_test(test_scatter_misuse),
     };
     return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);

@@ -14,8 +14,8 @@
  * --seed, drawn through a throwaway model), the batches are ddp-mnist's
  * (the same loader and DistributedSampler), the step is SGD's formula
  * (src/optim/optim.c): so with the same flags the --save file is byte for
- * byte ddp-mnist's (tests/test_llmc.c).  Exit status 0, 2 for bad flags,
- * 1 for any other failure. */
+ * byte ddp-mnist's (tests/test_llmc.c).  Exit status 0, 2 for bad flags or
+ * a missing or broken data set, 1 for any other failure. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +236,8 @@ static int train(job *j, ddp_loader_t *dl)
 {
     size_t total = ddp_loader_length(dl);
     int rc = 0;
-    for (long e = 0; e < j->a->epochs && rc >= 0; e++) {
+    for (long e = 0; e < j->a->epochs && (j->a->max_steps < 0 || j->steps < j->a->max_steps);
+         e++) {
         ddp_batch b;
         if ((rc = ddp_loader_epoch_begin(dl, (uint64_t)e)) < 0)
             return rc;
@@ -287,8 +288,14 @@ int main(int argc, char **argv)
     ddp_sampler_t *sampler = NULL;
     ddp_loader_t *dl = NULL;
     ddp_mnist_options mo = ddp_mnist_defaults();
-    if ((rc = join_job(&j)) < 0 || (rc = ddp_mnist_create(a.data, &mo, &ds)) < 0 ||
-        (rc = setup(&j)) < 0 || (rc = make_loader(&j, ds, &sampler, &dl)) < 0 ||
+    int status = 1;
+    if ((rc = join_job(&j)) < 0)
+        goto out;
+    if ((rc = ddp_mnist_create(a.data, &mo, &ds)) < 0) {
+        status = 2; /* a missing or broken data set is bad input, as in ddp-mnist */
+        goto out;
+    }
+    if ((rc = setup(&j)) < 0 || (rc = make_loader(&j, ds, &sampler, &dl)) < 0 ||
         (rc = train(&j, dl)) < 0)
         goto out;
     if (j.rank == 0 && a.save) {
@@ -312,5 +319,5 @@ out:
     free(j.params);
     free(j.grads);
     free(j.momentum);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? status : 0;
 }

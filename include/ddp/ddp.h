@@ -71,6 +71,18 @@ typedef struct ddp_data_parallel_options {
      * than two): smaller pieces cost more in thread hand-offs than their
      * overlap saves (docs/ddp.md).  0: no floor. */
     double tail_min_piece_mb;
+    /* 1: ZeRO-2's gradient side (the reducer's reduce-scatter mode,
+     * include/ddp/reducer.h): each bucket is reduced to the owners of the
+     * shards it overlaps, and after backward this rank holds the averaged
+     * gradient of its shard of the flat parameter block only
+     * (ddp_data_parallel_shard_grad); the parameters' own p->grad are then
+     * scratch.  Gradients are written into a pool of grad_pool_buffers
+     * bucket buffers through nn's grad-write hook (ext.h rule 8), so the
+     * full gradient is never alive at once.  Default comm hook only; no
+     * no_sync, join or tail_chunks (each backward reduces and the shard
+     * accumulates).  0 (default): every rank gets every averaged gradient. */
+    int reduce_scatter;
+    int grad_pool_buffers; /* 2: with reduce_scatter, buffers in the pool */
 } ddp_data_parallel_options;
 
 /* PyTorch's defaults. */
@@ -155,6 +167,17 @@ DDP_API int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm,
 DDP_API int ddp_data_parallel_join_enable(ddp_data_parallel_t *dm, int enable,
                                           int throw_on_early_termination);
 DDP_API int ddp_data_parallel_join(ddp_data_parallel_t *dm);
+
+/* With reduce_scatter: this rank's shard of the averaged gradient, count
+ * floats for [*begin, *begin + count) of the model's flat parameter block
+ * (ZeRO's flat partition: S = ceil(total / world), shard r = [r*S,
+ * min((r+1)*S, total))), borrowed from the wrapper.  It ACCUMULATES over
+ * backwards (as p->grad does without DDP): zero it after the optimizer step
+ * (ddp_data_parallel_zero_shard_grad, or a zero_grad of an optimizer whose
+ * gradients view it).  DDP_ERR_INVALID_ARG without reduce_scatter. */
+DDP_API int ddp_data_parallel_shard_grad(ddp_data_parallel_t *dm, float **grad, size_t *begin,
+                                         size_t *count);
+DDP_API void ddp_data_parallel_zero_shard_grad(ddp_data_parallel_t *dm);
 
 
 /* ==== checkpoints ========================================================

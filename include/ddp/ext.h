@@ -70,6 +70,7 @@
 #include "ddp/data.h"
 #include "ddp/ddp.h"
 #include "ddp/nn.h"
+#include "ddp/reducer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -131,6 +132,9 @@ DDP_API int ddp_data_parallel_num_buckets(const ddp_data_parallel_t *dm);
 DDP_API int ddp_data_parallel_bucket_info(const ddp_data_parallel_t *dm, int b, int *nparams,
                                           size_t *numel);
 DDP_API int ddp_data_parallel_buckets_rebuilt(const ddp_data_parallel_t *dm);
+/* The reducer under the wrapper (borrowed; include/ddp/reducer.h), for its
+ * stats and shard bounds.  Driving it by hand under DDP is not supported. */
+DDP_API ddp_reducer_t *ddp_data_parallel_reducer(ddp_data_parallel_t *dm);
 
 /* ==== data ================================================================= */
 

@@ -85,12 +85,16 @@
  *   hooks and join are all-reduce-mode only (create / enable fail saying
  *   so).
  *
- * With a libddp model (what ZeRO-2 over ddp_model_t builds on): regions
- * are the model's parameters in registration order (name p->name, grad
- * NULL, count p->numel), so the flat space is the model's parameter block;
- * the model's grad-write hook (ext.h rule 8) sets *grad from
- * ddp_reducer_grad_buffer(r, p->index, grad), and its grad-ready hook calls
- * ddp_reducer_mark_ready (used) or ddp_reducer_mark_unused (unused).
+ *   A region is never split across buckets, so the largest bucket is at
+ *   least the largest region: when one region dominates, pool_buffers 1
+ *   saves the most (docs/ddp.md has the figures).
+ *
+ * With a libddp model, DDP does all of this for you:
+ * ddp_data_parallel_options.reduce_scatter = 1 (ddp.h) makes its reducer's
+ * regions the model's parameters in registration order (so the flat space
+ * is the model's parameter block), points each parameter's gradient at its
+ * pool buffer from nn's grad-write hook (ext.h rule 8), marks it ready from
+ * the grad-ready hook, and hands out the shard (ddp_data_parallel_shard_grad).
  *
  * Threading: a reducer belongs to one thread; the process group's
  * communication thread does the reductions.
@@ -206,6 +210,13 @@ DDP_API int ddp_reducer_join(ddp_reducer_t *r, float *params, size_t n);
 DDP_API int ddp_reducer_num_buckets(const ddp_reducer_t *r);
 DDP_API int ddp_reducer_bucket_info(const ddp_reducer_t *r, int b, int *nregions, size_t *count);
 DDP_API int ddp_reducer_buckets_rebuilt(const ddp_reducer_t *r);
+/* The k-th region of bucket b in the bucket's memory order (0 <= k <
+ * its region count): *region its index, *offset where it starts, in floats
+ * from the bucket's first element (what a comm hook's data pointer points
+ * at; e.g. PowerSGD's layout, powersgd.h).  Valid until the next wait (the
+ * rebuild). */
+DDP_API int ddp_reducer_bucket_region(const ddp_reducer_t *r, int b, int k, int *region,
+                                      size_t *offset);
 
 /* ---- reduce-scatter mode (ZeRO-2) ---------------------------------------- */
 
@@ -222,6 +233,7 @@ DDP_API int ddp_reducer_shard_bounds(const ddp_reducer_t *r, int shard, size_t *
  * DDP_ERR_INVALID_ARG in all-reduce mode. */
 DDP_API int ddp_reducer_shard_grad(ddp_reducer_t *r, float **grad, size_t *begin, size_t *count);
 
+/* The pool's and the buckets' counters (ddp_reducer_pool_stats). */
 typedef struct ddp_reducer_stats {
     int pool_buffers;           /* scatter mode: buffers in the pool */
     size_t buffer_count;        /* floats per pool buffer (the largest bucket) */
@@ -231,7 +243,7 @@ typedef struct ddp_reducer_stats {
     uint64_t pool_waits;        /* times an empty pool waited for a bucket's reduction */
     uint64_t buckets_reduced;   /* bucket reductions completed since create */
 } ddp_reducer_stats;
-DDP_API int ddp_reducer_get_stats(const ddp_reducer_t *r, ddp_reducer_stats *out);
+DDP_API int ddp_reducer_pool_stats(const ddp_reducer_t *r, ddp_reducer_stats *out);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,9 @@ ddp_data_parallel_options ddp_data_parallel_defaults(void)
                              .rebuild_buckets = 1,
                              .comm_hook = DDP_HOOK_ALLREDUCE,
                              .tail_chunks = 0,
-                             .tail_min_piece_mb = 1.0};
+                             .tail_min_piece_mb = 1.0,
+                             .reduce_scatter = 0,
+                             .grad_pool_buffers = 2};
 }
 
 static ddp_reducer_options reducer_options(const ddp_data_parallel_options *o)
@@ -42,6 +44,8 @@ static ddp_reducer_options reducer_options(const ddp_data_parallel_options *o)
     ro.find_unused = o->find_unused_parameters;
     ro.rebuild_buckets = o->rebuild_buckets;
     ro.comm_hook = o->comm_hook;
+    ro.mode = o->reduce_scatter ? DDP_REDUCER_SCATTER : DDP_REDUCER_ALLREDUCE;
+    ro.pool_buffers = o->grad_pool_buffers;
     return ro;
 }
 
@@ -74,6 +78,8 @@ static int tail_chunks_from_env(ddp_data_parallel_options *o)
 static int relayout(ddp_reducer_t *r, void *user)
 {
     ddp_data_parallel_t *dm = user;
+    if (r->opts.mode == DDP_REDUCER_SCATTER)
+        return 0; /* gradients go to the pool, at each write (step.c) */
     for (int i = 0; i < dm->nparams; i++)
         DDP_TRY(ddp_param_set_grad(dm->params[i], ddp_reducer_grad(r, i)));
     return ddp__dp_plan_pieces(dm, r);
@@ -87,9 +93,11 @@ static int make_reducer(ddp_data_parallel_t *dm, ddp_reducer_t **out)
     char line[512];
     snprintf(line, sizeof line,
              "bucket_cap_mb %g, first_bucket_cap_mb %g, find_unused_parameters %d, "
-             "rebuild_buckets %d, comm_hook %d, tail_chunks %d, tail_min_piece_mb %g",
+             "rebuild_buckets %d, reduce_scatter %d (pool %d), comm_hook %d, tail_chunks %d, "
+             "tail_min_piece_mb %g",
              o->bucket_cap_mb, o->first_bucket_cap_mb, o->find_unused_parameters,
-             o->rebuild_buckets, (int)o->comm_hook, o->tail_chunks, o->tail_min_piece_mb);
+             o->rebuild_buckets, o->reduce_scatter, o->reduce_scatter ? o->grad_pool_buffers : 0,
+             (int)o->comm_hook, o->tail_chunks, o->tail_min_piece_mb);
     size_t np = (size_t)dm->nparams + 1;
     ddp_grad_region *regs = calloc(np, sizeof *regs);
     char **entries = calloc(np, sizeof *entries);
@@ -125,6 +133,21 @@ out:
     return rc;
 }
 
+/* reduce_scatter: until backward's write hook points them at their
+ * bucket's pool buffer, the parameters' gradients view pool buffer 0 (each
+ * at its place in its bucket: aliases, all zero now), so that a zero_grad
+ * before the first backward touches no full-size block. */
+static int point_grads_at_pool(ddp_data_parallel_t *dm)
+{
+    ddp_reducer_t *r = dm->red;
+    for (int i = 0; i < dm->nparams; i++) {
+        int b = r->layout.bucket_of[i];
+        DDP_TRY(ddp_param_set_grad(dm->params[i], r->bufs[0] + (r->flat_offset[i] -
+                                                                 r->bucket_flat[b])));
+    }
+    return 0;
+}
+
 int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
                              const ddp_data_parallel_options *opts, ddp_data_parallel_t **out)
 {
@@ -152,7 +175,10 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
     float *block = ddp_model_param_block(model, &n);
     DDP_TRY_OUT(ddp_pg_broadcast(pg, block, n, DDP_FLOAT32, 0));
     ddp_model_set_grad_ready_hook(model, ddp__dp_on_grad_ready, dm);
-    if (o.tail_chunks > 1)
+    if (o.reduce_scatter) {
+        DDP_TRY_OUT(point_grads_at_pool(dm));
+        ddp_model_set_grad_write_hook(model, ddp__dp_on_grad_write, dm);
+    } else if (o.tail_chunks > 1)
         ddp_model_set_grad_chunk_hook(
             model, &(ddp_grad_chunk_hook){ddp__dp_on_chunk_plan, ddp__dp_on_chunk, dm});
     ddp__tl_end(t0, "DDP create", "buckets", ddp_reducer_num_buckets(dm->red));
@@ -173,6 +199,8 @@ void ddp_data_parallel_destroy(ddp_data_parallel_t *dm)
         void *user;
         if (ddp_model_grad_ready_hook(dm->model, &user) == ddp__dp_on_grad_ready && user == dm)
             ddp_model_set_grad_ready_hook(dm->model, NULL, NULL);
+        if (ddp_model_grad_write_hook(dm->model, &user) == ddp__dp_on_grad_write && user == dm)
+            ddp_model_set_grad_write_hook(dm->model, NULL, NULL);
         const ddp_grad_chunk_hook *ch = ddp_model_grad_chunk_hook(dm->model);
         if (ch && ch->plan == ddp__dp_on_chunk_plan && ch->user == dm)
             ddp_model_set_grad_chunk_hook(dm->model, NULL);
@@ -186,10 +214,25 @@ void ddp_data_parallel_destroy(ddp_data_parallel_t *dm)
 
 /* ==== settings, passed to the reducer ===================================== */
 
+/* reduce_scatter has no no_sync: the refusal is reported by the next
+ * forward or backward (this call returns nothing). */
 void ddp_data_parallel_set_no_sync(ddp_data_parallel_t *dm, int no_sync)
 {
     if (dm)
-        ddp_reducer_set_no_sync(dm->red, no_sync); /* all-reduce mode: cannot fail */
+        dm->no_sync_refused = ddp_reducer_set_no_sync(dm->red, no_sync) < 0;
+}
+
+int ddp_data_parallel_shard_grad(ddp_data_parallel_t *dm, float **grad, size_t *begin,
+                                 size_t *count)
+{
+    DDP_FAIL_IF(!dm, DDP_ERR_INVALID_ARG, "ddp_data_parallel_shard_grad: NULL module");
+    return ddp_reducer_shard_grad(dm->red, grad, begin, count);
+}
+
+void ddp_data_parallel_zero_shard_grad(ddp_data_parallel_t *dm)
+{
+    if (dm && dm->opts.reduce_scatter)
+        ddp_reducer_zero_grad(dm->red);
 }
 
 int ddp_data_parallel_register_comm_hook(ddp_data_parallel_t *dm, const ddp_comm_hook *hook)
@@ -229,3 +272,5 @@ int ddp_data_parallel_buckets_rebuilt(const ddp_data_parallel_t *dm)
 {
     return dm ? ddp_reducer_buckets_rebuilt(dm->red) : 0;
 }
+
+ddp_reducer_t *ddp_data_parallel_reducer(ddp_data_parallel_t *dm) { return dm ? dm->red : NULL; }

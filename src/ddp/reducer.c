@@ -404,6 +404,28 @@ int ddp_reducer_bucket_info(const ddp_reducer_t *r, int b, int *nregions, size_t
 
 int ddp_reducer_buckets_rebuilt(const ddp_reducer_t *r) { return r ? r->rebuilt : 0; }
 
+/* Buckets take the fill order's regions one after the other: bucket b's
+ * are order[first .. first + n), at rising offsets in the bucket memory;
+ * a scatter-mode buffer holds them in flat order, the reverse. */
+int ddp_reducer_bucket_region(const ddp_reducer_t *r, int b, int k, int *region, size_t *offset)
+{
+    DDP_FAIL_IF(!r || b < 0 || b >= r->layout.nbuckets, DDP_ERR_INVALID_ARG,
+                "ddp_reducer_bucket_region: bucket %d out of range", b);
+    int n = r->layout.bucket_nparams[b], first = 0;
+    DDP_FAIL_IF(k < 0 || k >= n, DDP_ERR_INVALID_ARG,
+                "ddp_reducer_bucket_region: bucket %d has %d regions, not %d", b, n, k + 1);
+    for (int c = 0; c < b; c++)
+        first += r->layout.bucket_nparams[c];
+    int scatter = r->opts.mode == DDP_REDUCER_SCATTER;
+    int i = r->order[scatter ? first + n - 1 - k : first + k];
+    if (region)
+        *region = i;
+    if (offset)
+        *offset = scatter ? r->flat_offset[i] - r->bucket_flat[b]
+                          : r->layout.offset[i] - r->layout.bucket_start[b];
+    return 0;
+}
+
 int ddp_reducer_region_offset(const ddp_reducer_t *r, int i, size_t *offset)
 {
     DDP_FAIL_IF(!r || !offset || i < 0 || i >= r->nregions, DDP_ERR_INVALID_ARG,
@@ -431,9 +453,9 @@ int ddp_reducer_shard_bounds(const ddp_reducer_t *r, int shard, size_t *begin, s
     return 0;
 }
 
-int ddp_reducer_get_stats(const ddp_reducer_t *r, ddp_reducer_stats *out)
+int ddp_reducer_pool_stats(const ddp_reducer_t *r, ddp_reducer_stats *out)
 {
-    DDP_FAIL_IF(!r || !out, DDP_ERR_INVALID_ARG, "ddp_reducer_get_stats: NULL argument");
+    DDP_FAIL_IF(!r || !out, DDP_ERR_INVALID_ARG, "ddp_reducer_pool_stats: NULL argument");
     *out = r->stats;
     return 0;
 }

@@ -20,6 +20,15 @@ int ddp__dp_on_grad_ready(ddp_param *p, int used, void *user)
                 : ddp_reducer_mark_unused(dm->red, p->index);
 }
 
+int ddp__dp_on_grad_write(ddp_param *p, float **grad, void *user)
+{
+    ddp_data_parallel_t *dm = user;
+    DDP_FAIL_IF(!dm->in_backward, DDP_ERR_STATE,
+                "DDP: call ddp_data_parallel_backward, not ddp_tape_backward, on a model wrapped "
+                "by DDP (its gradients would not be averaged)");
+    return ddp_reducer_grad_buffer(dm->red, p->index, grad);
+}
+
 /* no_sync left on across an optimizer step lets the replicas diverge: that
  * step used this rank's gradients alone.  Caught at the next forward or
  * backward: the parameters changed (their version, nn.h) since a no_sync
@@ -27,6 +36,10 @@ int ddp__dp_on_grad_ready(ddp_param *p, int used, void *user)
  * Reported once. */
 static int check_no_sync_step(ddp_data_parallel_t *dm)
 {
+    DDP_FAIL_IF(dm->no_sync_refused, DDP_ERR_INVALID_ARG,
+                "DDP: no_sync was asked for with reduce_scatter, which has none (it would keep "
+                "the full gradients alive): every backward reduces into the shard, which "
+                "accumulates until ddp_data_parallel_zero_shard_grad");
     if (!dm->unsynced || ddp_model_param_version(dm->model) == dm->unsynced_version)
         return 0;
     dm->unsynced = 0;

@@ -18,7 +18,8 @@ int ddp__dp_plan_pieces(ddp_data_parallel_t *dm, ddp_reducer_t *r)
 {
     dm->piece_param = -1;
     const ddp__bucket_layout *l = &r->layout;
-    if (dm->opts.tail_chunks < 2 || dm->nparams == 0 || dm->opts.comm_hook != DDP_HOOK_ALLREDUCE)
+    if (dm->opts.tail_chunks < 2 || dm->nparams == 0 || dm->opts.comm_hook != DDP_HOOK_ALLREDUCE ||
+        dm->opts.reduce_scatter)
         return ddp__reducer_set_pieces(r, NULL, 0);
     int p = r->order[dm->nparams - 1], b = l->nbuckets - 1;
     const ddp_param *w = dm->params[p];

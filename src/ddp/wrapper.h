@@ -35,11 +35,15 @@ struct ddp_data_parallel {
     uint64_t unsynced_version;
     int in_backward;              /* inside ddp_data_parallel_backward (hook calls are expected) */
     int piece_param;              /* tail_chunks: the chunked parameter, -1: none */
+    int no_sync_refused;          /* set_no_sync(1) with reduce_scatter: the next step fails */
 };
 
 /* ---- step.c -------------------------------------------------------------- */
 /* nn's grad-ready hook, installed by create. */
 int ddp__dp_on_grad_ready(ddp_param *p, int used, void *user);
+/* nn's grad-write hook (rule 8), installed with reduce_scatter: points the
+ * gradient at its bucket's pool buffer. */
+int ddp__dp_on_grad_write(ddp_param *p, float **grad, void *user);
 
 /* ---- tail.c -------------------------------------------------------------- */
 /* Plans the last bucket's pieces for the reducer's current layout. */
