@@ -277,7 +277,7 @@ static void test_bad_numbers(void **state)
     static const struct {
         const char *flag, *want;
     } flags[] = {
-        {"--nproc-per-node", "want 1..1024"}, {"--nnodes", "want 1..1048576"},
+        {"--nproc-per-node", "want 1..1024"}, {"--nnodes", "want 1..1048576 or MIN:MAX"},
         {"--node-rank", "want 0..1048576"},   {"--master-port", "want 1..65535"},
         {"--max-restarts", "want 0..1000000"}, {"--stop-timeout", "want seconds, 0..3600"},
     };
