@@ -301,4 +301,5 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #ifdef __cplusplus
 }
 #endif
+#include "ddp/nn_ops.h" /* broadcasting, shape, reduction, activation ops */
 #endif

@@ -89,6 +89,11 @@ int64_t ddp__plan_row(const ddp__plan *p, int k, int64_t r)
     return off;
 }
 
+int64_t ddp__plan_offset(const ddp__plan *p, int k, int64_t i)
+{
+    return ddp__plan_row(p, k, i / p->cols) + i % p->cols * p->stride[k][p->ndim - 1];
+}
+
 void ddp__plan_gather(const ddp__plan *p, int k, float *y, const float *x, float scale, int acc)
 {
     int64_t s = p->stride[k][p->ndim - 1], cols = p->cols;
@@ -131,20 +136,28 @@ void ddp__bcast_strides(const ddp_tensor *t, int ndim, const int64_t *shape, int
     }
 }
 
+int ddp__bcast_dims(int na, const int64_t *sa, int nb, const int64_t *sb, int *n, int64_t *out)
+{
+    int nd = na > nb ? na : nb;
+    for (int d = nd - 1; d >= 0; d--) {
+        int ia = d - (nd - na), ib = d - (nd - nb);
+        int64_t x = ia >= 0 ? sa[ia] : 1, y = ib >= 0 ? sb[ib] : 1;
+        if (x != y && x != 1 && y != 1)
+            return -1 - d;
+        out[d] = x == 1 ? y : x;
+    }
+    *n = nd;
+    return 0;
+}
+
 int ddp__bcast_shape(const char *op, const ddp_var_t *a, const ddp_var_t *b, int *ndim,
                      int64_t *shape)
 {
     DDP_SHAPE_BUFS;
-    int n = a->t.ndim > b->t.ndim ? a->t.ndim : b->t.ndim;
-    for (int d = n - 1; d >= 0; d--) {
-        int da = d - (n - a->t.ndim), db = d - (n - b->t.ndim);
-        int64_t sa = da >= 0 ? a->t.shape[da] : 1, sb = db >= 0 ? b->t.shape[db] : 1;
-        DDP_FAIL_IF(sa != sb && sa != 1 && sb != 1, DDP_ERR_INVALID_ARG,
-                    "%s: shapes %s and %s do not broadcast (dim %d: %lld against %lld)", op,
-                    DDP_SHAPE(a, 0), DDP_SHAPE(b, 1), d, (long long)sa, (long long)sb);
-        shape[d] = sa == 1 ? sb : sa;
-    }
-    *ndim = n;
+    int bad = ddp__bcast_dims(a->t.ndim, a->t.shape, b->t.ndim, b->t.shape, ndim, shape);
+    DDP_FAIL_IF(bad < 0, DDP_ERR_INVALID_ARG, "%s: shapes %s and %s do not broadcast (aligned "
+                "at the last dim, sizes must be equal or 1)", op, DDP_SHAPE(a, 0),
+                DDP_SHAPE(b, 1));
     return 0;
 }
 

@@ -40,8 +40,9 @@ typedef struct ddp__plan {
 /* nops operands with strides st[k] (ndim entries each; NULL: contiguous). */
 void ddp__plan_init(ddp__plan *p, int ndim, const int64_t *shape, int nops,
                     const int64_t *const *st);
-/* Offset of operand k at the start of row r. */
+/* Offset of operand k at the start of row r, and at walk element i. */
 int64_t ddp__plan_row(const ddp__plan *p, int k, int64_t r);
+int64_t ddp__plan_offset(const ddp__plan *p, int k, int64_t i);
 /* y (the walk, contiguous) (=|+=) scale * x (operand k). */
 void ddp__plan_gather(const ddp__plan *p, int k, float *y, const float *x, float scale, int acc);
 /* x (operand k) (=|+=) scale * y (the walk, contiguous), element by element in
@@ -52,6 +53,9 @@ void ddp__plan_scatter(const ddp__plan *p, int k, float *x, const float *y, floa
 /* Strides of t seen in an ndim-dim shape that it broadcasts to (aligned at
  * the last dim; 0 where t has size 1 or no dim). */
 void ddp__bcast_strides(const ddp_tensor *t, int ndim, const int64_t *shape, int64_t *stride);
+/* The broadcast shape (*n dims) of shapes sa (na dims) and sb (nb dims);
+ * -1 - d when they do not broadcast at dim d of the result. */
+int ddp__bcast_dims(int na, const int64_t *sa, int nb, const int64_t *sb, int *n, int64_t *out);
 /* The broadcast shape of a and b, or "op: shapes (2, 3) and (4, 3) do not
  * broadcast". */
 int ddp__bcast_shape(const char *op, const ddp_var_t *a, const ddp_var_t *b, int *ndim,
