@@ -61,7 +61,7 @@ static int matmul_shapes(const ddp_var_t *a, const ddp_var_t *b, mm_ctx *c, int 
     ddp__plan_init(&c->batches, nd, bshape, 2, (const int64_t *const[]){st[0], st[1]});
     c->m = (int)m, c->k = (int)k, c->n = (int)n;
     c->nbatch = nbatch;
-    c->fold = bb == 0 && ba == nd; /* b one matrix, a holds every batch */
+    c->fold = bb == 0; /* b one matrix: the batch dims are a's own */
     memcpy(shape, bshape, sizeof bshape);
     *ndim = nd;
     if (na > 1)
