@@ -44,8 +44,7 @@ static const ops_builder builders[] = {
 static void test_against_torch(void **state)
 {
     (void)state;
-    size_t n = sizeof ops_activation_cases / sizeof ops_activation_cases[0];
-    assert_int_equal(ops_run_cases(ops_activation_cases, n, builders), 0);
+    assert_int_equal(OPS_RUN_ALL(ops_activation_cases, builders), 0);
 }
 
 /* log_softmax along the last dim is nn.h's ddp_op_log_softmax: the same
@@ -55,11 +54,9 @@ static void test_last_dim_matches_core(void **state)
     (void)state;
     float x[6] = {0.5f, -1, 2, 3, 0.25f, -0.75f};
     ddp_tape_t *tape;
-    ddp_tensor tx;
     ddp_var_t *vx, *a, *b;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&tx, x, 2, (int64_t[]){2, 3}), 0);
-    assert_int_equal(ddp_tape_input(tape, &tx, 0, &vx), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){2, 3}, 0));
     assert_int_equal(ddp_op_log_softmax(tape, vx, &a), 0);
     assert_int_equal(ddp_op_log_softmax_dim(tape, vx, -1, &b), 0);
     for (int i = 0; i < 6; i++)
@@ -72,11 +69,9 @@ static void test_errors(void **state)
     (void)state;
     float buf[6] = {0};
     ddp_tape_t *tape;
-    ddp_tensor ta;
     ddp_var_t *a, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&ta, buf, 2, (int64_t[]){2, 3}), 0);
-    assert_int_equal(ddp_tape_input(tape, &ta, 1, &a), 0);
+    assert_non_null(a = ops_leaf(tape, buf, 2, (int64_t[]){2, 3}, 1));
     OPS_EXPECT_ERROR(ddp_op_softmax(tape, a, 2, &y), "softmax: dim 2 is out of range for shape (2, 3)");
     OPS_EXPECT_ERROR(ddp_op_log_softmax_dim(tape, a, -3, &y),
                      "log_softmax: dim -3 is out of range for shape (2, 3)");

@@ -50,8 +50,7 @@ static const ops_builder builders[] = {
 static void test_against_torch(void **state)
 {
     (void)state;
-    size_t n = sizeof ops_elementwise_cases / sizeof ops_elementwise_cases[0];
-    assert_int_equal(ops_run_cases(ops_elementwise_cases, n, builders), 0);
+    assert_int_equal(OPS_RUN_ALL(ops_elementwise_cases, builders), 0);
 }
 
 /* A var used by two ops and a broadcast input used twice accumulate: the
@@ -62,13 +61,10 @@ static void test_broadcast_accumulates(void **state)
     (void)state;
     float x[6] = {1, 2, 3, 4, 5, 6}, b[3] = {0.5f, -1, 2}, dy[6] = {1, 1, 1, 1, 1, 1};
     ddp_tape_t *tape;
-    ddp_tensor tx, tb;
     ddp_var_t *vx, *vb, *m, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&tx, x, 2, (int64_t[]){2, 3}), 0);
-    assert_int_equal(ddp_tensor_wrap(&tb, b, 1, (int64_t[]){3}), 0);
-    assert_int_equal(ddp_tape_input(tape, &tx, 0, &vx), 0);
-    assert_int_equal(ddp_tape_input(tape, &tb, 1, &vb), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){2, 3}, 0));
+    assert_non_null(vb = ops_leaf(tape, b, 1, (int64_t[]){3}, 1));
     assert_int_equal(ddp_op_mul(tape, vx, vb, &m), 0);
     assert_int_equal(ddp_op_add(tape, m, vb, &y), 0);
     assert_int_equal(ddp_tape_backward_grad(tape, y, dy, NULL), 0);
@@ -85,13 +81,10 @@ static void test_errors(void **state)
     (void)state;
     float buf[12] = {0};
     ddp_tape_t *tape;
-    ddp_tensor ta, tb;
     ddp_var_t *a, *b, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&ta, buf, 2, (int64_t[]){2, 3}), 0);
-    assert_int_equal(ddp_tensor_wrap(&tb, buf, 2, (int64_t[]){4, 3}), 0);
-    assert_int_equal(ddp_tape_input(tape, &ta, 1, &a), 0);
-    assert_int_equal(ddp_tape_input(tape, &tb, 1, &b), 0);
+    assert_non_null(a = ops_leaf(tape, buf, 2, (int64_t[]){2, 3}, 1));
+    assert_non_null(b = ops_leaf(tape, buf, 2, (int64_t[]){4, 3}, 1));
     OPS_EXPECT_ERROR(ddp_op_add(tape, a, b, &y), "add: shapes (2, 3) and (4, 3) do not broadcast");
     OPS_EXPECT_ERROR(ddp_op_sub(tape, b, a, &y), "sub: shapes (4, 3) and (2, 3) do not broadcast");
     OPS_EXPECT_ERROR(ddp_op_mul(tape, a, b, &y), "mul: shapes (2, 3) and (4, 3)");

@@ -20,8 +20,7 @@ static const ops_builder builders[] = {{"matmul", b_matmul}, {NULL, NULL}};
 static void test_against_torch(void **state)
 {
     (void)state;
-    size_t n = sizeof ops_matmul_cases / sizeof ops_matmul_cases[0];
-    assert_int_equal(ops_run_cases(ops_matmul_cases, n, builders), 0);
+    assert_int_equal(OPS_RUN_ALL(ops_matmul_cases, builders), 0);
 }
 
 /* (3, 1, 17, 19) x (4, 19, 13): 12 GEMMs with both inputs broadcast, the
@@ -36,13 +35,10 @@ static void test_broadcast_batches(void **state)
     for (int i = 0; i < B1 * K * N; i++)
         b[i] = (float)((i * 53 % 97) - 48) / 48.0f;
     ddp_tape_t *tape;
-    ddp_tensor ta, tb;
     ddp_var_t *va, *vb, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&ta, a, 4, (int64_t[]){B0, 1, M, K}), 0);
-    assert_int_equal(ddp_tensor_wrap(&tb, b, 3, (int64_t[]){B1, K, N}), 0);
-    assert_int_equal(ddp_tape_input(tape, &ta, 0, &va), 0);
-    assert_int_equal(ddp_tape_input(tape, &tb, 0, &vb), 0);
+    assert_non_null(va = ops_leaf(tape, a, 4, (int64_t[]){B0, 1, M, K}, 0));
+    assert_non_null(vb = ops_leaf(tape, b, 3, (int64_t[]){B1, K, N}, 0));
     assert_int_equal(ddp_op_matmul(tape, va, vb, &y), 0);
     const ddp_tensor *yt = ddp_var_tensor(y);
     assert_int_equal(yt->ndim, 4);
@@ -68,17 +64,12 @@ static void test_errors(void **state)
     (void)state;
     float buf[64] = {0};
     ddp_tape_t *tape;
-    ddp_tensor ta, tb, tc, ts;
     ddp_var_t *a, *b, *c, *s, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&ta, buf, 3, (int64_t[]){2, 2, 3}), 0);
-    assert_int_equal(ddp_tensor_wrap(&tb, buf, 3, (int64_t[]){3, 3, 2}), 0);
-    assert_int_equal(ddp_tensor_wrap(&tc, buf, 2, (int64_t[]){2, 2}), 0);
-    assert_int_equal(ddp_tensor_wrap(&ts, buf, 0, NULL), 0);
-    assert_int_equal(ddp_tape_input(tape, &ta, 1, &a), 0);
-    assert_int_equal(ddp_tape_input(tape, &tb, 1, &b), 0);
-    assert_int_equal(ddp_tape_input(tape, &tc, 1, &c), 0);
-    assert_int_equal(ddp_tape_input(tape, &ts, 1, &s), 0);
+    assert_non_null(a = ops_leaf(tape, buf, 3, (int64_t[]){2, 2, 3}, 1));
+    assert_non_null(b = ops_leaf(tape, buf, 3, (int64_t[]){3, 3, 2}, 1));
+    assert_non_null(c = ops_leaf(tape, buf, 2, (int64_t[]){2, 2}, 1));
+    assert_non_null(s = ops_leaf(tape, buf, 0, NULL, 1));
     OPS_EXPECT_ERROR(ddp_op_matmul(tape, a, b, &y),
                      "matmul: the batch dims of shapes (2, 2, 3) and (3, 3, 2) do not broadcast");
     OPS_EXPECT_ERROR(ddp_op_matmul(tape, a, c, &y),

@@ -56,8 +56,7 @@ static const ops_builder builders[] = {
 static void test_against_torch(void **state)
 {
     (void)state;
-    size_t n = sizeof ops_shape_cases / sizeof ops_shape_cases[0];
-    assert_int_equal(ops_run_cases(ops_shape_cases, n, builders), 0);
+    assert_int_equal(OPS_RUN_ALL(ops_shape_cases, builders), 0);
 }
 
 /* Views share the input's storage; copies do not; identity ops return the
@@ -70,11 +69,9 @@ static void test_views(void **state)
     for (int i = 0; i < 12; i++)
         x[i] = (float)i;
     ddp_tape_t *tape;
-    ddp_tensor tx;
     ddp_var_t *vx, *top, *mid, *col, *same, *sum, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&tx, x, 2, (int64_t[]){4, 3}), 0);
-    assert_int_equal(ddp_tape_input(tape, &tx, 1, &vx), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){4, 3}, 1));
     assert_int_equal(ddp_op_slice(tape, vx, 0, 0, 1, 1, &top), 0);
     assert_ptr_equal(ddp_var_tensor(top)->data, x);
     assert_int_equal(ddp_op_narrow(tape, vx, 0, 2, 2, &mid), 0);
@@ -104,13 +101,10 @@ static void test_errors(void **state)
     (void)state;
     float buf[24] = {0};
     ddp_tape_t *tape;
-    ddp_tensor ta, tb;
     ddp_var_t *a, *b, *y;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&ta, buf, 2, (int64_t[]){2, 3}), 0);
-    assert_int_equal(ddp_tensor_wrap(&tb, buf, 2, (int64_t[]){4, 2}), 0);
-    assert_int_equal(ddp_tape_input(tape, &ta, 1, &a), 0);
-    assert_int_equal(ddp_tape_input(tape, &tb, 1, &b), 0);
+    assert_non_null(a = ops_leaf(tape, buf, 2, (int64_t[]){2, 3}, 1));
+    assert_non_null(b = ops_leaf(tape, buf, 2, (int64_t[]){4, 2}, 1));
     OPS_EXPECT_ERROR(ddp_op_permute(tape, a, (int[]){0, 0}, &y), "permute: dim 0 appears twice");
     OPS_EXPECT_ERROR(ddp_op_permute(tape, a, (int[]){0, 2}, &y),
                      "permute: dim 2 is out of range for shape (2, 3)");
