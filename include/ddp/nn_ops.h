@@ -127,6 +127,21 @@ DDP_API int ddp_op_silu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y);
 DDP_API int ddp_op_softmax(ddp_tape_t *tape, ddp_var_t *a, int dim, ddp_var_t **y);
 DDP_API int ddp_op_log_softmax_dim(ddp_tape_t *tape, ddp_var_t *a, int dim, ddp_var_t **y);
 
+/* ==== activation modules =================================================
+ * nn.LeakyReLU(slope), nn.GELU(approximate), nn.SiLU(), nn.Tanh(),
+ * nn.Sigmoid(), nn.Softmax(dim), nn.LogSoftmax(dim): modules without
+ * parameters (for Sequential), each running its op above.  Bad arguments
+ * (a non-finite slope, an unknown approximation) fail at creation; a dim
+ * out of range for the input fails at forward.  Built on the user-module
+ * interface of ddp/nn_module.h (ddp_module_create). */
+DDP_API int ddp_leaky_relu_create(float slope, ddp_module_t **out);
+DDP_API int ddp_gelu_create(int approx, ddp_module_t **out);
+DDP_API int ddp_silu_create(ddp_module_t **out);
+DDP_API int ddp_tanh_create(ddp_module_t **out);
+DDP_API int ddp_sigmoid_create(ddp_module_t **out);
+DDP_API int ddp_softmax_create(int dim, ddp_module_t **out);
+DDP_API int ddp_log_softmax_create(int dim, ddp_module_t **out);
+
 #ifdef __cplusplus
 }
 #endif
