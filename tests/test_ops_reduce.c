@@ -89,6 +89,33 @@ static void test_argmax_no_grad_and_nan(void **state)
     ddp_tape_destroy(tape);
 }
 
+/* A long reduced dim keeps float precision (sums accumulate in double):
+ * mean and var over 2^20 values against float64 references. */
+static void test_long_dim_precision(void **state)
+{
+    (void)state;
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof *x);
+    assert_non_null(x);
+    double s = 0, ss = 0;
+    for (int i = 0; i < N; i++) {
+        x[i] = 0.1f + (float)(i % 1000) * 1e-4f;
+        s += x[i];
+    }
+    for (int i = 0; i < N; i++)
+        ss += (x[i] - s / N) * (x[i] - s / N);
+    ddp_tape_t *tape;
+    ddp_var_t *vx, *m, *v;
+    assert_int_equal(ddp_tape_create(&tape), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){1, N}, 0));
+    assert_int_equal(ddp_op_mean_dims(tape, vx, 1, (int[]){1}, 0, &m), 0);
+    assert_int_equal(ddp_op_var(tape, vx, 1, (int[]){1}, 1, 0, &v), 0);
+    assert_true(fabs(ddp_var_tensor(m)->data[0] - s / N) <= 1e-6 * (s / N));
+    assert_true(fabs(ddp_var_tensor(v)->data[0] - ss / (N - 1)) <= 1e-5 * (ss / (N - 1)));
+    ddp_tape_destroy(tape);
+    free(x);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -114,6 +141,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_torch),
         cmocka_unit_test(test_argmax_no_grad_and_nan),
+        cmocka_unit_test(test_long_dim_precision),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

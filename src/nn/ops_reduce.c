@@ -63,6 +63,35 @@ static int reduce_push(ddp_tape_t *tape, const ddp__op_def *def, ddp_var_t *a, i
     return 0;
 }
 
+/* out (n) = scale * the sums of x (the walk of p) over the reduced dims, or
+ * with mean of its squared deviations from mean (n floats), accumulated in
+ * double: a float running sum along a long dim would lose about one ulp
+ * per term (torch sums float in cascades for the same reason). */
+static int sum_lines(ddp_tape_t *tape, const ddp__plan *p, const float *x, const float *mean,
+                     float scale, float *out, size_t n)
+{
+    double *acc = ddp__tape_alloc(tape, n * sizeof *acc);
+    if (!acc)
+        return DDP_ERR_NOMEM;
+    memset(acc, 0, n * sizeof *acc);
+    int64_t s = p->stride[0][p->ndim - 1];
+    for (int64_t r = 0; r < p->rows; r++) {
+        int64_t o = ddp__plan_row(p, 0, r);
+        const float *xr = x + r * p->cols;
+        if (mean)
+            for (int64_t j = 0; j < p->cols; j++) {
+                double dev = (double)xr[j] - mean[o + j * s];
+                acc[o + j * s] += dev * dev;
+            }
+        else
+            for (int64_t j = 0; j < p->cols; j++)
+                acc[o + j * s] += xr[j];
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)(acc[i] * scale);
+    return 0;
+}
+
 static int sum_mean(ddp_tape_t *tape, const ddp__op_def *def, ddp_var_t *a, int ndims,
                     const int *dims, int keepdim, ddp_var_t **y)
 {
@@ -70,7 +99,7 @@ static int sum_mean(ddp_tape_t *tape, const ddp__op_def *def, ddp_var_t *a, int 
     reduce_ctx *c;
     DDP_TRY(reduce_push(tape, def, a, ndims, dims, keepdim, &v, &c));
     c->scale = def == &mean_def ? (float)((double)v->t.numel / (double)a->t.numel) : 1.0f;
-    ddp__bcast_reduce_to(&c->p, 0, v->t.data, (size_t)v->t.numel, a->t.data, c->scale, 0);
+    DDP_TRY(sum_lines(tape, &c->p, a->t.data, NULL, c->scale, v->t.data, (size_t)v->t.numel));
     *y = v;
     return 0;
 }
@@ -108,22 +137,10 @@ int ddp_op_var(ddp_tape_t *tape, ddp_var_t *a, int ndims, const int *dims, int u
     c->mean = ddp__tape_alloc(tape, n * sizeof *c->mean);
     if (!c->mean)
         return DDP_ERR_NOMEM;
-    ddp__bcast_reduce_to(&c->p, 0, c->mean, n, a->t.data, (float)(1.0 / count), 0);
+    DDP_TRY(sum_lines(tape, &c->p, a->t.data, NULL, (float)(1.0 / count), c->mean, n));
     /* N - 1 == 0 makes 1/0 = inf, and 0 * inf = nan: torch's answer */
     c->scale = (float)(1.0 / (count - (unbiased ? 1.0 : 0.0)));
-    const ddp__plan *p = &c->p;
-    int64_t s = p->stride[0][p->ndim - 1];
-    memset(v->t.data, 0, n * sizeof *v->t.data);
-    for (int64_t r = 0; r < p->rows; r++) {
-        int64_t o = ddp__plan_row(p, 0, r);
-        const float *x = a->t.data + r * p->cols;
-        for (int64_t j = 0; j < p->cols; j++) {
-            float dev = x[j] - c->mean[o + j * s];
-            v->t.data[o + j * s] += dev * dev;
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        v->t.data[i] *= c->scale;
+    DDP_TRY(sum_lines(tape, &c->p, a->t.data, c->mean, c->scale, v->t.data, n));
     *y = v;
     return 0;
 }
