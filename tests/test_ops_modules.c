@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ddp.h"
+#include "fixtures/ops_case.h"
 
 #if defined(__has_include)
 #if __has_include("ddp/nn_module.h")
@@ -37,11 +37,9 @@ static void same_as_op(ddp_module_t *m, op_fn op)
     float x[12];
     memcpy(x, X, sizeof x);
     ddp_tape_t *tape;
-    ddp_tensor t;
     ddp_var_t *vx, *a, *b;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&t, x, 2, (int64_t[]){3, 4}), 0);
-    assert_int_equal(ddp_tape_input(tape, &t, 0, &vx), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){3, 4}, 0));
     assert_int_equal(ddp_module_forward(m, tape, vx, &a), 0);
     assert_int_equal(op(tape, vx, &b), 0);
     assert_memory_equal(ddp_var_tensor(a)->data, ddp_var_tensor(b)->data, sizeof x);
@@ -88,11 +86,9 @@ static void test_in_sequential(void **state)
     float x[12];
     memcpy(x, X, sizeof x);
     ddp_tape_t *tape;
-    ddp_tensor t;
     ddp_var_t *vx, *y, *loss;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&t, x, 2, (int64_t[]){3, 4}), 0);
-    assert_int_equal(ddp_tape_input(tape, &t, 0, &vx), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){3, 4}, 0));
     assert_int_equal(ddp_model_forward(model, tape, vx, &y), 0);
     assert_int_equal(ddp_op_nll_loss(tape, y, (int64_t[]){0, 2, 1}, &loss), 0);
     ddp_model_zero_grad(model);
@@ -120,12 +116,10 @@ static void test_errors(void **state)
     /* a dim out of range fails at forward, naming the op and the shape */
     float x[12] = {0};
     ddp_tape_t *tape;
-    ddp_tensor t;
     ddp_var_t *vx, *y;
     assert_int_equal(ddp_softmax_create(2, &m), 0);
     assert_int_equal(ddp_tape_create(&tape), 0);
-    assert_int_equal(ddp_tensor_wrap(&t, x, 2, (int64_t[]){3, 4}), 0);
-    assert_int_equal(ddp_tape_input(tape, &t, 0, &vx), 0);
+    assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){3, 4}, 0));
     assert_int_equal(ddp_module_forward(m, tape, vx, &y), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "softmax: dim 2 is out of range for shape (3, 4)"));
     ddp_tape_destroy(tape);
