@@ -129,11 +129,13 @@ DDP_API float ddp_var_item(const ddp_var_t *v);
  * y (..., out).  Backward order: b, w, x. */
 DDP_API int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
                           ddp_var_t **y);
-/* y = a b: a (M, K), b (K, N), y (M, N). */
+/* y = a b, torch.matmul: a (M, K), b (K, N), y (M, N); batched (..., M, K) x
+ * (..., K, N) with the batch dims broadcast, and 1-D operands (nn_ops.h). */
 DDP_API int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y);
-/* y = a + b: same shape, or b of shape (C) broadcast over a's rows (..., C). */
+/* y = a + b with NumPy/PyTorch broadcasting (nn_ops.h); a broadcast input's
+ * gradient sums over its broadcast dims. */
 DDP_API int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y);
-/* y = a * b element-wise, same shape. */
+/* y = a * b element-wise, broadcasting as ddp_op_add. */
 DDP_API int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y);
 /* y = s * a. */
 DDP_API int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y);
@@ -331,4 +333,5 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 
 #include "ddp/nn_function.h"
 #include "ddp/nn_norm.h"
+#include "ddp/nn_ops.h" /* broadcasting, shape, reduction, activation ops */
 #endif

@@ -1,6 +1,8 @@
 /* Autograd ops: each forward appends one var to the tape and is followed by
  * its backward (llm.c's _forward/_backward pairs); each op's ddp__op_def
- * names its backward, which the tape calls.  The losses are in loss.c.
+ * names its backward, which the tape calls.  The losses are in loss.c;
+ * add and mul (broadcasting) are in ops_broadcast.c, matmul (batched) in
+ * ops_matmul.c, the other tensor ops in ops_*.c (include/ddp/nn_ops.h).
  * Gradients are written on first contribution and added (+=) after that
  * (ddp__grad_target's acc flag), so no gradient buffer is ever cleared. */
 #include <limits.h>
@@ -61,9 +63,6 @@ int ddp__op_push(ddp_tape_t *tape, const ddp__op_def *def, int ndim, const int64
 /* ==== op definitions ====================================================== */
 
 static int linear_backward(ddp_tape_t *tape, ddp_var_t *v);
-static int matmul_backward(ddp_tape_t *tape, ddp_var_t *v);
-static int add_backward(ddp_tape_t *tape, ddp_var_t *v);
-static int mul_backward(ddp_tape_t *tape, ddp_var_t *v);
 static int scale_backward(ddp_tape_t *tape, ddp_var_t *v);
 static int relu_backward(ddp_tape_t *tape, ddp_var_t *v);
 static int sigmoid_backward(ddp_tape_t *tape, ddp_var_t *v);
@@ -73,10 +72,6 @@ static int sum_backward(ddp_tape_t *tape, ddp_var_t *v);
 static int mean_backward(ddp_tape_t *tape, ddp_var_t *v);
 
 static const ddp__op_def linear_def = {"linear", linear_backward, 0};
-static const ddp__op_def matmul_def = {"matmul", matmul_backward, 0};
-static const ddp__op_def add_def = {"add", add_backward, 0};
-static const ddp__op_def add_rows_def = {"add", add_backward, 0}; /* b over a's rows */
-static const ddp__op_def mul_def = {"mul", mul_backward, 0};
 static const ddp__op_def scale_def = {"scale", scale_backward, 0};
 static const ddp__op_def relu_def = {"relu", relu_backward, 0};
 static const ddp__op_def sigmoid_def = {"sigmoid", sigmoid_backward, 0};
@@ -214,115 +209,6 @@ static int linear_backward(ddp_tape_t *tape, ddp_var_t *v)
     if (x->requires_grad) {
         DDP_GRAD_TARGET(dx, x); /* (rows, in) += dy W */
         ddp_sgemm(0, 0, rows, in, out, 1.0f, dy, out, w->t.data, in, acc ? 1.0f : 0.0f, dx, in);
-    }
-    return 0;
-}
-
-int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    DDP_SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "matmul: NULL tape or output");
-    DDP_TRY(ddp__op_check_var(tape, a, "matmul", "a"));
-    DDP_TRY(ddp__op_check_var(tape, b, "matmul", "b"));
-    DDP_FAIL_IF(a->t.ndim != 2 || b->t.ndim != 2 || a->t.shape[1] != b->t.shape[0],
-                DDP_ERR_INVALID_ARG, "matmul: shapes %s and %s cannot be multiplied", DDP_SHAPE(a, 0),
-                DDP_SHAPE(b, 1));
-    int64_t m = a->t.shape[0], k = a->t.shape[1], n = b->t.shape[1];
-    DDP_FAIL_IF(m > INT_MAX || k > INT_MAX || n > INT_MAX, DDP_ERR_UNSUPPORTED,
-                "matmul: shapes %s and %s exceed BLAS's int dimensions", DDP_SHAPE(a, 0),
-                DDP_SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, &matmul_def, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
-    ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
-              v->t.data, (int)n);
-    *y = v;
-    return 0;
-}
-
-static int matmul_backward(ddp_tape_t *tape, ddp_var_t *v)
-{
-    ddp_var_t *a = v->in[0], *b = v->in[1];
-    int m = (int)a->t.shape[0], k = (int)a->t.shape[1], n = (int)b->t.shape[1];
-    const float *dy = v->grad; /* (m, n) */
-    int acc;
-    if (a->requires_grad) {
-        DDP_GRAD_TARGET(da, a); /* (m, k) += dy b^T */
-        ddp_sgemm(0, 1, m, k, n, 1.0f, dy, n, b->t.data, n, acc ? 1.0f : 0.0f, da, k);
-    }
-    if (b->requires_grad) {
-        DDP_GRAD_TARGET(db, b); /* (k, n) += a^T dy */
-        ddp_sgemm(1, 0, k, n, m, 1.0f, a->t.data, k, dy, n, acc ? 1.0f : 0.0f, db, n);
-    }
-    return 0;
-}
-
-int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    DDP_SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "add: NULL tape or output");
-    DDP_TRY(ddp__op_check_var(tape, a, "add", "a"));
-    DDP_TRY(ddp__op_check_var(tape, b, "add", "b"));
-    int rows = !ddp_tensor_same_shape(&a->t, &b->t);
-    DDP_FAIL_IF(rows && !(b->t.ndim == 1 && a->t.ndim >= 1 && b->t.shape[0] == ddp__op_last_dim(a)),
-                DDP_ERR_INVALID_ARG,
-                "add: shapes %s and %s differ (b must have a's shape or be a row of its last "
-                "dimension)", DDP_SHAPE(a, 0), DDP_SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, rows ? &add_rows_def : &add_def, a->t.ndim, a->t.shape, 1, a, b,
-                    NULL, &v));
-    if (rows)
-        ddp__rows_add(v->t.data, a->t.data, b->t.data, (size_t)(a->t.numel / b->t.numel),
-                      (size_t)b->t.numel);
-    else
-        ddp__vec_add(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel);
-    *y = v;
-    return 0;
-}
-
-static int add_backward(ddp_tape_t *tape, ddp_var_t *v)
-{
-    ddp_var_t *a = v->in[0], *b = v->in[1];
-    size_t n = (size_t)a->t.numel;
-    const float *dy = v->grad;
-    int acc;
-    if (a->requires_grad) {
-        DDP_GRAD_TARGET(da, a);
-        ddp__vec_acc_to(da, dy, n, acc);
-    }
-    if (b->requires_grad) {
-        DDP_GRAD_TARGET(db, b);
-        if (v->def == &add_def)
-            ddp__vec_acc_to(db, dy, n, acc);
-        else /* a row broadcast over a's rows: its gradient sums them */
-            ddp__rows_sum_to(db, dy, n / (size_t)b->t.numel, (size_t)b->t.numel, acc);
-    }
-    return 0;
-}
-
-int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
-{
-    DDP_SHAPE_BUFS;
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "mul: NULL tape or output");
-    DDP_TRY(ddp__op_check_var(tape, a, "mul", "a"));
-    DDP_TRY(ddp__op_check_var(tape, b, "mul", "b"));
-    DDP_FAIL_IF(!ddp_tensor_same_shape(&a->t, &b->t), DDP_ERR_INVALID_ARG,
-                "mul: shapes %s and %s differ", DDP_SHAPE(a, 0), DDP_SHAPE(b, 1));
-    ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, &mul_def, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
-    ddp__vec_mul_to(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel, 0);
-    *y = v;
-    return 0;
-}
-
-static int mul_backward(ddp_tape_t *tape, ddp_var_t *v)
-{
-    for (int side = 0; side < 2; side++) { /* da = dy * b, then db = dy * a */
-        ddp_var_t *t = v->in[side], *other = v->in[1 - side];
-        if (!t->requires_grad)
-            continue;
-        int acc;
-        DDP_GRAD_TARGET(dt, t);
-        ddp__vec_mul_to(dt, v->grad, other->t.data, (size_t)t->t.numel, acc);
     }
     return 0;
 }
