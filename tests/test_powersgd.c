@@ -3,7 +3,8 @@
  * compressed ones (rank 1: P = sum M Q, orthogonalised, Q = sum M^T P / 2,
  * M = P Q^T), error feedback over the whole bucket, warm start, the bias
  * all-reduced as it is; every rank ends with the same bits; bad options
- * and layouts refused. */
+ * and layouts refused; and as DDP's hook (ddp_data_parallel_register_powersgd)
+ * against plain DDP in the same processes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "ddp.h"
 #include "ddp/pg.h"
 #include "ddp/powersgd.h"
 #include "fork_children.h"
@@ -171,6 +173,106 @@ static void test_against_reference(void **state)
     job_cleanup(&J);
 }
 
+/* ---- under DistributedDataParallel -------------------------------------- */
+
+static ddp_model_t *mlp(void)
+{
+    ddp_module_t *l1, *r, *l2, *seq;
+    ddp_model_t *m = NULL;
+    if (ddp_linear_create(20, 16, 1, 3, &l1) || ddp_relu_create(&r) ||
+        ddp_linear_create(16, 4, 1, 4, &l2) ||
+        ddp_sequential_create((ddp_module_t *[]){l1, r, l2}, 3, &seq) ||
+        ddp_model_from_module(seq, &m))
+        return NULL;
+    return m;
+}
+
+/* One SGD step of dm on this rank's (fixed) batch; the loss. */
+static float ddp_step(ddp_data_parallel_t *dm, ddp_optim_t *o, int rank)
+{
+    static float x[8 * 20];
+    int64_t y[8];
+    for (int i = 0; i < 8 * 20; i++)
+        x[i] = (float)sin(0.1 * i + rank);
+    for (int i = 0; i < 8; i++)
+        y[i] = (i + rank) % 4;
+    ddp_tape_t *t;
+    ddp_tensor xt;
+    ddp_var_t *xv, *out, *loss;
+    if (ddp_tape_create(&t) || ddp_tensor_wrap(&xt, x, 2, (int64_t[]){8, 20}) ||
+        ddp_tape_input(t, &xt, 0, &xv) || ddp_data_parallel_forward(dm, t, xv, &out) ||
+        ddp_op_cross_entropy(t, out, y, &loss))
+        return NAN;
+    ddp_optim_zero_grad(o);
+    float l = ddp_var_item(loss);
+    if (ddp_data_parallel_backward(dm, t, loss) || ddp_optim_step(o))
+        l = NAN;
+    ddp_tape_destroy(t);
+    return l;
+}
+
+static int ddp_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 30.0, &pg) == 0);
+    ddp_model_t *ma = mlp(), *mb = mlp();
+    CHILD_CHECK(ma && mb);
+    ddp_data_parallel_t *da, *db;
+    CHILD_CHECK(ddp_data_parallel_create(ma, pg, NULL, &da) == 0);
+    CHILD_CHECK(ddp_data_parallel_create(mb, pg, NULL, &db) == 0);
+    ddp_powersgd_options o = ddp_powersgd_defaults();
+    o.start_powersgd_iter = 2;
+    ddp_powersgd_t *s = NULL;
+    CHILD_CHECK(ddp_data_parallel_register_powersgd(da, &o, &s) == 0);
+    ddp_sgd_options so = ddp_sgd_defaults(0.1);
+    ddp_optim_t *oa, *ob;
+    CHILD_CHECK(ddp_sgd_create(ma, &so, &oa) == 0 && ddp_sgd_create(mb, &so, &ob) == 0);
+    size_t n;
+    float *pa = ddp_model_param_block(ma, &n), *pb = ddp_model_param_block(mb, &n);
+    float first = 0, last = 0;
+    for (int it = 0; it < 12; it++) {
+        float la = ddp_step(da, oa, rank), lb = ddp_step(db, ob, rank);
+        CHILD_CHECK(!isnan(la) && !isnan(lb));
+        if (it == 1) /* the vanilla iterations: plain DDP's numbers */
+            CHILD_CHECK(memcmp(pa, pb, n * sizeof *pa) == 0);
+        if (it == 0)
+            first = la;
+        last = la;
+    }
+    CHILD_CHECK(memcmp(pa, pb, n * sizeof *pa) != 0); /* compressed since */
+    CHILD_CHECK(last < first);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += pa[i];
+    double mx = sum, mn = sum; /* every replica the same */
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &mx, 1, DDP_FLOAT64, DDP_MAX) == 0);
+    CHILD_CHECK(ddp_pg_all_reduce(pg, &mn, 1, DDP_FLOAT64, DDP_MIN) == 0);
+    CHILD_CHECK(mx == mn);
+    double before, after;
+    ddp_powersgd_stats(s, &before, &after);
+    CHILD_CHECK(ddp_powersgd_iter(s) == 12 && before > 0 && after < before / 3);
+    ddp_data_parallel_destroy(da);
+    ddp_data_parallel_destroy(db);
+    ddp_powersgd_destroy(s);
+    ddp_optim_destroy(oa);
+    ddp_optim_destroy(ob);
+    ddp_model_destroy(ma);
+    ddp_model_destroy(mb);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_under_ddp(void **state)
+{
+    (void)state;
+    job_init(&J);
+    rank_group g;
+    start_ranks(&g, 0, 2, ddp_rank, NULL);
+    assert_int_equal(join_ranks(&g, 60.0), 0);
+    job_cleanup(&J);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -200,6 +302,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_under_ddp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,12 @@ DDP_API void ddp_powersgd_destroy(ddp_powersgd_t *s);
  * ddp_data_parallel_register_comm_hook or ddp_reducer_register_comm_hook. */
 DDP_API ddp_comm_hook ddp_powersgd_hook(ddp_powersgd_t *s);
 
+/* DistributedDataParallel with PowerSGD: creates the state over dm's
+ * buckets (each parameter a matrix of shape[0] rows) and registers its
+ * hook on dm.  Destroy the state after dm. */
+DDP_API int ddp_data_parallel_register_powersgd(ddp_data_parallel_t *dm,
+                                                const ddp_powersgd_options *o,
+                                                ddp_powersgd_t **out);
 /* Iterations done (PyTorch's state.iter); set_iter restores it. */
 DDP_API int64_t ddp_powersgd_iter(const ddp_powersgd_t *s);
 DDP_API void ddp_powersgd_set_iter(ddp_powersgd_t *s, int64_t iter);

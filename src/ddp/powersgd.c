@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "ddp/powersgd.h"
+#include "ddp/powersgd_impl.h"
 
 typedef struct bucket {
     size_t n;            /* floats; 0 until first seen */
@@ -27,6 +28,7 @@ struct ddp_powersgd {
     ddp_powersgd_options o;
     ddp_powersgd_layout_fn layout;
     void *user;
+    void (*free_user)(void *); /* owned user (powersgd_ddp.c), or NULL */
     int64_t iter;
     ddp__rng rng;
     bucket *b;
@@ -82,8 +84,12 @@ void ddp_powersgd_destroy(ddp_powersgd_t *s)
     for (int i = 0; i < s->nb; i++)
         bucket_free(&s->b[i]);
     free(s->b);
+    if (s->free_user)
+        s->free_user(s->user);
     free(s);
 }
+
+void ddp__powersgd_own_user(ddp_powersgd_t *s, void (*free_fn)(void *)) { s->free_user = free_fn; }
 
 int64_t ddp_powersgd_iter(const ddp_powersgd_t *s) { return s ? s->iter : 0; }
 void ddp_powersgd_set_iter(ddp_powersgd_t *s, int64_t iter)
