@@ -294,4 +294,7 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #ifdef __cplusplus
 }
 #endif
+
+#include "ddp/nn_module.h"
+
 #endif
