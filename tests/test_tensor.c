@@ -59,8 +59,16 @@ static void test_init_wrap_view(void **state)
     assert_int_equal(t.numel, 1);
     assert_string_equal(ddp_tensor_shape_str(&t, buf, sizeof buf), "()");
 
-    assert_int_equal(ddp_tensor_init(&t, 5, (int64_t[]){1, 1, 1, 1, 1}), DDP_ERR_INVALID_ARG);
-    assert_non_null(strstr(ddp_last_error(), "tensor has 5 dimensions (at most 4)"));
+    /* 8-D is the most (PyTorch's tutorials need 5-6; DDP_TENSOR_MAX_DIM) */
+    assert_int_equal(ddp_tensor_init(&t, 8, (int64_t[]){1, 2, 1, 3, 1, 1, 2, 1}), 0);
+    assert_int_equal(t.numel, 12);
+    assert_int_equal(t.stride[0], 12);
+    assert_int_equal(t.stride[6], 1);
+    assert_string_equal(ddp_tensor_shape_str(&t, buf, sizeof buf), "(1, 2, 1, 3, 1, 1, 2, 1)");
+    ddp_tensor_destroy(&t);
+    assert_int_equal(ddp_tensor_init(&t, 9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}),
+                     DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "tensor has 9 dimensions (at most 8)"));
     assert_int_equal(ddp_tensor_init(&t, 2, (int64_t[]){3, -2}), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "tensor dimension 1 has size -2 (must be > 0)"));
     assert_int_equal(ddp_tensor_wrap(&t, NULL, 1, (int64_t[]){3}), DDP_ERR_INVALID_ARG);

@@ -51,6 +51,18 @@
  *      the whole product; tests/test_autograd_hooks.c checks it).  Negative
  *      returns stop backward as in rule 6.
  *
+ * WHERE A GRADIENT IS WRITTEN (optional; what ZeRO-2's gradient pool builds on):
+ *
+ *   8. With a grad-write hook installed (ddp_model_set_grad_write_hook),
+ *      backward calls it once per used parameter per backward pass, just
+ *      before its first write into that parameter's gradient, with *grad =
+ *      p->grad.  The hook may point *grad at other memory (p->numel floats
+ *      that stay valid until the grad-ready hook, or later, is done with
+ *      them); backward then adds (+=) every contribution there, so the hook
+ *      zeroes that memory unless it means to accumulate, and p->grad is set
+ *      to it.  Parameters the pass does not use get no call.  A negative
+ *      return stops backward as in rule 6.
+ *
  */
 #ifndef DDP_EXT_H
 #define DDP_EXT_H
@@ -73,6 +85,12 @@ typedef int (*ddp_grad_ready_fn)(ddp_param *p, int used, void *user);
  * by the model), copying the current gradient there first.  ptr NULL points
  * it back at the model's own grad block (copying back). */
 DDP_API int ddp_param_set_grad(ddp_param *p, float *ptr);
+/* Points p->data at ptr (p->numel floats, borrowed: the caller keeps it
+ * alive), whose values become the parameter's (nothing is copied): a view
+ * of a parameter in memory someone else owns, as ZeRO's shard optimizer
+ * steps a piece of another model's parameter block.  ptr NULL points it
+ * back at the model's own block (copying the values back). */
+DDP_API int ddp_param_set_data(ddp_param *p, float *ptr);
 /* Same for every parameter at once: block holds the model's total numel
  * floats laid out as the grad block (NULL: back to the model's own). */
 DDP_API int ddp_model_set_grad_block(ddp_model_t *m, float *block);
@@ -80,6 +98,12 @@ DDP_API int ddp_model_set_grad_block(ddp_model_t *m, float *block);
  * it).  DistributedDataParallel installs its own. */
 DDP_API void ddp_model_set_grad_ready_hook(ddp_model_t *m, ddp_grad_ready_fn fn, void *user);
 DDP_API ddp_grad_ready_fn ddp_model_grad_ready_hook(const ddp_model_t *m, void **user);
+
+/* Grad-write hook (contract rule 8): *grad may be replaced; return 0 or a
+ * negative code to stop backward.  fn NULL removes it. */
+typedef int (*ddp_grad_write_fn)(ddp_param *p, float **grad, void *user);
+DDP_API void ddp_model_set_grad_write_hook(ddp_model_t *m, ddp_grad_write_fn fn, void *user);
+DDP_API ddp_grad_write_fn ddp_model_grad_write_hook(const ddp_model_t *m, void **user);
 
 /* Row chunks of a weight gradient (contract rule 7).  plan returns the number
  * of chunks wanted (0 or 1: compute dW whole) or a negative code; chunk is

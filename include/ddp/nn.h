@@ -71,11 +71,13 @@ typedef struct ddp_param {
     struct {                       /* private to libddp */
         ddp_model_t *model;
         float *home_grad;          /* this parameter's slice of the model's grad block */
+        float *home_data;          /* ... and of its parameter block */
         int owns_storage;          /* standalone storage before the model seals */
         const void *tape;          /* leaf var cache: tape, generation, var */
         uint64_t tape_gen;
         ddp_var_t *var;
         uint64_t used_pass;        /* the last backward pass that reached it */
+        uint64_t write_pass;       /* the last pass whose grad-write hook it had */
         int64_t pending;           /* its uses that pass has still to process */
     } priv;
 } ddp_param;
@@ -178,6 +180,11 @@ DDP_API int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int6
  * same tape (gradients accumulate again); the next forward needs a
  * ddp_tape_reset first. */
 DDP_API int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
+/* PyTorch's y.backward(gradient): the same from a var y of any shape whose
+ * upstream gradient is dy (y's numel floats, borrowed for the call), as a
+ * pipeline stage does with the gradient the next stage sends back. */
+DDP_API int ddp_tape_backward_grad(ddp_tape_t *tape, ddp_var_t *y, const float *dy,
+                                   ddp_model_t *model);
 
 /* ==== modules =============================================================
  * Modules are created alone, then handed to a container or a model, which

@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define DDP_TENSOR_MAX_DIM 4
+#define DDP_TENSOR_MAX_DIM 8
 
 typedef struct ddp_tensor {
     float *data;                          /* numel floats, 64-byte aligned when owned */

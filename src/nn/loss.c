@@ -10,6 +10,21 @@
 #include "tensor/kernels.h"
 
 /* Checks a (B, C) logits / log-probability input and its B labels. */
+static int log_softmax_backward(ddp_tape_t *tape, ddp_var_t *v);
+/* nll (probs NULL) and cross-entropy (probs: its saved softmax). */
+static int labels_backward(ddp_tape_t *tape, ddp_var_t *v, const float *probs);
+static int mse_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int nll_backward(ddp_tape_t *tape, ddp_var_t *v) { return labels_backward(tape, v, NULL); }
+static int cross_entropy_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return labels_backward(tape, v, v->aux);
+}
+
+static const ddp__op_def log_softmax_def = {"log_softmax", log_softmax_backward, 0};
+static const ddp__op_def nll_def = {"nll_loss", nll_backward, 0};
+static const ddp__op_def mse_def = {"mse_loss", mse_backward, 0};
+static const ddp__op_def cross_entropy_def = {"cross_entropy", cross_entropy_backward, 0};
+
 static int check_logits(const ddp_tape_t *tape, ddp_var_t *x, const int64_t *labels,
                         const char *op)
 {
@@ -40,7 +55,7 @@ int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "log_softmax: NULL tape or output");
     DDP_TRY(ddp__op_check_var(tape, a, "log_softmax", "input"));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_LOG_SOFTMAX, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &log_softmax_def, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
     int64_t c = ddp__op_last_dim(a), rows = a->t.numel / c;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = a->t.data + r * c;
@@ -60,7 +75,7 @@ int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
 }
 
 /* dx = dy - softmax * sum(dy), softmax = exp(y) */
-int ddp__log_softmax_backward(ddp_tape_t *tape, ddp_var_t *v)
+static int log_softmax_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     ddp_var_t *a = v->in[0];
     int64_t c = ddp__op_last_dim(a), rows = a->t.numel / c;
@@ -86,7 +101,7 @@ int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, dd
     DDP_TRY(check_logits(tape, logp, labels, "nll_loss"));
     int64_t rows = logp->t.shape[0], c = logp->t.shape[1];
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_NLL, 0, NULL, 1, logp, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &nll_def, 0, NULL, 1, logp, NULL, NULL, &v));
     DDP_TRY(copy_labels(tape, v, labels, rows));
     double s = 0.0;
     for (int64_t r = 0; r < rows; r++)
@@ -98,7 +113,7 @@ int ddp_op_nll_loss(ddp_tape_t *tape, ddp_var_t *logp, const int64_t *labels, dd
 
 /* nll: dx = -dloss / B at the labels; with probs (cross-entropy, its saved
  * softmax): dx = (p - onehot) dloss / B. */
-int ddp__labels_backward(ddp_tape_t *tape, ddp_var_t *v, const float *probs)
+static int labels_backward(ddp_tape_t *tape, ddp_var_t *v, const float *probs)
 {
     ddp_var_t *a = v->in[0];
     int64_t c = ddp__op_last_dim(a), rows = a->t.numel / c;
@@ -124,7 +139,7 @@ int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target, ddp_v
                 "mse_loss: input of shape %s and target of shape %s differ", DDP_SHAPE(input, 0),
                 DDP_SHAPE(target, 1));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_MSE, 0, NULL, 1, input, target, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &mse_def, 0, NULL, 1, input, target, NULL, &v));
     double s = 0.0;
     for (int64_t i = 0; i < input->t.numel; i++) {
         double d = (double)input->t.data[i] - target->t.data[i];
@@ -136,7 +151,7 @@ int ddp_op_mse_loss(ddp_tape_t *tape, ddp_var_t *input, ddp_var_t *target, ddp_v
 }
 
 /* d/da = 2 (a - b) / n, d/db = -d/da */
-int ddp__mse_backward(ddp_tape_t *tape, ddp_var_t *v)
+static int mse_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     ddp_var_t *a = v->in[0], *b = v->in[1];
     size_t n = (size_t)a->t.numel;
@@ -164,7 +179,7 @@ int ddp_op_cross_entropy(ddp_tape_t *tape, ddp_var_t *logits, const int64_t *lab
     DDP_TRY(check_logits(tape, logits, labels, "cross_entropy"));
     int64_t rows = logits->t.shape[0], c = logits->t.shape[1];
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_CROSS_ENTROPY, 0, NULL, 1, logits, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &cross_entropy_def, 0, NULL, 1, logits, NULL, NULL, &v));
     DDP_TRY(copy_labels(tape, v, labels, rows));
     /* Save softmax probabilities for backward: d/dlogits = (p - onehot) / B
      * (without grad, one row of scratch is enough). */

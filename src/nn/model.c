@@ -37,6 +37,8 @@ struct ddp_model {
     void *hook_user;
     ddp_grad_chunk_hook chunk_hook;
     int has_chunk_hook;
+    ddp_grad_write_fn write_hook;
+    void *write_user;
     uint64_t param_version; /* bumped by every in-place writer (nn.h) */
 };
 
@@ -236,7 +238,7 @@ static void place_params(ddp_model_t *m)
         ddp__free_aligned(p->data);
         ddp__free_aligned(p->priv.home_grad);
         p->priv.owns_storage = 0;
-        p->data = m->pblock + off;
+        p->data = p->priv.home_data = m->pblock + off;
         p->grad = p->priv.home_grad = m->gblock + off;
         p->offset = off;
         p->index = (int)i;
@@ -435,6 +437,19 @@ int ddp_param_set_grad(ddp_param *p, float *ptr)
     return 0;
 }
 
+int ddp_param_set_data(ddp_param *p, float *ptr)
+{
+    DDP_FAIL_IF(!p || !p->priv.model, DDP_ERR_INVALID_ARG,
+                "set data: the parameter is NULL or not in a sealed model");
+    float *dst = ptr ? ptr : p->priv.home_data;
+    if (!ptr && dst != p->data)
+        memmove(dst, p->data, p->numel * sizeof(float));
+    p->data = dst;
+    p->priv.var = NULL; /* a cached leaf var would still see the old memory */
+    p->priv.tape = NULL;
+    return 0;
+}
+
 int ddp_model_set_grad_block(ddp_model_t *m, float *block)
 {
     DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "set grad block: model is NULL");
@@ -508,6 +523,21 @@ void ddp_model_set_grad_chunk_hook(ddp_model_t *m, const ddp_grad_chunk_hook *ho
 const ddp_grad_chunk_hook *ddp_model_grad_chunk_hook(const ddp_model_t *m)
 {
     return m && m->has_chunk_hook ? &m->chunk_hook : NULL;
+}
+
+void ddp_model_set_grad_write_hook(ddp_model_t *m, ddp_grad_write_fn fn, void *user)
+{
+    if (!m)
+        return;
+    m->write_hook = fn;
+    m->write_user = user;
+}
+
+ddp_grad_write_fn ddp_model_grad_write_hook(const ddp_model_t *m, void **user)
+{
+    if (user)
+        *user = m ? m->write_user : NULL;
+    return m ? m->write_hook : NULL;
 }
 
 uint64_t ddp_model_param_version(const ddp_model_t *m) { return m ? m->param_version : 0; }

@@ -1,6 +1,6 @@
 /* Autograd ops: each forward appends one var to the tape and is followed by
- * its backward (llm.c's _forward/_backward pairs); ddp__op_backward, at the
- * end, dispatches on the op.  The losses are in loss.c.
+ * its backward (llm.c's _forward/_backward pairs); each op's ddp__op_def
+ * names its backward, which the tape calls.  The losses are in loss.c.
  * Gradients are written on first contribution and added (+=) after that
  * (ddp__grad_target's acc flag), so no gradient buffer is ever cleared. */
 #include <limits.h>
@@ -25,17 +25,21 @@ int ddp__op_check_var(const ddp_tape_t *tape, const ddp_var_t *v, const char *op
     return 0;
 }
 
-int ddp__op_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc, ddp_var_t *a,
-                 ddp_var_t *b, ddp_var_t *c, ddp_var_t **out)
+int ddp__op_push_n(ddp_tape_t *tape, const ddp__op_def *def, int ndim, const int64_t *shape,
+                   int alloc, int nin, ddp_var_t *const *in, ddp_var_t **out)
 {
+    DDP_FAIL_IF(nin < 0 || nin > DDP_VAR_MAX_IN, DDP_ERR_INVALID_ARG,
+                "%s: %d inputs (at most %d)", def->name, nin, DDP_VAR_MAX_IN);
     ddp_var_t *v;
-    DDP_TRY(ddp__tape_push(tape, op, ndim, shape, alloc, &v));
-    ddp_var_t *ins[DDP_VAR_MAX_IN] = {a, b, c};
-    for (int j = 0; j < DDP_VAR_MAX_IN; j++) {
-        if (!ins[j])
-            continue;
-        v->in[v->nin++] = ins[j];
-        v->requires_grad |= ins[j]->requires_grad;
+    DDP_TRY(ddp__tape_push(tape, def, ndim, shape, alloc, &v));
+    if (nin > DDP__VAR_INLINE_IN) {
+        v->in = ddp__tape_alloc(tape, (size_t)nin * sizeof *v->in);
+        if (!v->in)
+            return DDP_ERR_NOMEM;
+    }
+    for (int j = 0; j < nin; j++) {
+        v->in[v->nin++] = in[j];
+        v->requires_grad |= in[j]->requires_grad;
     }
     if (!tape->grad_enabled) /* torch.no_grad(): nothing to backpropagate */
         v->requires_grad = 0;
@@ -43,7 +47,56 @@ int ddp__op_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int a
     return 0;
 }
 
+int ddp__op_push(ddp_tape_t *tape, const ddp__op_def *def, int ndim, const int64_t *shape,
+                 int alloc, ddp_var_t *a, ddp_var_t *b, ddp_var_t *c, ddp_var_t **out)
+{
+    ddp_var_t *ins[3], *given[3] = {a, b, c};
+    int n = 0;
+    for (int j = 0; j < 3; j++)
+        if (given[j])
+            ins[n++] = given[j];
+    return ddp__op_push_n(tape, def, ndim, shape, alloc, n, ins, out);
+}
 
+/* ==== op definitions ====================================================== */
+
+static int linear_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int matmul_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int add_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int mul_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int scale_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int relu_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int sigmoid_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int tanh_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int dropout_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int sum_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int mean_backward(ddp_tape_t *tape, ddp_var_t *v);
+
+static const ddp__op_def linear_def = {"linear", linear_backward, 0};
+static const ddp__op_def matmul_def = {"matmul", matmul_backward, 0};
+static const ddp__op_def add_def = {"add", add_backward, 0};
+static const ddp__op_def add_rows_def = {"add", add_backward, 0}; /* b over a's rows */
+static const ddp__op_def mul_def = {"mul", mul_backward, 0};
+static const ddp__op_def scale_def = {"scale", scale_backward, 0};
+static const ddp__op_def relu_def = {"relu", relu_backward, 0};
+static const ddp__op_def sigmoid_def = {"sigmoid", sigmoid_backward, 0};
+static const ddp__op_def tanh_def = {"tanh", tanh_backward, 0};
+static const ddp__op_def dropout_def = {"dropout", dropout_backward, 0};
+static const ddp__op_def sum_def = {"sum", sum_backward, 0};
+static const ddp__op_def mean_def = {"mean", mean_backward, 0};
+static const ddp__op_def reshape_def = {"reshape", NULL, DDP__OP_VIEW};
+
+/* The single-input element-wise backward: da (the input's numel) from dy. */
+typedef void (*unary_grad_fn)(float *da, const float *dy, const ddp_var_t *v, size_t n,
+                              int acc);
+static int unary_backward_with(ddp_tape_t *tape, ddp_var_t *v, unary_grad_fn fn)
+{
+    ddp_var_t *a = v->in[0];
+    int acc;
+    DDP_GRAD_TARGET(da, a);
+    fn(da, v->grad, v, (size_t)a->t.numel, acc);
+    return 0;
+}
 
 /* ==== ops: each forward, then its backward ================================ */
 
@@ -72,7 +125,7 @@ int ddp_op_linear(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b, dd
     memcpy(shape, x->t.shape, sizeof shape);
     shape[x->t.ndim - 1] = out;
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_LINEAR, x->t.ndim, shape, 1, x, w, b, &v));
+    DDP_TRY(ddp__op_push(tape, &linear_def, x->t.ndim, shape, 1, x, w, b, &v));
     /* (rows, out) = x (rows, in) W^T (in, out) + b: the bias is the GEMM's C. */
     if (b)
         ddp__rows_set(v->t.data, b->t.data, (size_t)rows, (size_t)out);
@@ -179,7 +232,7 @@ int ddp_op_matmul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
                 "matmul: shapes %s and %s exceed BLAS's int dimensions", DDP_SHAPE(a, 0),
                 DDP_SHAPE(b, 1));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_MATMUL, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &matmul_def, 2, (int64_t[]){m, n}, 1, a, b, NULL, &v));
     ddp_sgemm(0, 0, (int)m, (int)n, (int)k, 1.0f, a->t.data, (int)k, b->t.data, (int)n, 0.0f,
               v->t.data, (int)n);
     *y = v;
@@ -215,7 +268,7 @@ int ddp_op_add(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
                 "add: shapes %s and %s differ (b must have a's shape or be a row of its last "
                 "dimension)", DDP_SHAPE(a, 0), DDP_SHAPE(b, 1));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, rows ? DDP_OP_ADD_ROWS : DDP_OP_ADD, a->t.ndim, a->t.shape, 1, a, b,
+    DDP_TRY(ddp__op_push(tape, rows ? &add_rows_def : &add_def, a->t.ndim, a->t.shape, 1, a, b,
                     NULL, &v));
     if (rows)
         ddp__rows_add(v->t.data, a->t.data, b->t.data, (size_t)(a->t.numel / b->t.numel),
@@ -238,7 +291,7 @@ static int add_backward(ddp_tape_t *tape, ddp_var_t *v)
     }
     if (b->requires_grad) {
         DDP_GRAD_TARGET(db, b);
-        if (v->op == DDP_OP_ADD)
+        if (v->def == &add_def)
             ddp__vec_acc_to(db, dy, n, acc);
         else /* a row broadcast over a's rows: its gradient sums them */
             ddp__rows_sum_to(db, dy, n / (size_t)b->t.numel, (size_t)b->t.numel, acc);
@@ -255,7 +308,7 @@ int ddp_op_mul(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t *b, ddp_var_t **y)
     DDP_FAIL_IF(!ddp_tensor_same_shape(&a->t, &b->t), DDP_ERR_INVALID_ARG,
                 "mul: shapes %s and %s differ", DDP_SHAPE(a, 0), DDP_SHAPE(b, 1));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_MUL, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &mul_def, a->t.ndim, a->t.shape, 1, a, b, NULL, &v));
     ddp__vec_mul_to(v->t.data, a->t.data, b->t.data, (size_t)a->t.numel, 0);
     *y = v;
     return 0;
@@ -279,14 +332,14 @@ int ddp_op_scale(ddp_tape_t *tape, ddp_var_t *a, float s, ddp_var_t **y)
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "scale: NULL tape or output");
     DDP_TRY(ddp__op_check_var(tape, a, "scale", "input"));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_SCALE, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &scale_def, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
     v->f = s;
     ddp__vec_scale_to(v->t.data, s, a->t.data, (size_t)a->t.numel, 0);
     *y = v;
     return 0;
 }
 
-static void scale_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+static void scale_grad(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
     ddp__vec_scale_to(da, v->f, dy, n, acc);
 }
@@ -296,18 +349,19 @@ int ddp_op_relu(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "relu: NULL tape or output");
     DDP_TRY(ddp__op_check_var(tape, a, "relu", "input"));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_RELU, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &relu_def, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
     ddp__vec_relu(v->t.data, a->t.data, (size_t)a->t.numel);
     *y = v;
     return 0;
 }
 
-static void relu_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+static void relu_grad(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
     ddp__vec_relu_backward_to(da, dy, v->t.data, n, acc);
 }
 
-static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+static int unary_op(ddp_tape_t *tape, ddp_var_t *a, const ddp__op_def *op, const char *name,
+                    ddp_var_t **y)
 {
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
     DDP_TRY(ddp__op_check_var(tape, a, name, "input"));
@@ -316,7 +370,7 @@ static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, dd
     const float *x = a->t.data;
     float *o = v->t.data;
     size_t n = (size_t)a->t.numel;
-    if (op == DDP_OP_SIGMOID)
+    if (op == &sigmoid_def)
         for (size_t i = 0; i < n; i++)
             o[i] = 1.0f / (1.0f + expf(-x[i]));
     else
@@ -328,20 +382,20 @@ static int unary_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, dd
 
 int ddp_op_sigmoid(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
 {
-    return unary_op(tape, a, DDP_OP_SIGMOID, "sigmoid", y);
+    return unary_op(tape, a, &sigmoid_def, "sigmoid", y);
 }
 
 int ddp_op_tanh(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
 {
-    return unary_op(tape, a, DDP_OP_TANH, "tanh", y);
+    return unary_op(tape, a, &tanh_def, "tanh", y);
 }
 
 /* sigmoid: dy * y (1 - y); tanh: dy * (1 - y^2) */
-static void unary_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+static void sigmoid_tanh_grad(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
     for (size_t i = 0; i < n; i++) {
         float yi = v->t.data[i];
-        float g = dy[i] * (v->op == DDP_OP_SIGMOID ? yi * (1.0f - yi) : 1.0f - yi * yi);
+        float g = dy[i] * (v->def == &sigmoid_def ? yi * (1.0f - yi) : 1.0f - yi * yi);
         da[i] = acc ? da[i] + g : g;
     }
 }
@@ -358,7 +412,7 @@ int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64
         return 0;
     }
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_DROPOUT, x->t.ndim, x->t.shape, 1, x, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &dropout_def, x->t.ndim, x->t.shape, 1, x, NULL, NULL, &v));
     size_t n = (size_t)x->t.numel;
     v->aux = ddp__tape_alloc(tape, n * sizeof(float));
     if (!v->aux)
@@ -373,36 +427,37 @@ int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64
     return 0;
 }
 
-static void dropout_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+static void dropout_grad(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
     ddp__vec_mul_to(da, dy, v->aux, n, acc);
 }
 
-static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, int op, const char *name, ddp_var_t **y)
+static int reduce_op(ddp_tape_t *tape, ddp_var_t *a, const ddp__op_def *op, const char *name,
+                     ddp_var_t **y)
 {
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", name);
     DDP_TRY(ddp__op_check_var(tape, a, name, "input"));
     ddp_var_t *v;
     DDP_TRY(ddp__op_push(tape, op, 0, NULL, 1, a, NULL, NULL, &v));
     double s = ddp__vec_sum(a->t.data, (size_t)a->t.numel);
-    v->t.data[0] = (float)(op == DDP_OP_MEAN ? s / (double)a->t.numel : s);
+    v->t.data[0] = (float)(op == &mean_def ? s / (double)a->t.numel : s);
     *y = v;
     return 0;
 }
 
 int ddp_op_sum(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
 {
-    return reduce_op(tape, a, DDP_OP_SUM, "sum", y);
+    return reduce_op(tape, a, &sum_def, "sum", y);
 }
 
 int ddp_op_mean(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
 {
-    return reduce_op(tape, a, DDP_OP_MEAN, "mean", y);
+    return reduce_op(tape, a, &mean_def, "mean", y);
 }
 
-static void reduce_backward(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
+static void reduce_grad(float *da, const float *dy, const ddp_var_t *v, size_t n, int acc)
 {
-    if (v->op == DDP_OP_SUM)
+    if (v->def == &sum_def)
         ddp__vec_fill_to(da, dy[0], n, acc);
     else /* mean */
         ddp__vec_fill_to(da, dy[0] / (float)n, n, acc);
@@ -416,7 +471,7 @@ int ddp_op_reshape(ddp_tape_t *tape, ddp_var_t *a, int ndim, const int64_t *shap
     ddp_tensor view;
     DDP_TRY(ddp_tensor_view(&a->t, ndim, shape, &view));
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, DDP_OP_RESHAPE, view.ndim, view.shape, 0, a, NULL, NULL, &v));
+    DDP_TRY(ddp__op_push(tape, &reshape_def, view.ndim, view.shape, 0, a, NULL, NULL, &v));
     v->t.data = a->t.data; /* a view: no copy */
     *y = v;
     return 0;
@@ -436,58 +491,33 @@ int ddp_op_flatten(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
     return ddp_op_reshape(tape, a, 2, (int64_t[]){a->t.shape[0], -1}, y);
 }
 
-/* ==== backward dispatch =================================================== */
+/* ==== single-input backwards ============================================== */
 
-int ddp__op_backward(ddp_tape_t *tape, ddp_var_t *v)
+static int scale_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
-    switch (v->op) {
-    case DDP_OP_LINEAR:
-        return linear_backward(tape, v);
-    case DDP_OP_MATMUL:
-        return matmul_backward(tape, v);
-    case DDP_OP_ADD:
-    case DDP_OP_ADD_ROWS:
-        return add_backward(tape, v);
-    case DDP_OP_MUL:
-        return mul_backward(tape, v);
-    case DDP_OP_RESHAPE: /* its gradient already is its input's (ddp__grad_target) */
-        return 0;
-    case DDP_OP_LOG_SOFTMAX:
-        return ddp__log_softmax_backward(tape, v);
-    case DDP_OP_NLL:
-        return ddp__labels_backward(tape, v, NULL);
-    case DDP_OP_MSE:
-        return ddp__mse_backward(tape, v);
-    case DDP_OP_CROSS_ENTROPY:
-        return ddp__labels_backward(tape, v, v->aux);
-    default:
-        break;
-    }
-    /* The single-input element-wise ops (the output requires grad, so the
-     * input does): da (numel of the input) from here. */
-    ddp_var_t *a = v->in[0];
-    size_t n = (size_t)a->t.numel;
-    int acc;
-    DDP_GRAD_TARGET(da, a);
-    switch (v->op) {
-    case DDP_OP_SCALE:
-        scale_backward(da, v->grad, v, n, acc);
-        return 0;
-    case DDP_OP_RELU:
-        relu_backward(da, v->grad, v, n, acc);
-        return 0;
-    case DDP_OP_SIGMOID:
-    case DDP_OP_TANH:
-        unary_backward(da, v->grad, v, n, acc);
-        return 0;
-    case DDP_OP_DROPOUT:
-        dropout_backward(da, v->grad, v, n, acc);
-        return 0;
-    case DDP_OP_SUM:
-    case DDP_OP_MEAN:
-        reduce_backward(da, v->grad, v, n, acc);
-        return 0;
-    default:
-        return DDP_ERROR(DDP_ERR_STATE, "backward: unknown op %d on the tape", v->op);
-    }
+    return unary_backward_with(tape, v, scale_grad);
+}
+static int relu_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return unary_backward_with(tape, v, relu_grad);
+}
+static int sigmoid_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return unary_backward_with(tape, v, sigmoid_tanh_grad);
+}
+static int tanh_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return unary_backward_with(tape, v, sigmoid_tanh_grad);
+}
+static int dropout_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return unary_backward_with(tape, v, dropout_grad);
+}
+static int sum_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return unary_backward_with(tape, v, reduce_grad);
+}
+static int mean_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    return unary_backward_with(tape, v, reduce_grad);
 }

@@ -117,8 +117,8 @@ size_t ddp_tape_arena_bytes(const ddp_tape_t *tape)
 
 /* ==== vars ================================================================ */
 
-int ddp__tape_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int alloc_data,
-                   ddp_var_t **out)
+int ddp__tape_push(ddp_tape_t *tape, const ddp__op_def *def, int ndim, const int64_t *shape,
+                   int alloc_data, ddp_var_t **out)
 {
     /* A forgotten reset would keep every iteration's vars (and the arena
      * would spill more each step): once backward has run, the tape is done
@@ -138,7 +138,8 @@ int ddp__tape_push(ddp_tape_t *tape, int op, int ndim, const int64_t *shape, int
     if (!v)
         return DDP_ERR_NOMEM;
     memset(v, 0, sizeof *v);
-    v->op = op;
+    v->def = def;
+    v->in = v->in_inline;
     DDP_TRY(ddp__tensor_set_shape(&v->t, ndim, shape));
     if (alloc_data) {
         v->t.data = ddp__tape_alloc(tape, (size_t)v->t.numel * sizeof(float));
@@ -156,7 +157,7 @@ int ddp_tape_input(ddp_tape_t *tape, const ddp_tensor *t, int requires_grad, ddp
     DDP_FAIL_IF(!tape || !t || !out, DDP_ERR_INVALID_ARG, "tape input: NULL argument");
     DDP_FAIL_IF(!t->data, DDP_ERR_INVALID_ARG, "tape input: tensor has no data");
     ddp_var_t *v;
-    DDP_TRY(ddp__tape_push(tape, DDP_OP_LEAF, t->ndim, t->shape, 0, &v));
+    DDP_TRY(ddp__tape_push(tape, NULL, t->ndim, t->shape, 0, &v));
     v->t.data = t->data;
     v->requires_grad = requires_grad ? 1 : 0;
     *out = v;
@@ -171,7 +172,7 @@ int ddp_tape_param(ddp_tape_t *tape, ddp_param *p, ddp_var_t **out)
         return 0;
     }
     ddp_var_t *v;
-    DDP_TRY(ddp__tape_push(tape, DDP_OP_LEAF, p->ndim, p->shape, 0, &v));
+    DDP_TRY(ddp__tape_push(tape, NULL, p->ndim, p->shape, 0, &v));
     v->t.data = p->data;
     v->requires_grad = 1;
     v->param = p;
@@ -197,19 +198,45 @@ float *ddp__grad_target(ddp_tape_t *tape, ddp_var_t *v, int *acc)
 {
     if (v->param) {
         *acc = 1; /* parameters accumulate across backward calls */
-        return v->param->grad;
+        ddp_param *p = v->param;
+        if (tape->bw_write && p->priv.model == tape->bw_model &&
+            p->priv.write_pass != tape->bw_pass) {
+            p->priv.write_pass = tape->bw_pass; /* once per pass (ext.h rule 8) */
+            float *g = p->grad;
+            int rc = tape->bw_write(p, &g, tape->bw_write_user);
+            if (rc < 0 || !g) {
+                tape->grad_target_rc = rc < 0 ? rc
+                                              : DDP_ERROR(DDP_ERR_STATE, "grad-write hook of %s "
+                                                          "gave no memory", p->name);
+                return NULL;
+            }
+            p->grad = g;
+        }
+        return p->grad;
     }
-    if (v->op == DDP_OP_RESHAPE) {
+    if (v->def && (v->def->flags & DDP__OP_VIEW)) {
         /* A view's gradient is its input's, seen through the view: writers
          * go straight there and the view's backward has nothing to copy. */
-        v->grad = ddp__grad_target(tape, v->in[0], acc);
+        ddp_var_t *base = v->in[0];
+        float *g = ddp__grad_target(tape, base, acc);
+        if (!g)
+            return NULL;
+        if (!*acc && v->t.numel != base->t.numel) {
+            /* A view of part of its input (narrow): the rest of the input's
+             * fresh gradient gets no write from here, so it starts at 0. */
+            memset(g, 0, (size_t)base->t.numel * sizeof *g);
+            *acc = 1;
+        }
+        v->grad = g + v->view_offset;
         v->grad_written = 1;
         return v->grad;
     }
     if (!v->grad) {
         v->grad = ddp__tape_alloc(tape, (size_t)v->t.numel * sizeof(float));
-        if (!v->grad)
+        if (!v->grad) {
+            tape->grad_target_rc = DDP_ERR_NOMEM;
             return NULL;
+        }
     }
     *acc = v->grad_written;
     v->grad_written = 1;
@@ -240,47 +267,64 @@ static void count_use(ddp_param *p, uint64_t pass, int uses)
 
 int ddp__tape_release(ddp_tape_t *tape, ddp_var_t *v, int j)
 {
-    if (v->released & (1u << j))
+    if (v->released & (UINT64_C(1) << j))
         return 0;
-    v->released |= 1u << j;
+    v->released |= UINT64_C(1) << j;
     ddp_param *p = v->in[j]->param;
     if (p && --p->priv.pending == 0 && tape->bw_hook && p->priv.model == tape->bw_model)
         return tape->bw_hook(p, 1, tape->bw_user);
     return 0;
 }
 
-static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model);
+static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, const float *dy, ddp_model_t *model);
 
-int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
+static int backward_entry(ddp_tape_t *tape, ddp_var_t *y, const float *dy, ddp_model_t *model)
 {
-    DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
     uint64_t t0 = ddp__tl_begin();
-    int rc = backward_run(tape, loss, model);
+    int rc = backward_run(tape, y, dy, model);
     ddp__tl_end(t0, "autograd backward", NULL, 0);
     if (rc == 0)
         tape->backward_ran = 1;
     tape->bw_model = NULL;
     tape->bw_hook = NULL;
     tape->bw_user = NULL;
+    tape->bw_write = NULL;
+    tape->bw_write_user = NULL;
     return rc;
 }
 
-static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
+int ddp_tape_backward(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
+{
+    DDP_FAIL_IF(!tape || !loss, DDP_ERR_INVALID_ARG, "backward: NULL tape or loss");
+    return backward_entry(tape, loss, NULL, model);
+}
+
+int ddp_tape_backward_grad(ddp_tape_t *tape, ddp_var_t *y, const float *dy, ddp_model_t *model)
+{
+    DDP_FAIL_IF(!tape || !y || !dy, DDP_ERR_INVALID_ARG, "backward: NULL tape, output or gradient");
+    return backward_entry(tape, y, dy, model);
+}
+
+/* dy NULL: loss is a scalar seeded with 1; else the upstream gradient. */
+static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, const float *dy, ddp_model_t *model)
 {
     DDP_FAIL_IF(!ddp__tape_has(tape, loss), DDP_ERR_INVALID_ARG,
-                "backward: the loss var is not on this tape (was the tape reset?)");
+                "backward: the %s var is not on this tape (was the tape reset?)",
+                dy ? "output" : "loss");
     char buf[64];
-    DDP_FAIL_IF(loss->t.numel != 1, DDP_ERR_INVALID_ARG,
-                "backward: the loss must have one element, not shape %s",
+    DDP_FAIL_IF(!dy && loss->t.numel != 1, DDP_ERR_INVALID_ARG,
+                "backward: the loss must have one element, not shape %s (give its gradient "
+                "with ddp_tape_backward_grad)",
                 ddp_tensor_shape_str(&loss->t, buf, sizeof buf));
     DDP_FAIL_IF(!loss->requires_grad, DDP_ERR_INVALID_ARG,
-                "backward: the loss does not depend on any parameter or input that "
-                "requires grad");
+                "backward: the %s does not depend on any parameter or input that "
+                "requires grad", dy ? "output" : "loss");
     ddp_grad_ready_fn hook = NULL;
     void *user = NULL;
     if (model) {
         DDP_TRY(ddp_model_seal(model));
         hook = ddp_model_grad_ready_hook(model, &user);
+        tape->bw_write = ddp_model_grad_write_hook(model, &tape->bw_write_user);
     }
     tape->bw_model = model;
     tape->bw_hook = hook;
@@ -297,6 +341,7 @@ static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
         v->released = 0;
     }
     uint64_t pass = atomic_fetch_add(&next_gen, 1);
+    tape->bw_pass = pass;
     loss->reachable = 1;
     if (loss->param)
         count_use(loss->param, pass, 0);
@@ -322,21 +367,24 @@ static int backward_run(ddp_tape_t *tape, ddp_var_t *loss, ddp_model_t *model)
             DDP_TRY(hook(p, 0, user));
     }
 
-    /* Phase 3: seed d(loss)/d(loss) = 1 and walk the tape backwards; a
+    /* Phase 3: seed d(loss)/d(loss) = 1 (or dy) and walk the tape backwards; a
      * parameter is final when its last reachable consumer has run. */
     int acc;
     float *g = ddp__grad_target(tape, loss, &acc);
     if (!g)
-        return DDP_ERR_NOMEM;
-    ddp__vec_fill_to(g, 1.0f, 1, acc);
+        return tape->grad_target_rc;
+    if (dy)
+        ddp__vec_acc_to(g, dy, (size_t)loss->t.numel, acc);
+    else
+        ddp__vec_fill_to(g, 1.0f, 1, acc);
     if (loss->param && hook && loss->param->priv.model == model)
         DDP_TRY(hook(loss->param, 1, user));
     for (size_t i = loss->index + 1; i-- > 0;) {
         ddp_var_t *v = tape->vars[i];
-        if (!v->reachable || v->op == DDP_OP_LEAF)
+        if (!v->reachable || !v->def)
             continue;
-        if (v->grad_written)
-            DDP_TRY(ddp__op_backward(tape, v));
+        if (v->grad_written && v->def->backward)
+            DDP_TRY(v->def->backward(tape, v));
         for (int j = v->nin - 1; j >= 0; j--) /* reverse argument order */
             DDP_TRY(ddp__tape_release(tape, v, j));
     }
