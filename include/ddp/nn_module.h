@@ -158,6 +158,61 @@ DDP_API int ddp_init_kaiming_normal(ddp_param *p, double a, ddp_fan_mode mode,
 DDP_API int ddp_init_xavier_uniform(ddp_param *p, double gain, ddp_generator *gen);
 DDP_API int ddp_init_xavier_normal(ddp_param *p, double gain, ddp_generator *gen);
 
+/* ==== BatchNorm =========================================================
+ * nn.BatchNorm1d / nn.BatchNorm2d over x (N, C, *): statistics per channel
+ * over N and the spatial dimensions.  Training: normalise with the batch's
+ * mean and biased variance; the running mean and variance move by momentum
+ * toward the batch mean and the UNBIASED batch variance, as PyTorch does.
+ * Evaluation: normalise with the running statistics. */
+
+/* The statistics hook of SyncBatchNorm: sums buf[0..n) in place over every
+ * replica that shares the batch (an all-reduce), returning 0 or a negative
+ * code.  Forward calls it once with (sum x (C), sum x^2 (C), count (1));
+ * backward once with (sum dy (C), sum dy*xhat (C)).  In doubles so that
+ * E[x^2] - E[x]^2 keeps its digits. */
+typedef int (*ddp_batch_norm_stats_fn)(double *buf, size_t n, void *user);
+
+typedef struct ddp_batch_norm_args {
+    float *running_mean, *running_var; /* (C) each, or NULL (not tracked) */
+    int training;     /* 1: batch statistics (and update the running ones if given);
+                         0: the running statistics (which must be given) */
+    double momentum;  /* weight of this batch in the running update, in [0, 1] */
+    double eps;       /* added to the variance: 1e-5 */
+    ddp_batch_norm_stats_fn stats; /* NULL: this process's batch alone */
+    void *stats_user;
+} ddp_batch_norm_args;
+
+/* The op: x (N, C, *) with ndim >= 2, weight and bias (C) or NULL (affine
+ * off), y of x's shape.  Training with one value per channel (N * spatial
+ * == 1 over all replicas) fails as PyTorch does.  Backward order: bias,
+ * weight, x. */
+DDP_API int ddp_op_batch_norm(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *weight,
+                              ddp_var_t *bias, const ddp_batch_norm_args *args,
+                              ddp_var_t **y);
+
+typedef struct ddp_batchnorm_options {
+    int num_features;        /* C */
+    double eps;              /* 1e-5 */
+    double momentum;         /* 0.1 */
+    int cumulative_average;  /* 0; 1: PyTorch's momentum=None (weight 1 / batches seen) */
+    int affine;              /* 1: parameters weight (ones) and bias (zeros) */
+    int track_running_stats; /* 1: buffers running_mean (zeros), running_var (ones),
+                                num_batches_tracked (int64 0) */
+} ddp_batchnorm_options;
+
+/* PyTorch's defaults for C features. */
+DDP_API ddp_batchnorm_options ddp_batchnorm_defaults(int num_features);
+/* BatchNorm1d takes (N, C) or (N, C, L); BatchNorm2d (N, C, H, W).  Without
+ * running statistics, evaluation uses batch statistics too (as PyTorch). */
+DDP_API int ddp_batchnorm1d_create(const ddp_batchnorm_options *o, ddp_module_t **out);
+DDP_API int ddp_batchnorm2d_create(const ddp_batchnorm_options *o, ddp_module_t **out);
+/* Is m a BatchNorm1d/2d module? */
+DDP_API int ddp_module_is_batchnorm(const ddp_module_t *m);
+/* Installs the statistics hook of a BatchNorm module (NULL fn: local
+ * statistics again).  DDP_ERR_INVALID_ARG if m is not a BatchNorm. */
+DDP_API int ddp_batchnorm_set_stats_hook(ddp_module_t *m, ddp_batch_norm_stats_fn fn,
+                                         void *user);
+
 #ifdef __cplusplus
 }
 #endif
