@@ -10,6 +10,7 @@
 #include "ddp/store.h"
 #include "ddp/pg.h"
 #include "ddp/ddp.h"
+#include "ddp/sync_batchnorm.h"
 #include "ddp/progress.h"
 #include "ddp/timeline.h"
 

@@ -71,6 +71,11 @@ typedef struct ddp_data_parallel_options {
      * than two): smaller pieces cost more in thread hand-offs than their
      * overlap saves (docs/ddp.md).  0: no floor. */
     double tail_min_piece_mb;
+    /* 1 (PyTorch's default): rank 0's module buffers (BatchNorm's running
+     * statistics) are broadcast to every rank before each forward (not
+     * with join enabled); 0: each rank keeps its own.  Buffers are always
+     * broadcast once at construction, and never go into a bucket. */
+    int broadcast_buffers;
 } ddp_data_parallel_options;
 
 /* PyTorch's defaults. */

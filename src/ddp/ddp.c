@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/timeline.h"
+#include "ddp/buffers.h"
 #include "ddp/wrapper.h"
 #include "pg/internal.h"
 
@@ -42,7 +43,8 @@ ddp_data_parallel_options ddp_data_parallel_defaults(void)
                              .rebuild_buckets = 1,
                              .comm_hook = DDP_HOOK_ALLREDUCE,
                              .tail_chunks = 0,
-                             .tail_min_piece_mb = 1.0};
+                             .tail_min_piece_mb = 1.0,
+                             .broadcast_buffers = 1};
 }
 
 /* ==== buckets ============================================================= */
@@ -248,6 +250,8 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
     size_t n;
     float *block = ddp_model_param_block(model, &n);
     DDP_TRY_OUT(ddp_pg_broadcast(pg, block, n, DDP_FLOAT32, 0));
+    DDP_TRY_OUT(ddp__check_buffers(pg, model));
+    DDP_TRY_OUT(ddp__broadcast_buffers(pg, model));
     DDP_TRY_OUT(apply_layout(dm, order));
     if (o.comm_hook != DDP_HOOK_ALLREDUCE) {
         dm->half = ddp__alloc_aligned((dm->layout.total_numel + 1) * sizeof *dm->half);

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/dtype.h"
 #include "base/timeline.h"
+#include "ddp/buffers.h"
 #include "ddp/wrapper.h"
 
 /* ==== reductions ========================================================== */
@@ -293,6 +294,8 @@ static int forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_
     DDP_TRY(check_no_sync_step(dm));
     if (dm->join_enabled)
         DDP_TRY(ddp__dp_join_forward(dm));
+    else if (dm->opts.broadcast_buffers)
+        DDP_TRY(ddp__broadcast_buffers(dm->pg, dm->model));
     return ddp_model_forward(dm->model, tape, x, y);
 }
 
