@@ -61,15 +61,6 @@ out:
     return rc;
 }
 
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, len, "(");
-    for (int d = 0; d < ndim && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, d ? ", " : "", shape[d]);
-    if (n < len)
-        snprintf(buf + n, len - n, ")");
-}
-
 /* Checks that entry e exists, has dtype (F32 or I64) and holds ndim/shape. */
 static int check_entry(const char *path, const ddp__st_file *f, const char *name, ddp_dtype dtype,
                        int ndim, const int64_t *shape, const ddp__st_entry **out)
@@ -84,8 +75,8 @@ static int check_entry(const char *path, const ddp__st_file *f, const char *name
         same = e->shape[d] == shape[d];
     if (!same) {
         char a[128], b[128];
-        shape_str(a, sizeof a, e->ndim, e->shape);
-        shape_str(b, sizeof b, ndim, shape);
+        ddp__st_shape_str(a, sizeof a, e->ndim, e->shape);
+        ddp__st_shape_str(b, sizeof b, ndim, shape);
         return DDP_ERROR(DDP_ERR_MISMATCH, "checkpoint %s: %s has shape %s in the file, %s here",
                          path, name, a, b);
     }

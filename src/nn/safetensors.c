@@ -249,7 +249,7 @@ static size_t dtype_size(const char *d)
     return 0;
 }
 
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+void ddp__st_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 {
     size_t n = (size_t)snprintf(buf, len, "(");
     for (int d = 0; d < ndim && n < len; d++)
@@ -302,7 +302,7 @@ static int parse_entry(const char *path, const ddp__json *m, size_t data_len, dd
     wraps |= __builtin_mul_overflow(numel, (uint64_t)e->elem_size, &bytes);
     if (wraps) {
         char shape[DDP_ST_MAX_DIM * 22 + 4];
-        shape_str(shape, sizeof shape, e->ndim, e->shape);
+        ddp__st_shape_str(shape, sizeof shape, e->ndim, e->shape);
         return DDP_ERROR(DDP_ERR_FORMAT,
                          "safetensors %s: %s: shape %s of %s is 2^64 bytes or more (the data "
                          "buffer has %zu)", path, name, shape, e->dtype, data_len);

@@ -63,6 +63,9 @@ const ddp__st_entry *ddp__st_find(const ddp__st_file *f, const char *name);
 /* The __metadata__ value of key (borrowed from f), or NULL. */
 const char *ddp__st_meta(const ddp__st_file *f, const char *key);
 
+/* "(2, 3)" for messages, cut to len bytes. */
+void ddp__st_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
+
 /* The model's state dict (parameters and buffers, PyTorch's names and
  * order) as tensors to write: *out (*n entries) is malloc'ed, caller frees;
  * the data pointers are borrowed from the model.  Seals the model. */

@@ -32,15 +32,6 @@ int ddp__st_state_dict(ddp_model_t *m, ddp__st_out **out, size_t *n)
     return 0;
 }
 
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, len, "(");
-    for (int d = 0; d < ndim && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (n < len)
-        snprintf(buf + n, len - n, ")");
-}
-
 int ddp__st_entry_fits(const ddp__st_entry *e, ddp_dtype dtype, int ndim, const int64_t *shape,
                        char *why, size_t len)
 {
@@ -58,8 +49,8 @@ int ddp__st_entry_fits(const ddp__st_entry *e, ddp_dtype dtype, int ndim, const 
         same = e->shape[d] == shape[d];
     if (!same) {
         char a[DDP_ST_MAX_DIM * 22 + 4], b[DDP_ST_MAX_DIM * 22 + 4];
-        shape_str(a, sizeof a, e->ndim, e->shape);
-        shape_str(b, sizeof b, ndim, shape);
+        ddp__st_shape_str(a, sizeof a, e->ndim, e->shape);
+        ddp__st_shape_str(b, sizeof b, ndim, shape);
         snprintf(why, len, "shape %s in file, %s in model", a, b);
         return 0;
     }
