@@ -304,6 +304,77 @@ static void test_buffers_not_optimised(void **state)
     ddp_model_destroy(m);
 }
 
+/* A user module with its own parameter, its own buffer, a child and a
+ * reset: y = lin(x) + shift (shift broadcast over rows), counting its
+ * forwards in a buffer.  Names, the parameter's gradient (sum of dy over
+ * the rows) and the reset's draws from the model's generator. */
+typedef struct shifted {
+    ddp_param *shift;
+    ddp_buffer *calls;
+} shifted;
+
+static int shifted_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y,
+                           void *user)
+{
+    shifted *s = user;
+    ddp_var_t *h, *vs;
+    DDP_TRY(run_child(m, "lin", tape, x, &h));
+    DDP_TRY(ddp_tape_param(tape, s->shift, &vs));
+    ((float *)s->calls->data)[0] += 1.0f;
+    return ddp_op_add(tape, h, vs, y);
+}
+
+static int shifted_reset(ddp_module_t *m, ddp_generator *gen, void *user)
+{
+    (void)m;
+    shifted *s = user;
+    return ddp_init_uniform(s->shift, 10.0, 11.0, gen);
+}
+
+static const ddp_module_def shifted_def = {"Shifted", shifted_forward, shifted_reset, free};
+
+static void test_user_module_own_state(void **state)
+{
+    (void)state;
+    shifted *s = calloc(1, sizeof *s);
+    ddp_module_t *m, *outer;
+    assert_int_equal(ddp_module_create(&shifted_def, s, &m), 0);
+    assert_int_equal(ddp_module_add_param(m, "shift", 1, (int64_t[]){3}, &s->shift), 0);
+    assert_int_equal(ddp_module_add_buffer(m, "calls", DDP_FLOAT32, 1, (int64_t[]){1}, &s->calls),
+                     0);
+    assert_int_equal(ddp_module_add_child(m, "lin", linear(2, 3)), 0);
+    assert_ptr_equal(ddp_module_user(m), s);
+    assert_int_equal(ddp_module_create(&net_def, NULL, &outer), 0);
+    assert_int_equal(ddp_module_add_child(outer, "block", m), 0);
+    ddp_model_t *model;
+    assert_int_equal(ddp_model_create(&model), 0);
+    assert_int_equal(ddp_model_add_module(model, "enc", outer), 0);
+    assert_int_equal(ddp_model_seal(model), 0);
+    /* Own parameters before the child's, as named_parameters lists them. */
+    assert_string_equal(ddp_model_param(model, 0)->name, "enc.block.shift");
+    assert_string_equal(ddp_model_param(model, 1)->name, "enc.block.lin.weight");
+    assert_string_equal(ddp_model_buffer(model, 0)->name, "enc.block.calls");
+    assert_int_equal(ddp_model_reset_parameters(model, 4), 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(s->shift->data[i] >= 10.0f && s->shift->data[i] <= 11.0f);
+    ddp_tape_t *tape;
+    assert_int_equal(ddp_tape_create(&tape), 0);
+    float xs[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ddp_tensor t;
+    assert_int_equal(ddp_tensor_wrap(&t, xs, 2, (int64_t[]){4, 2}), 0);
+    ddp_var_t *x, *y, *loss;
+    assert_int_equal(ddp_tape_input(tape, &t, 0, &x), 0);
+    assert_int_equal(ddp_module_forward(m, tape, x, &y), 0);
+    assert_int_equal(ddp_op_sum(tape, y, &loss), 0);
+    ddp_model_zero_grad(model);
+    assert_int_equal(ddp_tape_backward(tape, loss, model), 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(s->shift->grad[i] == 4.0f); /* d sum / d shift = rows */
+    assert_true(((float *)s->calls->data)[0] == 1.0f);
+    ddp_tape_destroy(tape);
+    ddp_model_destroy(model); /* frees s through def->destroy (ASan checks) */
+}
+
 /* ==== misuse ============================================================== */
 
 static int destroyed;
@@ -447,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_save_load_round_trip),
         cmocka_unit_test(test_train_eval_reaches_grandchild),
         cmocka_unit_test(test_buffers_not_optimised),
+        cmocka_unit_test(test_user_module_own_state),
         cmocka_unit_test(test_module_errors),
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_reset_streams),
