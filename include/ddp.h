@@ -13,6 +13,7 @@
 #include "ddp/reducer.h"
 #include "ddp/zero.h"
 #include "ddp/pipeline.h"
+#include "ddp/sync_batchnorm.h"
 #include "ddp/progress.h"
 #include "ddp/timeline.h"
 

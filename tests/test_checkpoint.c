@@ -1,5 +1,5 @@
-/* Tests of training checkpoints: exact round trip of model, optimizer state
- * and position (training continues bitwise identically), and every way a
+/* Tests of training checkpoints: exact round trip of model (parameters and
+ * buffers), optimizer state and position (training continues bitwise identically), and every way a
  * load can fail without changing anything. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -166,12 +166,60 @@ static void test_missing_and_damaged_files(void **state)
     ddp_model_destroy(a);
 }
 
+/* Buffers travel with the model: BatchNorm's running statistics and its
+ * int64 step count come back, and a checkpoint of a model with other
+ * buffers is refused naming the buffer. */
+static void test_buffers_round_trip(void **state)
+{
+    (void)state;
+    ddp_module_t *mods[3], *seq;
+    ddp_batchnorm_options bo = ddp_batchnorm_defaults(4);
+    assert_int_equal(ddp_linear_create(6, 4, 1, 1, &mods[0]), 0);
+    assert_int_equal(ddp_batchnorm1d_create(&bo, &mods[1]), 0);
+    assert_int_equal(ddp_linear_create(4, 3, 1, 2, &mods[2]), 0);
+    assert_int_equal(ddp_sequential_create(mods, 3, &seq), 0);
+    ddp_model_t *a, *b;
+    assert_int_equal(ddp_model_from_module(seq, &a), 0);
+    ddp_optim_t *opt = sgd(a, 0.9);
+    train(a, opt, 3, 0);
+    ddp_train_state st = {.epoch = 1, .step = 3, .global_step = 3, .seed = 5, .world_size = 1};
+    assert_int_equal(ddp_checkpoint_save(path, a, opt, &st), 0);
+    assert_int_equal(ddp_linear_create(6, 4, 1, 9, &mods[0]), 0);
+    assert_int_equal(ddp_batchnorm1d_create(&bo, &mods[1]), 0);
+    assert_int_equal(ddp_linear_create(4, 3, 1, 9, &mods[2]), 0);
+    assert_int_equal(ddp_sequential_create(mods, 3, &seq), 0);
+    assert_int_equal(ddp_model_from_module(seq, &b), 0);
+    assert_int_equal(ddp_checkpoint_load(path, b, NULL, NULL), 0);
+    size_t na, nb;
+    void *ba = ddp_model_buffer_block(a, &na), *bb = ddp_model_buffer_block(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ba, bb, na);
+    assert_int_equal(*(int64_t *)ddp_model_find_buffer(b, "1.num_batches_tracked")->data, 3);
+    /* The same parameters, but a BatchNorm without running statistics. */
+    bo.track_running_stats = 0;
+    assert_int_equal(ddp_linear_create(6, 4, 1, 9, &mods[0]), 0);
+    assert_int_equal(ddp_batchnorm1d_create(&bo, &mods[1]), 0);
+    assert_int_equal(ddp_linear_create(4, 3, 1, 9, &mods[2]), 0);
+    assert_int_equal(ddp_sequential_create(mods, 3, &seq), 0);
+    ddp_model_t *untracked;
+    assert_int_equal(ddp_model_from_module(seq, &untracked), 0);
+    assert_int_equal(ddp_checkpoint_save(path, untracked, NULL, &st), 0);
+    assert_int_equal(ddp_checkpoint_load(path, b, NULL, NULL), DDP_ERR_MISMATCH);
+    assert_non_null(strstr(ddp_last_error(), "missing 1.running_mean"));
+    assert_memory_equal(ba, bb, na); /* nothing changed */
+    ddp_model_destroy(untracked);
+    ddp_optim_destroy(opt);
+    ddp_model_destroy(a);
+    ddp_model_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip_resumes_exactly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mismatches_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_and_damaged_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_buffers_round_trip, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

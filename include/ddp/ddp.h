@@ -83,6 +83,11 @@ typedef struct ddp_data_parallel_options {
      * accumulates).  0 (default): every rank gets every averaged gradient. */
     int reduce_scatter;
     int grad_pool_buffers; /* 2: with reduce_scatter, buffers in the pool */
+    /* 1 (PyTorch's default): rank 0's module buffers (BatchNorm's running
+     * statistics) are broadcast to every rank before each forward (not
+     * with join enabled); 0: each rank keeps its own.  Buffers are always
+     * broadcast once at construction, and never go into a bucket. */
+    int broadcast_buffers;
 } ddp_data_parallel_options;
 
 /* PyTorch's defaults. */

@@ -217,7 +217,9 @@ DDP_API int ddp_tape_backward_grad(ddp_tape_t *tape, ddp_var_t *y, const float *
 
 /* ==== modules =============================================================
  * Modules are created alone, then handed to a container or a model, which
- * takes ownership.  A module's forward appends its ops to a tape. */
+ * takes ownership.  A module's forward appends its ops to a tape.  Users'
+ * own modules (a forward callback with state, parameters, buffers, named
+ * children), BatchNorm and torch.nn.init: include/ddp/nn_module.h. */
 
 /* nn.Linear(in, out, bias): weight (out, in) and bias (out) drawn from
  * U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's default init) by a generator seeded
@@ -239,7 +241,7 @@ DDP_API void ddp_module_destroy(ddp_module_t *m);
 DDP_API int ddp_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
 /* The module's own parameter by local name ("weight", "bias"), or NULL. */
 DDP_API ddp_param *ddp_module_param(ddp_module_t *m, const char *name);
-/* Sequential's i-th child, or NULL. */
+/* The i-th child in the order added (Sequential's i-th layer), or NULL. */
 DDP_API ddp_module_t *ddp_module_child(ddp_module_t *m, int i);
 /* Training (1) or evaluation (0) mode of the module and its children. */
 DDP_API void ddp_module_train(ddp_module_t *m, int training);
@@ -305,22 +307,28 @@ DDP_API void ddp_model_zero_grad(ddp_model_t *m);
 DDP_API int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double norm_type,
                                      double *total_norm);
 
-/* Re-draws every module's parameters with PyTorch's default init, in
- * registration order, from one generator seeded with seed (what
- * torch.manual_seed(seed) before building the model does for PyTorch).
- * Free parameters added with ddp_model_add_param are left alone. */
+/* Re-draws every module's parameters (and resets BatchNorm's running
+ * statistics) with PyTorch's default init: each module's reset
+ * (ddp_module_def), parents before children, in registration order, from
+ * ONE generator seeded with seed, so every layer gets the next stretch of
+ * the stream (what torch.manual_seed(seed) before building the model does
+ * for PyTorch).  Free parameters added with ddp_model_add_param are left
+ * alone. */
 DDP_API int ddp_model_reset_parameters(ddp_model_t *m, uint64_t seed);
 
 /* ==== safetensors ========================================================= */
 
-/* Writes the parameters as a safetensors file: 8-byte little-endian header
- * length, a JSON header {"name": {"dtype": "F32", "shape": [...],
- * "data_offsets": [begin, end]}, ...} padded with spaces to 8 bytes, then the
- * raw little-endian data in registration order.  Written to "<path>.tmp",
+/* Writes the state dict (parameters and buffers, PyTorch's names) as a
+ * safetensors file: 8-byte little-endian header length, a JSON header
+ * {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
+ * ...} padded with spaces to 8 bytes, then the raw little-endian data in
+ * state-dict order (int64 buffers as "I64").  Written to "<path>.tmp",
  * fsynced, then renamed over path. */
 DDP_API int ddp_model_save_safetensors(ddp_model_t *m, const char *path);
-/* Loads parameter values from a safetensors file.  The file must hold exactly
- * the model's names with dtype F32 and the same shapes; otherwise nothing is
+/* Loads parameter and buffer values from a safetensors file (one torch's
+ * safetensors wrote for the same module loads).  The file must hold exactly
+ * the model's names with their dtypes (F32; I64 for int64 buffers) and
+ * shapes; otherwise nothing is
  * changed and DDP_ERR_MISMATCH names every difference ("2.weight: shape (10, 256) in
  * file, (10, 128) in model", "missing 0.bias", "unexpected 3.weight").  A
  * malformed file (bad length, bad JSON, offsets out of range or overlapping)
@@ -334,4 +342,6 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #include "ddp/nn_function.h"
 #include "ddp/nn_norm.h"
 #include "ddp/nn_ops.h" /* broadcasting, shape, reduction, activation ops */
+#include "ddp/nn_module.h"
+
 #endif

@@ -1,5 +1,5 @@
-/* Training checkpoints: model + optimizer state + training position in one
- * safetensors file (nn/safetensors.c does the format and the atomic write). */
+/* Training checkpoints: model (parameters and buffers) + optimizer state +
+ * training position in one safetensors file (nn/safetensors.c does the format and the atomic write). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,15 +25,15 @@ int ddp_checkpoint_save_ex(const char *path, ddp_model_t *model, ddp_optim_t *op
                 "global_step %lld, world_size %d)",
                 (long long)st->epoch, (long long)st->step, (long long)st->global_step,
                 st->world_size);
-    size_t np = ddp_model_num_params(model);
     int ns = opt ? ddp_optim_num_states(opt) : 0;
     DDP_FAIL_IF(ns > MAX_STATES, DDP_ERR_UNSUPPORTED, "checkpoint: %d optimizer states", ns);
-    ddp__st_out *t = calloc(np + (size_t)ns + 1, sizeof *t);
+    ddp__st_out *sd, *t; /* the model's parameters and buffers, then the optimizer's */
+    size_t np;
+    DDP_TRY(ddp__st_state_dict(model, &sd, &np));
+    t = realloc(sd, (np + (size_t)ns + 1) * sizeof *t);
+    if (!t)
+        free(sd);
     DDP_FAIL_IF(!t, DDP_ERR_NOMEM, "checkpoint: out of memory");
-    for (size_t i = 0; i < np; i++) {
-        ddp_param *p = ddp_model_param(model, i);
-        t[i] = (ddp__st_out){p->name, p->ndim, p->shape, p->data};
-    }
     char names[MAX_STATES][64];
     int64_t lens[MAX_STATES];
     int rc = 0;
@@ -44,7 +44,7 @@ int ddp_checkpoint_save_ex(const char *path, ddp_model_t *model, ddp_optim_t *op
         DDP_TRY_OUT(ddp_optim_state(opt, k, &name, &data, &n));
         snprintf(names[k], sizeof names[k], OPT_PREFIX "%s", name);
         lens[k] = (int64_t)n;
-        t[np + (size_t)k] = (ddp__st_out){names[k], 1, &lens[k], data};
+        t[np + (size_t)k] = (ddp__st_out){names[k], 1, &lens[k], data, DDP_FLOAT32};
     }
     char v[NUM_META][32];
     snprintf(v[0], sizeof v[0], "%" PRId64, st->epoch);
@@ -62,30 +62,22 @@ out:
     return rc;
 }
 
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t n = (size_t)snprintf(buf, len, "(");
-    for (int d = 0; d < ndim && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, d ? ", " : "", shape[d]);
-    if (n < len)
-        snprintf(buf + n, len - n, ")");
-}
-
-/* Checks that entry e exists, is F32 and holds ndim/shape. */
-static int check_entry(const char *path, const ddp__st_file *f, const char *name, int ndim,
-                       const int64_t *shape, const ddp__st_entry **out)
+/* Checks that entry e exists, has dtype (F32 or I64) and holds ndim/shape. */
+static int check_entry(const char *path, const ddp__st_file *f, const char *name, ddp_dtype dtype,
+                       int ndim, const int64_t *shape, const ddp__st_entry **out)
 {
     const ddp__st_entry *e = ddp__st_find(f, name);
+    const char *want = dtype == DDP_INT64 ? "I64" : "F32";
     DDP_FAIL_IF(!e, DDP_ERR_MISMATCH, "checkpoint %s: missing %s", path, name);
-    DDP_FAIL_IF(strcmp(e->dtype, "F32") != 0, DDP_ERR_MISMATCH,
-                "checkpoint %s: %s has dtype %s, expected F32", path, name, e->dtype);
+    DDP_FAIL_IF(strcmp(e->dtype, want) != 0, DDP_ERR_MISMATCH,
+                "checkpoint %s: %s has dtype %s, expected %s", path, name, e->dtype, want);
     int same = e->ndim == ndim;
     for (int d = 0; same && d < ndim; d++)
         same = e->shape[d] == shape[d];
     if (!same) {
         char a[128], b[128];
-        shape_str(a, sizeof a, e->ndim, e->shape);
-        shape_str(b, sizeof b, ndim, shape);
+        ddp__st_shape_str(a, sizeof a, e->ndim, e->shape);
+        ddp__st_shape_str(b, sizeof b, ndim, shape);
         return DDP_ERROR(DDP_ERR_MISMATCH, "checkpoint %s: %s has shape %s in the file, %s here",
                          path, name, a, b);
     }
@@ -119,17 +111,19 @@ int ddp_checkpoint_load_ex(const char *path, ddp_model_t *model, ddp_optim_t *op
     ddp__st_file f;
     DDP_TRY(ddp__st_read(path, &f));
     int rc = 0;
-    size_t np = ddp_model_num_params(model);
+    size_t np = 0;
+    ddp__st_out *sd = NULL; /* the model's parameters and buffers */
     int ns = opt ? ddp_optim_num_states(opt) : 0;
-    const ddp__st_entry **pe = calloc(np + 1, sizeof *pe), *se[MAX_STATES];
+    const ddp__st_entry **pe = NULL, *se[MAX_STATES];
+    DDP_TRY_OUT(ddp__st_state_dict(model, &sd, &np));
+    pe = calloc(np + 1, sizeof *pe);
     DDP_FAIL_OUT(!pe, DDP_ERR_NOMEM, "checkpoint: out of memory");
     DDP_FAIL_OUT(ns > MAX_STATES, DDP_ERR_UNSUPPORTED,
                  "checkpoint: %d optimizer states are more than supported", ns);
     /* Phase 1: check everything. */
-    for (size_t i = 0; i < np; i++) {
-        ddp_param *p = ddp_model_param(model, i);
-        DDP_TRY_OUT(check_entry(path, &f, p->name, p->ndim, p->shape, &pe[i]));
-    }
+    for (size_t i = 0; i < np; i++)
+        DDP_TRY_OUT(check_entry(path, &f, sd[i].name, sd[i].dtype, sd[i].ndim, sd[i].shape,
+                                &pe[i]));
     for (int k = 0; k < ns; k++) {
         const char *name;
         float *data;
@@ -138,7 +132,7 @@ int ddp_checkpoint_load_ex(const char *path, ddp_model_t *model, ddp_optim_t *op
         DDP_TRY_OUT(ddp_optim_state(opt, k, &name, &data, &n));
         snprintf(full, sizeof full, OPT_PREFIX "%s", name);
         int64_t len = (int64_t)n;
-        DDP_TRY_OUT(check_entry(path, &f, full, 1, &len, &se[k]));
+        DDP_TRY_OUT(check_entry(path, &f, full, DDP_FLOAT32, 1, &len, &se[k]));
     }
     ddp_train_state s = {0};
     int64_t ws, steps, seed;
@@ -152,10 +146,8 @@ int ddp_checkpoint_load_ex(const char *path, ddp_model_t *model, ddp_optim_t *op
     s.seed = (uint64_t)seed;
     s.world_size = (int)ws;
     /* Phase 2: copy. */
-    for (size_t i = 0; i < np; i++) {
-        ddp_param *p = ddp_model_param(model, i);
-        memcpy(p->data, f.data + pe[i]->begin, p->numel * sizeof(float));
-    }
+    for (size_t i = 0; i < np; i++) /* the model's memory; sizes checked in phase 1 */
+        memcpy((void *)sd[i].data, f.data + pe[i]->begin, pe[i]->end - pe[i]->begin);
     ddp_model_bump_param_version(model);
     for (int k = 0; k < ns; k++) {
         const char *name;
@@ -170,6 +162,7 @@ int ddp_checkpoint_load_ex(const char *path, ddp_model_t *model, ddp_optim_t *op
         *st = s;
 out:
     free(pe);
+    free(sd);
     ddp__st_close(&f);
     return rc;
 }

@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeline.h"
+#include "ddp/buffers.h"
 #include "ddp/wrapper.h"
 
 ddp_data_parallel_options ddp_data_parallel_defaults(void)
@@ -33,7 +34,8 @@ ddp_data_parallel_options ddp_data_parallel_defaults(void)
                              .tail_chunks = 0,
                              .tail_min_piece_mb = 1.0,
                              .reduce_scatter = 0,
-                             .grad_pool_buffers = 2};
+                             .grad_pool_buffers = 2,
+                             .broadcast_buffers = 1};
 }
 
 static ddp_reducer_options reducer_options(const ddp_data_parallel_options *o)
@@ -174,6 +176,8 @@ int ddp_data_parallel_create(ddp_model_t *model, ddp_pg_t *pg,
     size_t n;
     float *block = ddp_model_param_block(model, &n);
     DDP_TRY_OUT(ddp_pg_broadcast(pg, block, n, DDP_FLOAT32, 0));
+    DDP_TRY_OUT(ddp__check_buffers(pg, model)); /* modules' buffers: rank 0's everywhere */
+    DDP_TRY_OUT(ddp__broadcast_buffers(pg, model));
     ddp_model_set_grad_ready_hook(model, ddp__dp_on_grad_ready, dm);
     if (o.reduce_scatter) {
         DDP_TRY_OUT(point_grads_at_pool(dm));

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/timeline.h"
+#include "ddp/buffers.h"
 #include "ddp/wrapper.h"
 
 /* nn's grad-ready hook: p's gradient is final (used) or p is not in the graph. */
@@ -94,6 +95,10 @@ static int forward(ddp_data_parallel_t *dm, ddp_tape_t *tape, ddp_var_t *x, ddp_
 {
     DDP_TRY(check_no_sync_step(dm));
     DDP_TRY(ddp_reducer_join_step(dm->red));
+    /* PyTorch's broadcast_buffers; not under join (a joined rank could not
+     * answer it) */
+    if (dm->opts.broadcast_buffers && !dm->red->join_enabled)
+        DDP_TRY(ddp__broadcast_buffers(dm->pg, dm->model));
     return ddp_model_forward(dm->model, tape, x, y);
 }
 

@@ -1,5 +1,6 @@
 /* Models: modules and free parameters in registration order, sealed into one
- * flat parameter block and one flat gradient block (STYLE.md rule 8), the
+ * flat parameter block and one flat gradient block (STYLE.md rule 8) over
+ * the whole module tree, one buffer block, the state dict's order; the
  * grad-ready hook, zero_grad, train/eval, gradient re-pointing for DDP. */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,12 @@ struct ddp_model {
     size_t nparams;
     float *pblock, *gblock; /* (numel) each */
     size_t numel;
+    ddp_buffer **buffers;   /* state-dict order, after seal */
+    size_t nbuffers;
+    unsigned char *bblock;  /* (bbytes) every buffer, 8-byte aligned offsets */
+    size_t bbytes;
+    ddp__sd_item *sd;       /* the state dict: parameters and buffers, PyTorch's order */
+    size_t nsd;
     int sealed, training;
     ddp_grad_ready_fn hook;
     void *hook_user;
@@ -63,8 +70,11 @@ void ddp_model_destroy(ddp_model_t *m)
     }
     free(m->entries);
     free(m->params);
+    free(m->buffers);
+    free(m->sd);
     ddp__free_aligned(m->pblock);
     ddp__free_aligned(m->gblock);
+    ddp__free_aligned(m->bblock);
     free(m);
 }
 
@@ -140,71 +150,88 @@ int ddp_model_from_module(ddp_module_t *module, ddp_model_t **out)
 
 /* ==== sealing ============================================================= */
 
-static int collect(ddp_model_t *m, ddp_module_t *mod, const char *prefix, size_t *n)
+/* The tree walk that seal runs twice: once to count (arrays NULL), once to
+ * fill the parameter, buffer and state-dict arrays in PyTorch's orders. */
+typedef struct walk {
+    ddp_param **params;
+    ddp_buffer **buffers;
+    ddp__sd_item *sd;
+    size_t np, nb, nsd;
+} walk;
+
+/* Full name prefix.local into name (which holds a local or stale full name). */
+static int full_name(char *name, const char *prefix, const char *what)
 {
-    char name[DDP_PARAM_NAME_MAX + 16];
+    const char *dot = strrchr(name, '.');
+    const char *local = dot ? dot + 1 : name;
+    char full[DDP_PARAM_NAME_MAX + 16];
+    int n = snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", local);
+    DDP_FAIL_IF(n < 0 || n >= DDP_PARAM_NAME_MAX, DDP_ERR_INVALID_ARG,
+                "model: %s name %s is longer than %d bytes", what, full, DDP_PARAM_NAME_MAX - 1);
+    memcpy(name, full, (size_t)n + 1);
+    return 0;
+}
+
+static int collect(walk *w, ddp_module_t *mod, const char *prefix)
+{
     for (int i = 0; i < mod->nparams; i++) {
         ddp_param *p = mod->params[i];
-        const char *dot = strrchr(p->name, '.');
-        const char *local = dot ? dot + 1 : p->name;
-        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", local);
-        DDP_FAIL_IF(strlen(name) >= DDP_PARAM_NAME_MAX, DDP_ERR_INVALID_ARG,
-                    "model: parameter name %s is longer than %d bytes", name,
-                    DDP_PARAM_NAME_MAX - 1);
-        memcpy(p->name, name, strlen(name) + 1); /* length checked above */
-        if (m->params)
-            m->params[*n] = p;
-        (*n)++;
+        DDP_TRY(full_name(p->name, prefix, "parameter"));
+        if (w->params)
+            w->params[w->np] = p, w->sd[w->nsd] = (ddp__sd_item){p->name, p, NULL};
+        w->np++, w->nsd++;
     }
+    for (int i = 0; i < mod->nbuffers; i++) {
+        ddp_buffer *b = mod->buffers[i];
+        DDP_TRY(full_name(b->name, prefix, "buffer"));
+        if (w->buffers)
+            w->buffers[w->nb] = b, w->sd[w->nsd] = (ddp__sd_item){b->name, NULL, b};
+        w->nb++, w->nsd++;
+    }
+    char name[DDP_PARAM_NAME_MAX + 16];
     for (int i = 0; i < mod->nchildren; i++) {
-        snprintf(name, sizeof name, "%s%s%d", prefix, *prefix ? "." : "", i);
-        DDP_TRY(collect(m, mod->children[i], name, n));
+        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", mod->child_names[i]);
+        DDP_TRY(collect(w, mod->children[i], name));
     }
     return 0;
 }
 
-static int gather(ddp_model_t *m, size_t *n)
+static int gather(ddp_model_t *m, walk *w)
 {
-    *n = 0;
+    w->np = w->nb = w->nsd = 0;
     for (size_t i = 0; i < m->nentries; i++) {
         entry *e = &m->entries[i];
         if (e->module) {
-            DDP_TRY(collect(m, e->module, e->name, n));
+            DDP_TRY(collect(w, e->module, e->name));
         } else {
-            if (m->params)
-                m->params[*n] = e->param;
-            (*n)++;
+            if (w->params)
+                w->params[w->np] = e->param, w->sd[w->nsd] = (ddp__sd_item){e->param->name,
+                                                                            e->param, NULL};
+            w->np++, w->nsd++;
         }
     }
     return 0;
 }
 
-int ddp_model_seal(ddp_model_t *m)
+/* No two state-dict entries share a name. */
+static int check_unique(const walk *w)
 {
-    DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "model is NULL");
-    if (m->sealed)
-        return 0;
-    int rc = 0;
-    size_t n;
-    DDP_TRY(gather(m, &n));
-    m->params = calloc(n ? n : 1, sizeof *m->params);
-    DDP_FAIL_IF(!m->params, DDP_ERR_NOMEM, "model: out of memory");
-    DDP_TRY_OUT(gather(m, &n));
-    size_t numel = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < w->nsd; i++)
         for (size_t j = 0; j < i; j++)
-            DDP_FAIL_OUT(strcmp(m->params[i]->name, m->params[j]->name) == 0,
-                         DDP_ERR_INVALID_ARG, "model: two parameters are named \"%s\"",
-                         m->params[i]->name);
-        numel += m->params[i]->numel;
-    }
-    m->pblock = ddp__alloc_aligned(numel * sizeof(float));
-    m->gblock = ddp__alloc_aligned(numel * sizeof(float));
-    DDP_FAIL_OUT(!m->pblock || !m->gblock, DDP_ERR_NOMEM,
-                 "model: cannot allocate %zu parameters", numel);
-    /* Move every parameter into the blocks, packed in registration order. */
+            DDP_FAIL_IF(strcmp(w->sd[i].name, w->sd[j].name) == 0, DDP_ERR_INVALID_ARG,
+                        "model: two %s are named \"%s\"",
+                        w->sd[i].param && w->sd[j].param     ? "parameters"
+                        : !w->sd[i].param && !w->sd[j].param ? "buffers"
+                                                             : "entries (a parameter and a buffer)",
+                        w->sd[i].name);
+    return 0;
+}
+
+/* Moves every parameter into the blocks, packed in registration order. */
+static void place_params(ddp_model_t *m)
+{
     size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < m->nparams; i++) {
         ddp_param *p = m->params[i];
         memcpy(m->pblock + off, p->data, p->numel * sizeof(float));
         memcpy(m->gblock + off, p->grad, p->numel * sizeof(float));
@@ -220,17 +247,112 @@ int ddp_model_seal(ddp_model_t *m)
         p->priv.tape = NULL;
         off += p->numel;
     }
-    m->nparams = n;
-    m->numel = numel;
+}
+
+/* Buffers at 8-byte aligned offsets (int64 ones need it) of one block. */
+static size_t buffer_offset(size_t at) { return (at + 7) / 8 * 8; }
+
+static void place_buffers(ddp_model_t *m)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < m->nbuffers; i++) {
+        ddp_buffer *b = m->buffers[i];
+        off = buffer_offset(off);
+        memcpy(m->bblock + off, b->data, b->nbytes);
+        ddp__free_aligned(b->data);
+        b->priv.owns_storage = 0;
+        b->data = m->bblock + off;
+        b->offset = off;
+        b->index = (int)i;
+        off += b->nbytes;
+    }
+}
+
+int ddp_model_seal(ddp_model_t *m)
+{
+    DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "model is NULL");
+    if (m->sealed)
+        return 0;
+    int rc = 0;
+    walk w = {0};
+    DDP_TRY(gather(m, &w));
+    w.params = calloc(w.np + 1, sizeof *w.params);
+    w.buffers = calloc(w.nb + 1, sizeof *w.buffers);
+    w.sd = calloc(w.nsd + 1, sizeof *w.sd);
+    DDP_FAIL_OUT(!w.params || !w.buffers || !w.sd, DDP_ERR_NOMEM, "model: out of memory");
+    DDP_TRY_OUT(gather(m, &w));
+    DDP_TRY_OUT(check_unique(&w));
+    size_t numel = 0, nbytes = 0;
+    for (size_t i = 0; i < w.np; i++)
+        numel += w.params[i]->numel;
+    for (size_t i = 0; i < w.nb; i++)
+        nbytes = buffer_offset(nbytes) + w.buffers[i]->nbytes;
+    m->pblock = ddp__alloc_aligned(numel * sizeof(float));
+    m->gblock = ddp__alloc_aligned(numel * sizeof(float));
+    m->bblock = nbytes ? ddp__calloc_aligned(nbytes) : NULL;
+    DDP_FAIL_OUT(!m->pblock || !m->gblock || (nbytes && !m->bblock), DDP_ERR_NOMEM,
+                 "model: cannot allocate %zu parameters and %zu bytes of buffers", numel, nbytes);
+    m->params = w.params, m->nparams = w.np, m->numel = numel;
+    m->buffers = w.buffers, m->nbuffers = w.nb, m->bbytes = nbytes;
+    m->sd = w.sd, m->nsd = w.nsd;
+    place_params(m);
+    place_buffers(m);
     m->sealed = 1;
     return 0;
 out:
-    free(m->params);
-    m->params = NULL;
+    free(w.params);
+    free(w.buffers);
+    free(w.sd);
     ddp__free_aligned(m->pblock);
     ddp__free_aligned(m->gblock);
+    ddp__free_aligned(m->bblock);
     m->pblock = m->gblock = NULL;
+    m->bblock = NULL;
     return rc;
+}
+
+int ddp__model_state_dict(ddp_model_t *m, const ddp__sd_item **items, size_t *n)
+{
+    DDP_TRY(ddp_model_seal(m));
+    *items = m->sd;
+    *n = m->nsd;
+    return 0;
+}
+
+size_t ddp_model_num_buffers(ddp_model_t *m)
+{
+    return m && ddp_model_seal(m) == 0 ? m->nbuffers : 0;
+}
+
+ddp_buffer *ddp_model_buffer(ddp_model_t *m, size_t i)
+{
+    return i < ddp_model_num_buffers(m) ? m->buffers[i] : NULL;
+}
+
+ddp_buffer *ddp_model_find_buffer(ddp_model_t *m, const char *name)
+{
+    size_t n = ddp_model_num_buffers(m);
+    for (size_t i = 0; name && i < n; i++)
+        if (strcmp(m->buffers[i]->name, name) == 0)
+            return m->buffers[i];
+    return NULL;
+}
+
+void *ddp_model_buffer_block(ddp_model_t *m, size_t *nbytes)
+{
+    size_t n = ddp_model_num_buffers(m);
+    if (nbytes)
+        *nbytes = n ? m->bbytes : 0;
+    return n ? m->bblock : NULL;
+}
+
+int ddp_model_visit_modules(ddp_model_t *m, ddp_module_visit_fn fn, void *user)
+{
+    DDP_FAIL_IF(!m || !fn, DDP_ERR_INVALID_ARG, "model visit: NULL model or function");
+    for (size_t i = 0; i < m->nentries; i++)
+        if (m->entries[i].module)
+            DDP_TRY(ddp_module_visit(m->entries[i].module, m->entries[i].name, fn, user));
+    return 0;
 }
 
 /* ==== use ================================================================= */
@@ -418,14 +540,6 @@ ddp_grad_write_fn ddp_model_grad_write_hook(const ddp_model_t *m, void **user)
     return m ? m->write_hook : NULL;
 }
 
-static void reset_module(ddp_module_t *mod, ddp__rng *rng)
-{
-    if (mod->kind == DDP_MOD_LINEAR)
-        ddp__linear_reset(mod, rng);
-    for (int i = 0; i < mod->nchildren; i++)
-        reset_module(mod->children[i], rng);
-}
-
 uint64_t ddp_model_param_version(const ddp_model_t *m) { return m ? m->param_version : 0; }
 
 void ddp_model_bump_param_version(ddp_model_t *m)
@@ -438,10 +552,10 @@ int ddp_model_reset_parameters(ddp_model_t *m, uint64_t seed)
 {
     DDP_FAIL_IF(!m, DDP_ERR_INVALID_ARG, "reset parameters: model is NULL");
     m->param_version++;
-    ddp__rng rng;
-    ddp__rng_seed(&rng, seed);
+    ddp_generator gen;
+    ddp_generator_seed(&gen, seed);
     for (size_t i = 0; i < m->nentries; i++)
         if (m->entries[i].module)
-            reset_module(m->entries[i].module, &rng);
+            DDP_TRY(ddp__module_reset(m->entries[i].module, &gen));
     return 0;
 }

@@ -1,5 +1,5 @@
-/* safetensors files: the generic reader/writer (safetensors.h) and the
- * model's save/load (include/ddp/nn.h). */
+/* safetensors files: the generic reader/writer (safetensors.h); the
+ * model's save/load is in state_dict.c. */
 #include "nn/safetensors.h"
 
 #include <errno.h>
@@ -14,7 +14,6 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
-#include "ddp/nn.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define HOST_BIG_ENDIAN 1
@@ -22,13 +21,15 @@
 #define HOST_BIG_ENDIAN 0
 #endif
 
-static void swap4(void *p, size_t n)
+/* Reverses the bytes of each size-byte element of p (n bytes). */
+static void swap_elems(void *p, size_t n, size_t size)
 {
     unsigned char *b = p;
-    for (size_t i = 0; i + 3 < n; i += 4) {
-        unsigned char t0 = b[i], t1 = b[i + 1];
-        b[i] = b[i + 3], b[i + 1] = b[i + 2], b[i + 2] = t1, b[i + 3] = t0;
-    }
+    for (size_t i = 0; i + size <= n; i += size)
+        for (size_t j = 0; j < size / 2; j++) {
+            unsigned char t = b[i + j];
+            b[i + j] = b[i + size - 1 - j], b[i + size - 1 - j] = t;
+        }
 }
 
 /* ==== a growable string =================================================== */
@@ -109,16 +110,18 @@ static int write_all(int fd, const void *buf, size_t n, const char *path)
     return 0;
 }
 
-static int write_floats(int fd, const float *x, size_t n, const char *path)
+/* n elements of size bytes (4 or 8), little-endian on the wire. */
+static int write_elems(int fd, const void *x, size_t n, size_t size, const char *path)
 {
     if (!HOST_BIG_ENDIAN)
-        return write_all(fd, x, n * sizeof(float), path);
-    float tmp[4096];
-    for (size_t i = 0; i < n; i += 4096) {
-        size_t k = n - i < 4096 ? n - i : 4096;
-        memcpy(tmp, x + i, k * sizeof(float));
-        swap4(tmp, k * sizeof(float));
-        DDP_TRY(write_all(fd, tmp, k * sizeof(float), path));
+        return write_all(fd, x, n * size, path);
+    unsigned char tmp[16384];
+    size_t per = sizeof tmp / size;
+    for (size_t i = 0; i < n; i += per) {
+        size_t k = n - i < per ? n - i : per;
+        memcpy(tmp, (const unsigned char *)x + i * size, k * size);
+        swap_elems(tmp, k * size, size);
+        DDP_TRY(write_all(fd, tmp, k * size, path));
     }
     return 0;
 }
@@ -158,12 +161,13 @@ int ddp__st_write(const char *path, const ddp__st_out *t, size_t n, const char *
         for (int d = 0; d < t[i].ndim; d++)
             numel *= (uint64_t)t[i].shape[d];
         sb_json_str(&h, t[i].name);
-        sb_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_fmt(&h, ":{\"dtype\":\"%s\",\"shape\":[", t[i].dtype == DDP_INT64 ? "I64" : "F32");
         for (int d = 0; d < t[i].ndim; d++)
             sb_fmt(&h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
+        uint64_t size = t[i].dtype == DDP_INT64 ? 8 : 4;
         sb_fmt(&h, "],\"data_offsets\":[%llu,%llu]},", (unsigned long long)off,
-               (unsigned long long)(off + 4 * numel));
-        off += 4 * numel;
+               (unsigned long long)(off + size * numel));
+        off += size * numel;
     }
     sb_str(&h, "\"__metadata__\":{\"format\":\"pt\"");
     for (size_t i = 0; i < nmeta; i++) {
@@ -193,7 +197,7 @@ int ddp__st_write(const char *path, const ddp__st_out *t, size_t n, const char *
         size_t numel = 1;
         for (int d = 0; d < t[i].ndim; d++)
             numel *= (size_t)t[i].shape[d];
-        DDP_TRY_OUT(write_floats(fd, t[i].data, numel, tmp));
+        DDP_TRY_OUT(write_elems(fd, t[i].data, numel, t[i].dtype == DDP_INT64 ? 8 : 4, tmp));
     }
     DDP_FAIL_OUT(fsync(fd) < 0, DDP_ERR_IO, "safetensors: fsync %s: %s", tmp, strerror(errno));
     int cfd = fd;
@@ -245,7 +249,7 @@ static size_t dtype_size(const char *d)
     return 0;
 }
 
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+void ddp__st_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 {
     size_t n = (size_t)snprintf(buf, len, "(");
     for (int d = 0; d < ndim && n < len; d++)
@@ -298,7 +302,7 @@ static int parse_entry(const char *path, const ddp__json *m, size_t data_len, dd
     wraps |= __builtin_mul_overflow(numel, (uint64_t)e->elem_size, &bytes);
     if (wraps) {
         char shape[DDP_ST_MAX_DIM * 22 + 4];
-        shape_str(shape, sizeof shape, e->ndim, e->shape);
+        ddp__st_shape_str(shape, sizeof shape, e->ndim, e->shape);
         return DDP_ERROR(DDP_ERR_FORMAT,
                          "safetensors %s: %s: shape %s of %s is 2^64 bytes or more (the data "
                          "buffer has %zu)", path, name, shape, e->dtype, data_len);
@@ -440,8 +444,9 @@ int ddp__st_read(const char *path, ddp__st_file *out)
     DDP_TRY_OUT(read_all(fd, f.data, f.data_len, path));
     if (HOST_BIG_ENDIAN)
         for (size_t k = 0; k < f.n; k++)
-            if (strcmp(f.entries[k].dtype, "F32") == 0)
-                swap4(f.data + f.entries[k].begin, f.entries[k].end - f.entries[k].begin);
+            if (strcmp(f.entries[k].dtype, "F32") == 0 || strcmp(f.entries[k].dtype, "I64") == 0)
+                swap_elems(f.data + f.entries[k].begin, f.entries[k].end - f.entries[k].begin,
+                           f.entries[k].elem_size);
     *out = f;
     memset(&f, 0, sizeof f);
 out:
@@ -475,75 +480,10 @@ const ddp__st_entry *ddp__st_find(const ddp__st_file *f, const char *name)
     return NULL;
 }
 
-/* ==== models ============================================================== */
-
 const char *ddp__st_meta(const ddp__st_file *f, const char *key)
 {
     for (size_t i = 0; i < f->nmeta; i++)
         if (strcmp(f->meta[2 * i], key) == 0)
             return f->meta[2 * i + 1];
     return NULL;
-}
-
-int ddp_model_save_safetensors(ddp_model_t *m, const char *path)
-{
-    DDP_FAIL_IF(!m || !path, DDP_ERR_INVALID_ARG, "save: NULL model or path");
-    DDP_TRY(ddp_model_seal(m));
-    size_t n = ddp_model_num_params(m);
-    ddp__st_out *t = calloc(n ? n : 1, sizeof *t);
-    DDP_FAIL_IF(!t, DDP_ERR_NOMEM, "save: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        ddp_param *p = ddp_model_param(m, i);
-        t[i] = (ddp__st_out){p->name, p->ndim, p->shape, p->data};
-    }
-    int rc = ddp__st_write(path, t, n, NULL, 0);
-    free(t);
-    return rc;
-}
-
-int ddp_model_load_safetensors(ddp_model_t *m, const char *path)
-{
-    DDP_FAIL_IF(!m || !path, DDP_ERR_INVALID_ARG, "load: NULL model or path");
-    DDP_TRY(ddp_model_seal(m));
-    ddp__st_file f;
-    DDP_TRY(ddp__st_read(path, &f));
-    size_t n = ddp_model_num_params(m);
-    sbuf diff = {0};
-    int ndiff = 0;
-    for (size_t i = 0; i < n; i++) {
-        ddp_param *p = ddp_model_param(m, i);
-        const ddp__st_entry *e = ddp__st_find(&f, p->name);
-        char a[96], b[96];
-        int same = e && e->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++)
-            same = e->shape[d] == p->shape[d];
-        if (!e) {
-            sb_fmt(&diff, "%smissing %s", ndiff++ ? "; " : "", p->name);
-        } else if (strcmp(e->dtype, "F32") != 0) {
-            sb_fmt(&diff, "%s%s: dtype %s in file, F32 in model", ndiff++ ? "; " : "", p->name,
-                   e->dtype);
-        } else if (!same) {
-            shape_str(a, sizeof a, e->ndim, e->shape);
-            shape_str(b, sizeof b, p->ndim, p->shape);
-            sb_fmt(&diff, "%s%s: shape %s in file, %s in model", ndiff++ ? "; " : "", p->name,
-                   a, b);
-        }
-    }
-    for (size_t i = 0; i < f.n; i++)
-        if (!ddp_model_find_param(m, f.entries[i].name))
-            sb_fmt(&diff, "%sunexpected %s", ndiff++ ? "; " : "", f.entries[i].name);
-    int rc = 0;
-    if (ndiff) {
-        rc = DDP_ERROR(DDP_ERR_MISMATCH, "load %s: %d difference%s with the model: %s", path,
-                       ndiff, ndiff > 1 ? "s" : "", diff.s ? diff.s : "(out of memory)");
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            ddp_param *p = ddp_model_param(m, i);
-            memcpy(p->data, f.data + ddp__st_find(&f, p->name)->begin, p->numel * sizeof(float));
-        }
-        ddp_model_bump_param_version(m);
-    }
-    free(diff.s);
-    ddp__st_close(&f);
-    return rc;
 }
