@@ -1,7 +1,7 @@
 /* The activation modules (ddp_leaky_relu_create, ...): each module's forward
  * gives its op's values bit for bit, they chain in a Sequential that
  * backpropagates, and bad arguments fail at creation.  They need the
- * user-module interface (ddp/nn_module.h); without it the test skips. */
+ * user-module interface (ddp/nn_module.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,13 +13,6 @@
 
 #include "fixtures/ops_case.h"
 
-#if defined(__has_include)
-#if __has_include("ddp/nn_module.h")
-#define HAVE_USER_MODULES 1
-#endif
-#endif
-
-#ifdef HAVE_USER_MODULES
 static const float X[12] = {-2.5f, -1, -0.25f, 0, 0.5f, 1, 2, 3, -0.75f, 0.125f, 1.5f, -3};
 
 typedef int (*op_fn)(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y);
@@ -125,24 +118,13 @@ static void test_errors(void **state)
     ddp_tape_destroy(tape);
     ddp_module_destroy(m);
 }
-#else
-static void test_skipped(void **state)
-{
-    (void)state;
-    skip(); /* no user-module interface (ddp/nn_module.h) in this tree yet */
-}
-#endif
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-#ifdef HAVE_USER_MODULES
         cmocka_unit_test(test_modules_run_their_ops),
         cmocka_unit_test(test_in_sequential),
         cmocka_unit_test(test_errors),
-#else
-        cmocka_unit_test(test_skipped),
-#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,7 +57,7 @@ static int write_shard(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
     for (size_t i = 0; i < z->npieces; i++) {
         const ddp__zero_piece *pc = &z->pieces[i];
         lens[i] = (int64_t)pc->len;
-        t[i] = (ddp__st_out){pc->real->name, 1, &lens[i], pc->sp->data};
+        t[i] = (ddp__st_out){pc->real->name, 1, &lens[i], pc->sp->data, DDP_FLOAT32};
     }
     for (int k = 0; k < ns; k++) {
         const char *sname;
@@ -67,7 +67,7 @@ static int write_shard(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
             const ddp__zero_piece *pc = &z->pieces[i];
             size_t j = z->npieces * (size_t)(1 + k) + i;
             snprintf(names[j], sizeof names[j], "optimizer.%s.%s", sname, pc->real->name);
-            t[j] = (ddp__st_out){names[j], 1, &lens[i], data + pc->sp->offset};
+            t[j] = (ddp__st_out){names[j], 1, &lens[i], data + pc->sp->offset, DDP_FLOAT32};
         }
     }
     char v[DDP__SHARD_NMETA][32];

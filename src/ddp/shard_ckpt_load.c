@@ -184,7 +184,7 @@ int ddp_zero_checkpoint_export(const char *dir, const char *path)
     DDP_TRY_OUT(walk(&c, 0, ix.total));
     for (size_t i = 0; i < ix.ntensors; i++) {
         const ddp__ckpt_tensor *x = &ix.tensors[i];
-        t[i] = (ddp__st_out){x->name, x->ndim, x->shape, c.block + x->offset};
+        t[i] = (ddp__st_out){x->name, x->ndim, x->shape, c.block + x->offset, DDP_FLOAT32};
     }
     rc = ddp__st_write(path, t, ix.ntensors, NULL, 0);
 out:

@@ -1,18 +1,7 @@
 /* Activation modules (nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid,
  * nn.Softmax, nn.LogSoftmax): parameterless user modules, one type each,
  * whose forward runs the op of ops_activation.c / ops.c.
- *
- * They are written on the user-module interface (ddp/nn_module.h,
- * ddp_module_create).  Until that interface is in the tree this file
- * compiles to nothing and the create calls are not defined (see the ops
- * branch's report); with it, nothing else needs to change. */
-#if defined(__has_include)
-#if __has_include("ddp/nn_module.h")
-#define DDP_HAVE_USER_MODULES 1
-#endif
-#endif
-
-#ifdef DDP_HAVE_USER_MODULES
+ * They are user modules (ddp/nn_module.h, ddp_module_create). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -108,4 +97,3 @@ int ddp_log_softmax_create(int dim, ddp_module_t **out)
 {
     return with_args(&log_softmax_def, (act_args){.dim = dim}, out);
 }
-#endif
