@@ -301,4 +301,8 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #ifdef __cplusplus
 }
 #endif
+
+#include "ddp/nn_module.h"
+#include "ddp/nn_conv.h"
+
 #endif

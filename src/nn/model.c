@@ -422,6 +422,8 @@ static void reset_module(ddp_module_t *mod, ddp__rng *rng)
 {
     if (mod->kind == DDP_MOD_LINEAR)
         ddp__linear_reset(mod, rng);
+    if (mod->kind == DDP_MOD_USER && mod->def->reset)
+        ddp__module_user_reset(mod, rng);
     for (int i = 0; i < mod->nchildren; i++)
         reset_module(mod->children[i], rng);
 }

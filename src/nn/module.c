@@ -72,6 +72,8 @@ static void module_free(ddp_module_t *m)
     free(m->children);
     for (int i = 0; i < m->nparams; i++)
         ddp__param_destroy(m->params[i]);
+    if (m->def && m->def->destroy)
+        m->def->destroy(m->user);
     free(m);
 }
 
@@ -204,6 +206,8 @@ int ddp_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_
     case DDP_MOD_DROPOUT:
         /* One seed per forward from the module's generator: reproducible. */
         return ddp_op_dropout(tape, x, m->p, m->training, ddp__rng_next(&m->rng), y);
+    case DDP_MOD_USER:
+        return m->def->forward(m, tape, x, y, m->user);
     case DDP_MOD_SEQUENTIAL:
         for (int i = 0; i < m->nchildren; i++) {
             int rc = ddp_module_forward(m->children[i], tape, x, &x);
