@@ -1,6 +1,8 @@
 /* Optimizers against torch.optim: SGD (momentum, dampening, nesterov,
  * weight decay, maximize), Adam and AdamW (betas, eps, weight decay,
- * amsgrad, maximize) over four steps with fixed gradients.  The expected
+ * amsgrad, maximize), Adadelta (rho, eps, weight decay, maximize) and
+ * RMSprop (alpha, eps, weight decay, momentum, centered, maximize) over
+ * four steps with fixed gradients.  The expected
  * parameters were printed by torch.optim 1.13 (float32) with
  * tests/data/optim_reference.py; the first rows are also easy by hand
  * (SGD: 0.5 - 0.1 * 1.0 = 0.4; Adam's first step moves every parameter by
@@ -92,6 +94,41 @@ static const expected EXPECT[] = {
       {5.715129375e-01f, -1.240873933e+00f, 1.986442804e+00f, 7.944466919e-02f, -3.103704154e-01f},
       {5.875908732e-01f, -1.240298510e+00f, 1.956332803e+00f, 9.806942195e-02f, -2.795945108e-01f},
       {6.119840145e-01f, -1.224128842e+00f, 1.902469516e+00f, 1.036754549e-01f, -2.569040358e-01f}}},
+    {"adadelta defaults",
+     {{4.968377352e-01f, -1.196837783e+00f, 1.996837735e+00f, -3.162276000e-03f, -2.968393266e-01f},
+      {4.959152043e-01f, -1.197073102e+00f, 1.999720693e+00f, -3.240831196e-03f, -3.011020720e-01f},
+      {4.959636331e-01f, -1.197121501e+00f, 1.999454737e+00f, -3.176261438e-03f, -3.021091223e-01f},
+      {4.938041270e-01f, -1.198317170e+00f, 2.002830744e+00f, -2.361163730e-03f, -3.021091223e-01f}}},
+    {"adadelta rho eps wd",
+     {{4.888221920e-01f, -1.188820362e+00f, 1.988825321e+00f, -1.118002832e-02f, -2.889814675e-01f},
+      {4.847733974e-01f, -1.188662887e+00f, 1.993656874e+00f, -1.146800630e-02f, -3.033666611e-01f},
+      {4.840864241e-01f, -1.187790036e+00f, 1.987936258e+00f, -1.121088583e-02f, -3.049006462e-01f},
+      {4.755714834e-01f, -1.191280246e+00f, 1.995466709e+00f, -7.956080139e-03f, -3.024513423e-01f}}},
+    {"adadelta maximize",
+     {{5.063245296e-01f, -1.206324577e+00f, 2.006324291e+00f, 6.324552000e-03f, -3.063201904e-01f},
+      {5.079843402e-01f, -1.205548406e+00f, 1.999198198e+00f, 6.480669137e-03f, -2.976582050e-01f},
+      {5.076328516e-01f, -1.205147982e+00f, 1.997884989e+00f, 6.350483745e-03f, -2.951314449e-01f},
+      {5.118631124e-01f, -1.202420354e+00f, 1.989943147e+00f, 4.719291348e-03f, -2.945359349e-01f}}},
+    {"rmsprop defaults",
+     {{4.000000060e-01f, -1.100000024e+00f, 1.899999976e+00f, -1.000000015e-01f, -2.000001073e-01f},
+      {3.802934289e-01f, -1.105018854e+00f, 1.962660789e+00f, -1.016748324e-01f, -2.949158847e-01f},
+      {3.812836707e-01f, -1.106027603e+00f, 1.957942843e+00f, -1.003283411e-01f, -3.106176555e-01f},
+      {3.367331028e-01f, -1.130597115e+00f, 2.019946814e+00f, -8.364936709e-02f, -3.106176555e-01f}}},
+    {"rmsprop momentum wd",
+     {{4.683773220e-01f, -1.168377280e+00f, 1.968377352e+00f, -3.162274137e-02f, -2.683780193e-01f},
+      {4.323108494e-01f, -1.139652133e+00f, 1.949168086e+00f, -6.060355529e-02f, -2.687393427e-01f},
+      {3.987722993e-01f, -1.112244010e+00f, 1.921663046e+00f, -8.614697307e-02f, -2.716280818e-01f},
+      {3.526365459e-01f, -1.094209433e+00f, 1.910268068e+00f, -1.029787734e-01f, -2.710699439e-01f}}},
+    {"rmsprop centered",
+     {{2.989924550e-01f, -9.989925027e-01f, 1.798992515e+00f, -2.010075748e-01f, -9.899264574e-02f},
+      {2.593055367e-01f, -1.009075165e+00f, 1.924328089e+00f, -2.043745071e-01f, -2.892091870e-01f},
+      {2.612994015e-01f, -1.011101484e+00f, 1.914890289e+00f, -2.016681582e-01f, -3.207091689e-01f},
+      {1.712116897e-01f, -1.060344696e+00f, 2.039033890e+00f, -1.682009548e-01f, -3.207091689e-01f}}},
+    {"rmsprop all",
+     {{5.249999762e-01f, -1.225000024e+00f, 2.025000095e+00f, 2.499999851e-02f, -3.249999881e-01f},
+      {5.404340029e-01f, -1.232490182e+00f, 2.013248205e+00f, 3.791056946e-02f, -3.131479323e-01f},
+      {5.443499088e-01f, -1.232103825e+00f, 1.995372295e+00f, 4.389171302e-02f, -2.988986671e-01f},
+      {5.593350530e-01f, -1.220809579e+00f, 1.963777900e+00f, 4.161369801e-02f, -2.868418396e-01f}}},
 };
 
 static ddp_optim_t *make(const char *name, ddp_model_t *m)
@@ -99,6 +136,8 @@ static ddp_optim_t *make(const char *name, ddp_model_t *m)
     ddp_optim_t *o = NULL;
     ddp_sgd_options s = ddp_sgd_defaults(0.1);
     ddp_adam_options a = ddp_adam_defaults(), w = ddp_adamw_defaults();
+    ddp_adadelta_options d = ddp_adadelta_defaults();
+    ddp_rmsprop_options r = ddp_rmsprop_defaults();
     if (strcmp(name, "sgd plain") == 0) {
     } else if (strcmp(name, "sgd momentum") == 0) {
         s.momentum = 0.9;
@@ -122,8 +161,23 @@ static ddp_optim_t *make(const char *name, ddp_model_t *m)
         w.lr = 0.05, w.weight_decay = 0.1, w.amsgrad = 1;
     } else if (strcmp(name, "adamw maximize") == 0) {
         w.lr = 0.05, w.beta1 = 0.7, w.beta2 = 0.95, w.weight_decay = 0.3, w.maximize = 1;
+    } else if (strcmp(name, "adadelta rho eps wd") == 0) {
+        d.lr = 0.5, d.rho = 0.8, d.eps = 1e-4, d.weight_decay = 0.1;
+    } else if (strcmp(name, "adadelta maximize") == 0) {
+        d.lr = 2.0, d.weight_decay = 0.05, d.maximize = 1;
+    } else if (strcmp(name, "rmsprop momentum wd") == 0) {
+        r.lr = 0.01, r.alpha = 0.9, r.eps = 1e-6, r.momentum = 0.9, r.weight_decay = 0.1;
+    } else if (strcmp(name, "rmsprop centered") == 0) {
+        r.lr = 0.02, r.centered = 1;
+    } else if (strcmp(name, "rmsprop all") == 0) {
+        r.lr = 0.01, r.alpha = 0.8, r.momentum = 0.5, r.centered = 1, r.weight_decay = 0.2;
+        r.maximize = 1;
     }
-    if (strncmp(name, "sgd", 3) == 0)
+    if (strncmp(name, "adadelta", 8) == 0)
+        assert_int_equal(ddp_adadelta_create(m, &d, &o), 0);
+    else if (strncmp(name, "rmsprop", 7) == 0)
+        assert_int_equal(ddp_rmsprop_create(m, &r, &o), 0);
+    else if (strncmp(name, "sgd", 3) == 0)
         assert_int_equal(ddp_sgd_create(m, &s, &o), 0);
     else if (strncmp(name, "adamw", 5) == 0)
         assert_int_equal(ddp_adamw_create(m, &w, &o), 0);
@@ -220,6 +274,58 @@ static void test_state_access(void **state)
         assert_true(p->grad[i] == 0.0f);
     ddp_optim_destroy(o);
     ddp_optim_destroy(NULL);
+    ddp_model_destroy(m);
+}
+
+/* Adadelta's and RMSprop's buffers carry torch's names; after one step
+ * Adadelta's square_avg is (1 - rho) g^2; bad options name themselves. */
+static void test_adadelta_rmsprop_state(void **state)
+{
+    (void)state;
+    ddp_param *p;
+    ddp_model_t *m = one_param(&p);
+    ddp_optim_t *o = make("adadelta defaults", m);
+    const char *name;
+    float *sq;
+    assert_int_equal(ddp_optim_num_states(o), 2);
+    assert_int_equal(ddp_optim_state(o, 1, &name, NULL, NULL), 0);
+    assert_string_equal(name, "acc_delta");
+    memcpy(p->grad, G[0], sizeof G[0]);
+    assert_int_equal(ddp_optim_step(o), 0);
+    assert_int_equal(ddp_optim_state(o, 0, &name, &sq, NULL), 0);
+    assert_string_equal(name, "square_avg");
+    for (int i = 0; i < N; i++)
+        assert_true(fabsf(sq[i] - 0.1f * G[0][i] * G[0][i]) <= 1e-6f * sq[i]);
+    ddp_optim_destroy(o);
+    const char *want[][3] = {{"square_avg"}, {"square_avg", "momentum_buffer"},
+                             {"square_avg", "grad_avg"},
+                             {"square_avg", "momentum_buffer", "grad_avg"}};
+    const char *cases[] = {"rmsprop defaults", "rmsprop momentum wd", "rmsprop centered",
+                           "rmsprop all"};
+    for (int c = 0; c < 4; c++) {
+        o = make(cases[c], m);
+        int n = c == 3 ? 3 : c == 0 ? 1 : 2;
+        assert_int_equal(ddp_optim_num_states(o), n);
+        for (int k = 0; k < n; k++) {
+            assert_int_equal(ddp_optim_state(o, k, &name, NULL, NULL), 0);
+            assert_string_equal(name, want[c][k]);
+        }
+        ddp_optim_destroy(o);
+    }
+    ddp_adadelta_options d = ddp_adadelta_defaults();
+    assert_true(d.lr == 1.0 && d.rho == 0.9 && d.eps == 1e-6 && d.weight_decay == 0);
+    d.rho = 1.5;
+    assert_int_equal(ddp_adadelta_create(m, &d, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "Adadelta: invalid rho value 1.5"));
+    ddp_rmsprop_options r = ddp_rmsprop_defaults();
+    assert_true(r.lr == 1e-2 && r.alpha == 0.99 && r.eps == 1e-8 && r.momentum == 0);
+    r.alpha = -0.1;
+    assert_int_equal(ddp_rmsprop_create(m, &r, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "RMSprop: invalid alpha value -0.1"));
+    r = ddp_rmsprop_defaults();
+    r.momentum = -1;
+    assert_int_equal(ddp_rmsprop_create(m, &r, &o), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "RMSprop: invalid momentum value -1"));
     ddp_model_destroy(m);
 }
 
@@ -375,6 +481,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_torch),
         cmocka_unit_test(test_state_access),
+        cmocka_unit_test(test_adadelta_rmsprop_state),
         cmocka_unit_test(test_follows_repointed_grad),
         cmocka_unit_test(test_invalid_options),
         cmocka_unit_test(test_lr_schedules),

@@ -1,5 +1,6 @@
-/* libddp optim layer: SGD, Adam and AdamW with torch.optim's exact update
- * rules, over the parameters of a model (include/ddp/nn.h).
+/* libddp optim layer: SGD, Adam, AdamW, Adadelta and RMSprop with
+ * torch.optim's exact update rules, over the parameters of a model
+ * (include/ddp/nn.h), in parameter groups (torch.optim's param_groups).
  *
  * An optimizer updates p->data from p->grad for every parameter of its model
  * (wherever p->grad points: DDP may re-point it).  Gradients are never "None"
@@ -24,6 +25,26 @@ extern "C" {
 
 typedef struct ddp_optim ddp_optim_t;
 
+/* One parameter group (an entry of torch.optim's param_groups): the
+ * parameters it holds, named by fnmatch(3) patterns over their state_dict
+ * names ("*.bias", "0.weight") and/or by index (ddp_model_param's order),
+ * and the hyperparameters it overrides.  A field left NaN (as
+ * ddp_param_group_defaults() leaves them all) keeps the optimizer's value;
+ * overriding one the optimizer does not have (betas for SGD) is an error. */
+typedef struct ddp_param_group {
+    const char *const *names; /* nnames patterns (borrowed for the call) */
+    int nnames;
+    const int *indices;       /* nindices parameter indices (borrowed for the call) */
+    int nindices;
+    double lr;
+    double weight_decay;
+    double momentum;          /* SGD, RMSprop */
+    double beta1, beta2;      /* Adam, AdamW */
+} ddp_param_group;
+
+/* No parameters, every override NaN. */
+DDP_API ddp_param_group ddp_param_group_defaults(void);
+
 /* torch.optim.SGD(params, lr, momentum=0, dampening=0, weight_decay=0,
  * nesterov=False, maximize=False). */
 typedef struct ddp_sgd_options {
@@ -33,6 +54,13 @@ typedef struct ddp_sgd_options {
     double weight_decay;
     int nesterov;   /* requires momentum > 0 and dampening == 0 */
     int maximize;
+    /* Parameter groups (see ddp_param_group; copied).  0 groups: one group
+     * of every parameter with these options.  Otherwise each group's
+     * overrides apply on top of these options, and a parameter that no
+     * group names must be added with ddp_optim_add_param_group before the
+     * first step. */
+    const ddp_param_group *groups;
+    int ngroups;
 } ddp_sgd_options;
 
 /* torch.optim.Adam / AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
@@ -44,12 +72,44 @@ typedef struct ddp_adam_options {
     double weight_decay;
     int amsgrad;
     int maximize;
+    const ddp_param_group *groups; /* as ddp_sgd_options' */
+    int ngroups;
 } ddp_adam_options;
+
+/* torch.optim.Adadelta(params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0,
+ * maximize=False).  State "square_avg", "acc_delta". */
+typedef struct ddp_adadelta_options {
+    double lr;
+    double rho;   /* in [0, 1] */
+    double eps;
+    double weight_decay;
+    int maximize;
+    const ddp_param_group *groups; /* as ddp_sgd_options' */
+    int ngroups;
+} ddp_adadelta_options;
+
+/* torch.optim.RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8,
+ * weight_decay=0, momentum=0, centered=False, maximize=False).  State
+ * "square_avg", then "momentum_buffer" when a group has momentum > 0, then
+ * "grad_avg" when centered. */
+typedef struct ddp_rmsprop_options {
+    double lr;
+    double alpha;
+    double eps;
+    double weight_decay;
+    double momentum;
+    int centered;
+    int maximize;
+    const ddp_param_group *groups; /* as ddp_sgd_options' */
+    int ngroups;
+} ddp_rmsprop_options;
 
 /* PyTorch's defaults, with the given learning rate for SGD. */
 DDP_API ddp_sgd_options ddp_sgd_defaults(double lr);
 DDP_API ddp_adam_options ddp_adam_defaults(void);
 DDP_API ddp_adam_options ddp_adamw_defaults(void);
+DDP_API ddp_adadelta_options ddp_adadelta_defaults(void);
+DDP_API ddp_rmsprop_options ddp_rmsprop_defaults(void);
 
 /* Creates an optimizer over every parameter of model (borrowed: it must
  * outlive the optimizer; sealed by this call).  Options are copied; invalid
@@ -59,15 +119,33 @@ DDP_API int ddp_sgd_create(ddp_model_t *model, const ddp_sgd_options *opt, ddp_o
 DDP_API int ddp_adam_create(ddp_model_t *model, const ddp_adam_options *opt, ddp_optim_t **out);
 /* Adam with decoupled weight decay (p *= 1 - lr * weight_decay first). */
 DDP_API int ddp_adamw_create(ddp_model_t *model, const ddp_adam_options *opt, ddp_optim_t **out);
+DDP_API int ddp_adadelta_create(ddp_model_t *model, const ddp_adadelta_options *opt,
+                                ddp_optim_t **out);
+DDP_API int ddp_rmsprop_create(ddp_model_t *model, const ddp_rmsprop_options *opt,
+                               ddp_optim_t **out);
 /* NULL is a no-op. */
 DDP_API void ddp_optim_destroy(ddp_optim_t *o);
 
-/* One update of every parameter from its gradient. */
+/* torch's optimizer.add_param_group: a new group of parameters that no
+ * group holds yet (one already in group k fails with DDP_ERR_INVALID_ARG
+ * naming it and k; so does a group that names no parameter).  Only before
+ * the first step, since every parameter must be in a group by then. */
+DDP_API int ddp_optim_add_param_group(ddp_optim_t *o, const ddp_param_group *g);
+DDP_API int ddp_optim_num_groups(const ddp_optim_t *o);
+/* The group of parameter index i (ddp_model_param's order), -1 if none. */
+DDP_API int ddp_optim_param_group(const ddp_optim_t *o, size_t i);
+/* Group g's learning rate (0 for a group that does not exist). */
+DDP_API double ddp_optim_group_lr(const ddp_optim_t *o, int g);
+DDP_API void ddp_optim_set_group_lr(ddp_optim_t *o, int g, double lr);
+
+/* One update of every parameter from its gradient.  Fails with
+ * DDP_ERR_STATE naming a parameter that is in no group. */
 DDP_API int ddp_optim_step(ddp_optim_t *o);
 /* Zeroes every parameter's gradient (ddp_model_zero_grad). */
 DDP_API void ddp_optim_zero_grad(ddp_optim_t *o);
 
-/* Learning rate in force (for schedules). */
+/* Learning rate in force: the first group's (the only one without groups);
+ * set_lr sets the first group's. */
 DDP_API double ddp_optim_lr(const ddp_optim_t *o);
 DDP_API void ddp_optim_set_lr(ddp_optim_t *o, double lr);
 /* Steps taken so far (Adam's `step`; SGD's momentum buffers exist once it
@@ -77,7 +155,9 @@ DDP_API void ddp_optim_set_steps(ddp_optim_t *o, int64_t steps);
 
 /* Number of state buffers: SGD 1 with momentum ("momentum_buffer") else 0;
  * Adam/AdamW 2 ("exp_avg", "exp_avg_sq") or 3 with amsgrad
- * ("max_exp_avg_sq"). */
+ * ("max_exp_avg_sq"); Adadelta 2; RMSprop 1 to 3 (see its options).  A
+ * buffer covers every parameter, whatever its group (with momentum in one
+ * group only, the others' slices stay zero). */
 DDP_API int ddp_optim_num_states(const ddp_optim_t *o);
 /* The i-th state buffer: its name, data (borrowed, owned by the optimizer,
  * writable for loading) and length (the model's total numel).  Returns

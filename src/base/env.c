@@ -91,6 +91,10 @@ static const ddp__env_var table[] = {
     /* tcp transport */
     USEC("DDP_TCP_SPIN_US", "20", "tcp: a wait polls epoll this long before it sleeps"),
     STR("DDP_TCP_HOST", 255, "tcp: address this rank listens on (default: the host name's IPv4)"),
+    STR("DDP_SOCKET_IFNAME", 255, "tcp: the interfaces whose address this rank listens on "
+        "(GLOO_SOCKET_IFNAME: a name, a comma list, ^ to exclude)"),
+    WORD("DDP_SOCKET_FAMILY", "any", "tcp: address family of the listening address: any "
+         "(IPv4 first), ipv4 or ipv6", "any", "ipv4", "ipv6"),
     SIZE("DDP_TCP_SOCKBUF", 0, 2147483647.0, "4194304",
          "tcp: SO_SNDBUF/SO_RCVBUF of the connections (0: kernel autotuning)"),
     /* seeing what a job does (src/pg/trace.h) */

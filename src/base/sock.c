@@ -312,31 +312,3 @@ int ddp__sock_recv_all(int fd, void *buf, size_t len, double deadline, const cha
     }
     return 0;
 }
-
-int ddp__sock_local_host(char *out, size_t len)
-{
-    const char *env = NULL;
-    DDP_TRY(ddp__env_string("DDP_TCP_HOST", &env));
-    if (env) {
-        snprintf(out, len, "%s", env);
-        return 0;
-    }
-    char name[256];
-    snprintf(out, len, "127.0.0.1");
-    if (gethostname(name, sizeof name) != 0)
-        return 0;
-    name[sizeof name - 1] = '\0';
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(name, NULL, &hints, &res) != 0)
-        return 0;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
-        if (inet_ntop(AF_INET, &in->sin_addr, out, (socklen_t)len))
-            break;
-    }
-    freeaddrinfo(res);
-    return 0;
-}

@@ -54,8 +54,10 @@ int ddp__sock_tune(int fd, int nonblocking);
 void ddp__sock_addr_str(const struct sockaddr *sa, char *buf, size_t len);
 /* "host:port", with brackets around an IPv6 literal. */
 void ddp__sock_hostport(const char *host, int port, char *buf, size_t len);
-/* The address this host publishes to its peers: DDP_TCP_HOST, else the
- * first IPv4 address of gethostname(), else 127.0.0.1. */
+/* The address this host publishes to its peers (local_addr.c):
+ * DDP_TCP_HOST, else the address of the first interface DDP_SOCKET_IFNAME
+ * selects, else the first address of gethostname(), else loopback; of the
+ * family DDP_SOCKET_FAMILY asks for (any: IPv4 first, then IPv6). */
 int ddp__sock_local_host(char *out, size_t len);
 
 #endif

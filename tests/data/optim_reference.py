@@ -24,6 +24,13 @@ configs = [
     ("AdamW", "adamw defaults", dict(lr=0.01)),
     ("AdamW", "adamw wd amsgrad", dict(lr=0.05, weight_decay=0.1, amsgrad=True)),
     ("AdamW", "adamw maximize", dict(lr=0.05, betas=(0.7, 0.95), weight_decay=0.3, maximize=True)),
+    ("Adadelta", "adadelta defaults", dict()),
+    ("Adadelta", "adadelta rho eps wd", dict(lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1)),
+    ("Adadelta", "adadelta maximize", dict(lr=2.0, weight_decay=0.05, maximize=True)),
+    ("RMSprop", "rmsprop defaults", dict()),
+    ("RMSprop", "rmsprop momentum wd", dict(lr=0.01, alpha=0.9, eps=1e-6, momentum=0.9, weight_decay=0.1)),
+    ("RMSprop", "rmsprop centered", dict(lr=0.02, centered=True)),
+    ("RMSprop", "rmsprop all", dict(lr=0.01, alpha=0.8, momentum=0.5, centered=True, weight_decay=0.2, maximize=True)),
 ]
 
 for cls, name, kw in configs:
