@@ -159,17 +159,20 @@ int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
     return 0;
 }
 
-/* db (O) (=|+=) the sum of dy over samples and positions. */
-static void conv_bias_backward(float *db, const float *dy, const conv_ctx *c, int acc)
+/* db (O) (=|+=) the sum of dy over samples and positions: per sample one
+ * matrix-vector product dy_n (O, P) ones (P), as PyTorch sums in float. */
+static int conv_bias_backward(ddp_tape_t *tape, float *db, const float *dy, const conv_ctx *c,
+                              int acc)
 {
-    int cout = c->og * c->groups;
-    size_t p = (size_t)conv_p(c);
-    for (int o = 0; o < cout; o++) {
-        double s = 0.0;
-        for (int n = 0; n < c->n; n++)
-            s += ddp__vec_sum(dy + ((size_t)n * (size_t)cout + (size_t)o) * p, p);
-        db[o] = acc ? db[o] + (float)s : (float)s;
-    }
+    int cout = c->og * c->groups, p = conv_p(c);
+    float *ones = ddp__tape_alloc(tape, (size_t)p * sizeof *ones);
+    if (!ones)
+        return DDP_ERR_NOMEM;
+    ddp__vec_fill_to(ones, 1.0f, (size_t)p, 0);
+    for (int n = 0; n < c->n; n++)
+        ddp_sgemm(0, 0, cout, 1, p, 1.0f, dy + (size_t)n * (size_t)cout * (size_t)p, p, ones, 1,
+                  acc || n > 0 ? 1.0f : 0.0f, db, 1);
+    return 0;
 }
 
 static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
@@ -181,7 +184,7 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     int acc;
     if (b && b->requires_grad) {
         DDP_GRAD_TARGET(db, b);
-        conv_bias_backward(db, v->grad, c, acc);
+        DDP_TRY(conv_bias_backward(tape, db, v->grad, c, acc));
     }
     float *dw = NULL, *dx = NULL, *cols = NULL, *dcols = NULL;
     int acc_w = 0, acc_x = 0;

@@ -124,6 +124,47 @@ static int pool_out_sizes(const char *op, const ddp_var_t *x, const ddp_pool2d_o
 static int max_pool_backward(ddp_tape_t *tape, ddp_var_t *v);
 static const ddp__op_def max_pool_def = {"max_pool2d", max_pool_backward, 0};
 
+/* One plane without padding or dilation (the common case: MaxPool2d(k)):
+ * no bounds to test, the window's first element starts the scan. */
+static void max_pool_plane_dense(float *restrict y, int32_t *restrict arg,
+                                 const float *restrict x, const pool_ctx *c,
+                                 const ddp_pool2d_options *o, const int *st)
+{
+    const int kh = o->kernel_size[0], kw = o->kernel_size[1], w = c->w;
+    if (kh == 2 && kw == 2) { /* MaxPool2d(2): the window unrolled */
+        for (int i = 0; i < c->oh; i++)
+            for (int j = 0; j < c->ow; j++) {
+                int k0 = i * st[0] * w + j * st[1], ks[4] = {k0, k0 + 1, k0 + w, k0 + w + 1};
+                float best = x[k0];
+                int at = k0;
+                for (int q = 1; q < 4; q++) {
+                    float val = x[ks[q]];
+                    int take = val > best || val != val;
+                    best = take ? val : best;
+                    at = take ? ks[q] : at;
+                }
+                y[i * c->ow + j] = best;
+                arg[i * c->ow + j] = at;
+            }
+        return;
+    }
+    for (int i = 0; i < c->oh; i++)
+        for (int j = 0; j < c->ow; j++) {
+            int at0 = i * st[0] * w + j * st[1], at = at0;
+            float best = x[at0];
+            for (int ki = 0; ki < kh; ki++)
+                for (int kj = 0; kj < kw; kj++) {
+                    int k = at0 + ki * w + kj;
+                    float val = x[k];
+                    int take = val > best || val != val; /* the first maximum; a NaN wins */
+                    best = take ? val : best; /* selects, not branches: ties are common */
+                    at = take ? k : at;
+                }
+            y[i * c->ow + j] = best;
+            arg[i * c->ow + j] = at;
+        }
+}
+
 /* One plane: y (oh, ow) and the argmax of each output. */
 static void max_pool_plane(float *y, int32_t *arg, const float *x, const pool_ctx *c,
                            const ddp_pool2d_options *o, const int *st)
@@ -167,9 +208,11 @@ int ddp_op_max_pool2d(ddp_tape_t *tape, ddp_var_t *x, const ddp_pool2d_options *
     c->argmax = ddp__tape_alloc(tape, planes * out * sizeof *c->argmax);
     if (!c->argmax)
         return DDP_ERR_NOMEM;
+    int dense = !o->padding[0] && !o->padding[1] && o->dilation[0] == 1 && o->dilation[1] == 1;
     for (size_t pl = 0; pl < planes; pl++)
-        max_pool_plane(v->t.data + pl * out, c->argmax + pl * out, x->t.data + pl * in, c, o,
-                       st);
+        (dense ? max_pool_plane_dense : max_pool_plane)(v->t.data + pl * out,
+                                                        c->argmax + pl * out,
+                                                        x->t.data + pl * in, c, o, st);
     *y = v;
     return 0;
 }
