@@ -55,6 +55,9 @@ int open_split(const char *dir, int train, ddp_dataset_t **ds)
 {
     ddp_mnist_options mo = ddp_mnist_defaults();
     mo.train = train;
+    mo.normalize = 1; /* examples/mnist's Normalize((0.1307,), (0.3081,)) */
+    mo.mean = 0.1307f;
+    mo.std = 0.3081f;
     int rc = ddp_mnist_create(dir, &mo, ds);
     if (rc < 0) {
         stop_error("%s", ddp_last_error());
