@@ -217,16 +217,28 @@ int ddp_op_max_pool2d(ddp_tape_t *tape, ddp_var_t *x, const ddp_pool2d_options *
     return 0;
 }
 
+/* The input's gradient buffer, zeroed unless it accumulates: both pools'
+ * backwards add into it.  NULL on failure (code in tape->grad_target_rc). */
+static float *pool_grad_begin(ddp_tape_t *tape, ddp_var_t *v, size_t *planes, size_t *in,
+                              size_t *out)
+{
+    const pool_ctx *c = v->ctx;
+    int acc;
+    float *dx = ddp__grad_target(tape, v->in[0], &acc);
+    *planes = (size_t)c->n * (size_t)c->c, *in = (size_t)c->h * (size_t)c->w;
+    *out = (size_t)c->oh * (size_t)c->ow;
+    if (dx && !acc)
+        memset(dx, 0, *planes * *in * sizeof *dx);
+    return dx;
+}
+
 static int max_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     const pool_ctx *c = v->ctx;
-    ddp_var_t *x = v->in[0];
-    int acc;
-    DDP_GRAD_TARGET(dx, x);
-    size_t planes = (size_t)c->n * (size_t)c->c, in = (size_t)c->h * (size_t)c->w,
-           out = (size_t)c->oh * (size_t)c->ow;
-    if (!acc)
-        memset(dx, 0, planes * in * sizeof *dx);
+    size_t planes, in, out;
+    float *dx = pool_grad_begin(tape, v, &planes, &in, &out);
+    if (!dx)
+        return tape->grad_target_rc;
     for (size_t pl = 0; pl < planes; pl++) {
         float *d = dx + pl * in;
         const float *dy = v->grad + pl * out;
@@ -307,13 +319,10 @@ int ddp_op_adaptive_avg_pool2d(ddp_tape_t *tape, ddp_var_t *x, int oh, int ow, d
 static int avg_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
 {
     const pool_ctx *c = v->ctx;
-    ddp_var_t *x = v->in[0];
-    int acc;
-    DDP_GRAD_TARGET(dx, x);
-    size_t planes = (size_t)c->n * (size_t)c->c, in = (size_t)c->h * (size_t)c->w,
-           out = (size_t)c->oh * (size_t)c->ow;
-    if (!acc)
-        memset(dx, 0, planes * in * sizeof *dx);
+    size_t planes, in, out;
+    float *dx = pool_grad_begin(tape, v, &planes, &in, &out);
+    if (!dx)
+        return tape->grad_target_rc;
     for (size_t pl = 0; pl < planes; pl++) {
         float *d = dx + pl * in;
         const float *dy = v->grad + pl * out;
