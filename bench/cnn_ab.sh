@@ -36,7 +36,7 @@ one() {
     fi || { cat "$tmp/out" "$tmp/err" >&2; exit 1; }
     thr=$(sed -n 's/^Throughput: \([0-9.]*\) samples\/s$/\1/p' "$tmp/out")
     rss=$(sed -n 's/^RSS \([0-9]*\)$/\1/p' "$tmp/err" | sort -n | tail -n 1)
-    echo "$name $thr $(awk "BEGIN{printf \"%.1f\", $rss/1024}")" >>"$tmp/rows"
+    echo "$name $thr $(awk "BEGIN{printf \"%.1f\", $rss/1024}")" | tee -a "$tmp/rows"
 }
 
 echo "before: $(uptime)"
@@ -64,9 +64,9 @@ END {
     for (k = 1; k <= 4; k++) {
         r = order[k]; m = n[r]; lo = 1e30; hi = 0
         for (i = 1; i <= m; i++) { a[i] = thr[r, i]; lo = a[i] < lo ? a[i] : lo; hi = a[i] > hi ? a[i] : hi }
-        med = median(a, m); g = med * fps / 1e9; ranks = substr(r, 3)
+        med = median(a, m); g = med * fps / 1e9; nr = substr(r, 3)
         printf "%-4s %9.0f %-26s %8.0f%% %8.1f %7.0f%% %8.1f\n", r, med, runs[r],
-               med ? 100 * (hi - lo) / med : 0, g, 100 * g / (roof * ranks), rss[r]
+               med ? 100 * (hi - lo) / med : 0, g, 100 * g / (roof * nr), rss[r]
     }
     split("1 2", ranks, " ")
     for (k = 1; k <= 2; k++) {
