@@ -66,7 +66,7 @@ static void test_install_and_build_a_user_program(void **state)
                            "include/ddp/ext.h", "lib/libddp.a", "lib/libddp.so", "lib/pkgconfig/libddp.pc",
                            "include/ddp/progress.h", "include/ddp/timeline.h", "bin/ddprun",
                            "bin/ddp-mnist", "bin/ddp-bench-collectives", "bin/ddp-trace",
-                           "bin/ddp-timeline"};
+                           "bin/ddp-timeline", "bin/ddp-cnn", "include/ddp/nn_conv.h"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[256];
         snprintf(path, sizeof path, "%s/%s", prefix, files[i]);

@@ -343,5 +343,6 @@ DDP_API int ddp_model_load_safetensors(ddp_model_t *m, const char *path);
 #include "ddp/nn_norm.h"
 #include "ddp/nn_ops.h" /* broadcasting, shape, reduction, activation ops */
 #include "ddp/nn_module.h"
+#include "ddp/nn_conv.h"
 
 #endif

@@ -1,0 +1,223 @@
+/* Conv2d as a tape op: forward and backward lowered to GEMMs (ddp_sgemm)
+ * through im2col (src/tensor/im2col.c); docs/cnn.md has the cost model.
+ *
+ * Per sample and group (Og = O / groups output channels, K = C / groups *
+ * kh * kw, P = OH * OW output positions):
+ *   forward   y_n (Og, P)  = W_g (Og, K) cols_n (K, P) [+ b]
+ *   backward  dW_g (Og, K) += dy_n (Og, P) cols_n^T (P, K)
+ *             dcols (K, P)  = W_g^T (K, Og) dy_n (Og, P);  dx_n = col2im(dcols)
+ * One sample at a time keeps cols (K x P floats: 648 KiB for the MNIST
+ * network's second layer) in cache between im2col and the GEMM that reads
+ * it; a whole-batch cols would be 64 times that, read back from memory.
+ * Backward recomputes cols instead of keeping every sample's from forward:
+ * the same bytes written once more, in cache, for a 64 times smaller
+ * arena.  A 1x1, stride-1, unpadded kernel needs no cols at all: x is cols. */
+#include <limits.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "nn/autograd.h"
+#include "nn/conv.h"
+#include "nn/ops.h"
+#include "tensor/im2col.h"
+#include "tensor/kernels.h"
+
+typedef struct conv_ctx {
+    ddp__conv_geom g; /* one group of one sample */
+    int n, groups, og; /* batch, groups, output channels per group */
+} conv_ctx;
+
+ddp_conv2d_options ddp_conv2d_defaults(int in_channels, int out_channels, int kernel_size)
+{
+    ddp_conv2d_options o = {
+        .in_channels = in_channels, .out_channels = out_channels,
+        .kernel_size = {kernel_size, kernel_size}, .stride = {1, 1}, .padding = {0, 0},
+        .dilation = {1, 1}, .groups = 1, .bias = 1,
+    };
+    return o;
+}
+
+int ddp__conv_check_pairs(const char *op, const int *stride, const int *padding,
+                          const int *dilation)
+{
+    DDP_FAIL_IF(stride[0] < 1 || stride[1] < 1, DDP_ERR_INVALID_ARG,
+                "%s: stride (%d, %d) must be >= 1", op, stride[0], stride[1]);
+    DDP_FAIL_IF(padding[0] < 0 || padding[1] < 0, DDP_ERR_INVALID_ARG,
+                "%s: padding (%d, %d) must be >= 0", op, padding[0], padding[1]);
+    DDP_FAIL_IF(dilation[0] < 1 || dilation[1] < 1, DDP_ERR_INVALID_ARG,
+                "%s: dilation (%d, %d) must be >= 1", op, dilation[0], dilation[1]);
+    return 0;
+}
+
+int ddp__conv_input_4d(const ddp_var_t *x, const char *op)
+{
+    char buf[96];
+    DDP_FAIL_IF(x->t.ndim != 4, DDP_ERR_INVALID_ARG,
+                "%s: input must be (N, C, H, W), got shape %s", op,
+                ddp_tensor_shape_str(&x->t, buf, sizeof buf));
+    DDP_FAIL_IF(x->t.numel > INT_MAX, DDP_ERR_UNSUPPORTED,
+                "%s: input of shape %s has more than INT_MAX elements", op,
+                ddp_tensor_shape_str(&x->t, buf, sizeof buf));
+    return 0;
+}
+
+/* The geometry of one group of one sample; checks w and b against x. */
+static int conv_geometry(const ddp_var_t *x, const ddp_var_t *w, const ddp_var_t *b,
+                         const ddp_conv2d_options *o, conv_ctx *c)
+{
+    DDP_SHAPE_BUFS;
+    DDP_TRY(ddp__conv_input_4d(x, "conv2d"));
+    DDP_TRY(ddp__conv_check_pairs("conv2d", o->stride, o->padding, o->dilation));
+    DDP_FAIL_IF(w->t.ndim != 4, DDP_ERR_INVALID_ARG,
+                "conv2d: weight must be (out, in / groups, kh, kw), got shape %s",
+                DDP_SHAPE(w, 0));
+    int64_t cin = x->t.shape[1], cout = w->t.shape[0];
+    DDP_FAIL_IF(o->groups < 1 || cin % o->groups || cout % o->groups, DDP_ERR_INVALID_ARG,
+                "conv2d: groups %d must be >= 1 and divide the input's %lld and the output's "
+                "%lld channels", o->groups, (long long)cin, (long long)cout);
+    DDP_FAIL_IF(w->t.shape[1] * o->groups != cin, DDP_ERR_INVALID_ARG,
+                "conv2d: weight of shape %s expects %lld input channels (groups %d), the input "
+                "of shape %s has %lld", DDP_SHAPE(w, 0), (long long)(w->t.shape[1] * o->groups),
+                o->groups, DDP_SHAPE(x, 1), (long long)cin);
+    DDP_FAIL_IF(b && (b->t.ndim != 1 || b->t.shape[0] != cout), DDP_ERR_INVALID_ARG,
+                "conv2d: bias of shape %s does not match weight of shape %s", DDP_SHAPE(b, 0),
+                DDP_SHAPE(w, 1));
+    ddp__conv_geom *g = &c->g;
+    *g = (ddp__conv_geom){
+        .c = (int)(cin / o->groups), .h = (int)x->t.shape[2], .w = (int)x->t.shape[3],
+        .kh = (int)w->t.shape[2], .kw = (int)w->t.shape[3], .sh = o->stride[0],
+        .sw = o->stride[1], .ph = o->padding[0], .pw = o->padding[1], .dh = o->dilation[0],
+        .dw = o->dilation[1],
+    };
+    g->oh = ddp__conv_out_size(g->h, g->kh, g->sh, g->ph, g->dh);
+    g->ow = ddp__conv_out_size(g->w, g->kw, g->sw, g->pw, g->dw);
+    DDP_FAIL_IF(g->oh < 1 || g->ow < 1, DDP_ERR_INVALID_ARG,
+                "conv2d: input of shape %s padded by (%d, %d) is smaller than the kernel "
+                "(%d, %d) dilated by (%d, %d)", DDP_SHAPE(x, 0), g->ph, g->pw, g->kh, g->kw,
+                g->dh, g->dw);
+    int64_t k = (int64_t)g->c * g->kh * g->kw, p = (int64_t)g->oh * g->ow;
+    DDP_FAIL_IF(k * p > INT_MAX || cout * p > INT_MAX, DDP_ERR_UNSUPPORTED,
+                "conv2d: input %s and weight %s exceed BLAS's int dimensions", DDP_SHAPE(x, 0),
+                DDP_SHAPE(w, 1));
+    c->n = (int)x->t.shape[0];
+    c->groups = o->groups;
+    c->og = (int)(cout / o->groups);
+    return 0;
+}
+
+static int conv_k(const conv_ctx *c) { return c->g.c * c->g.kh * c->g.kw; }
+static int conv_p(const conv_ctx *c) { return c->g.oh * c->g.ow; }
+
+/* cols for (sample, group) from the input: x itself when pointwise. */
+static const float *conv_cols(const conv_ctx *c, const float *x, int s, int gi, float *buf)
+{
+    const float *xg = x + ((size_t)s * (size_t)c->groups + (size_t)gi) * (size_t)c->g.c *
+                              (size_t)c->g.h * (size_t)c->g.w;
+    if (ddp__conv_is_pointwise(&c->g))
+        return xg;
+    ddp__im2col(buf, xg, &c->g);
+    return buf;
+}
+
+static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v);
+static const ddp__op_def conv2d_def = {"conv2d", conv2d_backward, 0};
+
+int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
+                  const ddp_conv2d_options *o, ddp_var_t **y)
+{
+    DDP_FAIL_IF(!tape || !y || !o, DDP_ERR_INVALID_ARG, "conv2d: NULL tape, options or output");
+    DDP_TRY(ddp__op_check_var(tape, x, "conv2d", "input"));
+    DDP_TRY(ddp__op_check_var(tape, w, "conv2d", "weight"));
+    if (b)
+        DDP_TRY(ddp__op_check_var(tape, b, "conv2d", "bias"));
+    conv_ctx c;
+    DDP_TRY(conv_geometry(x, w, b, o, &c));
+    int k = conv_k(&c), p = conv_p(&c), og = c.og;
+    int64_t shape[4] = {c.n, (int64_t)og * c.groups, c.g.oh, c.g.ow};
+    ddp_var_t *v;
+    DDP_TRY(ddp__op_push(tape, &conv2d_def, 4, shape, 1, x, w, b, &v));
+    conv_ctx *saved = ddp__tape_alloc(tape, sizeof *saved);
+    float *buf = ddp__conv_is_pointwise(&c.g)
+                     ? NULL : ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *buf);
+    if (!saved || (!buf && !ddp__conv_is_pointwise(&c.g)))
+        return DDP_ERR_NOMEM;
+    *saved = c;
+    v->ctx = saved;
+    for (int s = 0; s < c.n; s++)
+        for (int gi = 0; gi < c.groups; gi++) {
+            const float *cols = conv_cols(&c, x->t.data, s, gi, buf);
+            float *yg = v->t.data + ((size_t)s * (size_t)c.groups + (size_t)gi) * (size_t)og *
+                                        (size_t)p; /* (Og, P) */
+            if (b) /* the bias is the GEMM's C, as in linear */
+                for (int r = 0; r < og; r++)
+                    ddp__vec_fill_to(yg + (size_t)r * (size_t)p, b->t.data[gi * og + r],
+                                     (size_t)p, 0);
+            ddp_sgemm(0, 0, og, p, k, 1.0f, w->t.data + (size_t)gi * (size_t)og * (size_t)k, k,
+                      cols, p, b ? 1.0f : 0.0f, yg, p);
+        }
+    *y = v;
+    return 0;
+}
+
+/* db (O) (=|+=) the sum of dy over samples and positions: per sample one
+ * matrix-vector product dy_n (O, P) ones (P), as PyTorch sums in float. */
+static int conv_bias_backward(ddp_tape_t *tape, float *db, const float *dy, const conv_ctx *c,
+                              int acc)
+{
+    int cout = c->og * c->groups, p = conv_p(c);
+    float *ones = ddp__tape_alloc(tape, (size_t)p * sizeof *ones);
+    if (!ones)
+        return DDP_ERR_NOMEM;
+    ddp__vec_fill_to(ones, 1.0f, (size_t)p, 0);
+    for (int n = 0; n < c->n; n++)
+        ddp_sgemm(0, 0, cout, 1, p, 1.0f, dy + (size_t)n * (size_t)cout * (size_t)p, p, ones, 1,
+                  acc || n > 0 ? 1.0f : 0.0f, db, 1);
+    return 0;
+}
+
+static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *x = v->in[0], *w = v->in[1], *b = v->nin > 2 ? v->in[2] : NULL;
+    const conv_ctx *c = v->ctx;
+    int k = conv_k(c), p = conv_p(c), og = c->og, pw = ddp__conv_is_pointwise(&c->g);
+    size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w; /* one group's input */
+    int acc;
+    if (b && b->requires_grad) {
+        DDP_GRAD_TARGET(db, b);
+        DDP_TRY(conv_bias_backward(tape, db, v->grad, c, acc));
+    }
+    float *dw = NULL, *dx = NULL, *cols = NULL, *dcols = NULL;
+    int acc_w = 0, acc_x = 0;
+    if (w->requires_grad) {
+        DDP_GRAD_TARGET(g, w);
+        dw = g, acc_w = acc;
+        if (!pw && !(cols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *cols)))
+            return DDP_ERR_NOMEM;
+    }
+    if (x->requires_grad) {
+        DDP_GRAD_TARGET(g, x);
+        dx = g, acc_x = acc;
+        if (!pw && !(dcols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *dcols)))
+            return DDP_ERR_NOMEM;
+    }
+    for (int s = 0; s < c->n; s++)
+        for (int gi = 0; gi < c->groups; gi++) {
+            size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
+            const float *dyg = v->grad + sg * (size_t)og * (size_t)p; /* (Og, P) */
+            const float *wg = w->t.data + (size_t)gi * (size_t)og * (size_t)k; /* (Og, K) */
+            if (dw) /* (Og, K) += dy (Og, P) cols^T (P, K); the first sample writes */
+                ddp_sgemm(0, 1, og, k, p, 1.0f, dyg, p, conv_cols(c, x->t.data, s, gi, cols), p,
+                          acc_w || s > 0 ? 1.0f : 0.0f,
+                          dw + (size_t)gi * (size_t)og * (size_t)k, k);
+            if (!dx)
+                continue;
+            float *dxg = dx + sg * xs;
+            if (pw) { /* dx (C, HW) (=|+=) W^T dy directly */
+                ddp_sgemm(1, 0, k, p, og, 1.0f, wg, k, dyg, p, acc_x ? 1.0f : 0.0f, dxg, p);
+                continue;
+            }
+            ddp_sgemm(1, 0, k, p, og, 1.0f, wg, k, dyg, p, 0.0f, dcols, p);
+            ddp__col2im(dxg, dcols, &c->g, acc_x);
+        }
+    return 0;
+}
