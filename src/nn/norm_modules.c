@@ -12,23 +12,45 @@
 #include "nn/autograd.h"
 #include "nn/ops.h"
 
-/* PyTorch's affine norms: weight ones, bias zeros (no draws). */
-static int reset_affine(ddp_param *weight, ddp_param *bias)
+/* What LayerNorm and GroupNorm share, first in each one's state so that one
+ * setup and one reset serve both: the shape of the affine parameters
+ * (LayerNorm's normalized_shape, GroupNorm's (C)) and the parameters. */
+typedef struct affine {
+    int on; /* elementwise_affine / affine */
+    int ndim;
+    int64_t shape[DDP_TENSOR_MAX_DIM];
+    ddp_param *weight, *bias; /* (shape) each, NULL when off */
+} affine;
+
+/* register_parameter("weight"), ("bias") of the affine shape, when on. */
+static int affine_setup(ddp_module_t *m, void *u)
 {
-    if (!weight)
+    affine *a = u;
+    if (!a->on)
         return 0;
-    DDP_TRY(ddp_init_ones(weight));
-    return ddp_init_zeros(bias);
+    DDP_TRY(ddp_module_add_param(m, "weight", a->ndim, a->shape, &a->weight));
+    return ddp_module_add_param(m, "bias", a->ndim, a->shape, &a->bias);
 }
 
-/* weight and bias of shape (ndim, shape), or none without affine. */
-static int add_affine(ddp_module_t *m, int affine, int ndim, const int64_t *shape,
-                      ddp_param **weight, ddp_param **bias)
+/* PyTorch's reset_parameters of the affine norms: ones and zeros, no draws. */
+static int affine_reset(ddp_module_t *m, ddp_generator *gen, void *u)
 {
-    if (!affine)
+    (void)m, (void)gen;
+    affine *a = u;
+    if (!a->on)
         return 0;
-    DDP_TRY(ddp_module_add_param(m, "weight", ndim, shape, weight));
-    return ddp_module_add_param(m, "bias", ndim, shape, bias);
+    DDP_TRY(ddp_init_ones(a->weight));
+    return ddp_init_zeros(a->bias);
+}
+
+/* The parameters as tape vars, or NULLs when off. */
+static int affine_vars(ddp_tape_t *tape, const affine *a, ddp_var_t **w, ddp_var_t **b)
+{
+    *w = *b = NULL;
+    if (!a->on)
+        return 0;
+    DDP_TRY(ddp_tape_param(tape, a->weight, w));
+    return ddp_tape_param(tape, a->bias, b);
 }
 
 /* The module of def over state u (owned), with its parameters made by
@@ -49,42 +71,30 @@ static int build(const ddp_module_def *def, void *u, int (*setup)(ddp_module_t *
     return 0;
 }
 
+static int check_eps(const char *type, float eps)
+{
+    DDP_FAIL_IF(!(eps > 0.0f) || !isfinite(eps), DDP_ERR_INVALID_ARG,
+                "%s: eps %g must be finite and > 0", type, (double)eps);
+    return 0;
+}
+
 /* ==== LayerNorm =========================================================== */
 
 typedef struct layer_norm {
-    int nd;
-    int64_t shape[DDP_TENSOR_MAX_DIM]; /* normalized_shape */
+    affine a; /* first: a.ndim, a.shape are normalized_shape, affine or not */
     float eps;
-    int affine;
-    ddp_param *weight, *bias; /* (normalized_shape) each, NULL without affine */
 } layer_norm;
 
 static int ln_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y, void *u)
 {
     (void)m;
     layer_norm *l = u;
-    ddp_var_t *w = NULL, *b = NULL;
-    if (l->weight) {
-        DDP_TRY(ddp_tape_param(tape, l->weight, &w));
-        DDP_TRY(ddp_tape_param(tape, l->bias, &b));
-    }
-    return ddp_op_layer_norm(tape, x, l->nd, l->shape, w, b, l->eps, y);
+    ddp_var_t *w, *b;
+    DDP_TRY(affine_vars(tape, &l->a, &w, &b));
+    return ddp_op_layer_norm(tape, x, l->a.ndim, l->a.shape, w, b, l->eps, y);
 }
 
-static int ln_reset(ddp_module_t *m, ddp_generator *gen, void *u)
-{
-    (void)m, (void)gen;
-    layer_norm *l = u;
-    return reset_affine(l->weight, l->bias);
-}
-
-static int ln_setup(ddp_module_t *m, void *u)
-{
-    layer_norm *l = u;
-    return add_affine(m, l->affine, l->nd, l->shape, &l->weight, &l->bias);
-}
-
-static const ddp_module_def layer_norm_def = {"LayerNorm", ln_forward, ln_reset, free};
+static const ddp_module_def layer_norm_def = {"LayerNorm", ln_forward, affine_reset, free};
 
 int ddp_layer_norm_create(int ndim, const int64_t *normalized_shape, float eps,
                           int elementwise_affine, ddp_module_t **out)
@@ -98,24 +108,22 @@ int ddp_layer_norm_create(int ndim, const int64_t *normalized_shape, float eps,
         DDP_FAIL_IF(normalized_shape[i] < 1, DDP_ERR_INVALID_ARG,
                     "LayerNorm: normalized_shape[%d] is %lld (must be >= 1)", i,
                     (long long)normalized_shape[i]);
-    DDP_FAIL_IF(!(eps > 0.0f) || !isfinite(eps), DDP_ERR_INVALID_ARG,
-                "LayerNorm: eps %g must be finite and > 0", (double)eps);
+    DDP_TRY(check_eps("LayerNorm", eps));
     layer_norm *l = calloc(1, sizeof *l);
     DDP_FAIL_IF(!l, DDP_ERR_NOMEM, "LayerNorm: out of memory");
-    l->nd = ndim;
-    memcpy(l->shape, normalized_shape, (size_t)ndim * sizeof *normalized_shape);
+    l->a.on = elementwise_affine != 0;
+    l->a.ndim = ndim;
+    memcpy(l->a.shape, normalized_shape, (size_t)ndim * sizeof *normalized_shape);
     l->eps = eps;
-    l->affine = elementwise_affine != 0;
-    return build(&layer_norm_def, l, ln_setup, NULL, out);
+    return build(&layer_norm_def, l, affine_setup, NULL, out);
 }
 
 /* ==== GroupNorm =========================================================== */
 
 typedef struct group_norm {
+    affine a; /* first: (C) */
     int groups, channels;
     float eps;
-    int affine;
-    ddp_param *weight, *bias; /* (C) each, NULL without affine */
 } group_norm;
 
 static int gn_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y, void *u)
@@ -129,31 +137,14 @@ static int gn_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t
                 "GroupNorm: input of %d dimensions with %lld channels, the layer expects "
                 "(N, %d, ...)", x->t.ndim, x->t.ndim < 2 ? 0LL : (long long)x->t.shape[1],
                 g->channels);
-    ddp_var_t *w = NULL, *b = NULL;
-    if (g->weight) {
-        DDP_TRY(ddp_tape_param(tape, g->weight, &w));
-        DDP_TRY(ddp_tape_param(tape, g->bias, &b));
-    }
+    ddp_var_t *w, *b;
+    DDP_TRY(affine_vars(tape, &g->a, &w, &b));
     return ddp_op_group_norm(tape, x, g->groups, w, b, g->eps, y);
 }
 
-static int gn_reset(ddp_module_t *m, ddp_generator *gen, void *u)
-{
-    (void)m, (void)gen;
-    group_norm *g = u;
-    return reset_affine(g->weight, g->bias);
-}
+static const ddp_module_def group_norm_def = {"GroupNorm", gn_forward, affine_reset, free};
 
-static int gn_setup(ddp_module_t *m, void *u)
-{
-    group_norm *g = u;
-    int64_t c = g->channels;
-    return add_affine(m, g->affine, 1, &c, &g->weight, &g->bias);
-}
-
-static const ddp_module_def group_norm_def = {"GroupNorm", gn_forward, gn_reset, free};
-
-int ddp_group_norm_create(int num_groups, int num_channels, float eps, int affine,
+int ddp_group_norm_create(int num_groups, int num_channels, float eps, int affine_on,
                           ddp_module_t **out)
 {
     DDP_FAIL_IF(!out, DDP_ERR_INVALID_ARG, "GroupNorm: output is NULL");
@@ -163,13 +154,12 @@ int ddp_group_norm_create(int num_groups, int num_channels, float eps, int affin
     DDP_FAIL_IF(num_channels % num_groups != 0, DDP_ERR_INVALID_ARG,
                 "GroupNorm: num_channels must be divisible by num_groups (%d channels, %d "
                 "groups)", num_channels, num_groups);
-    DDP_FAIL_IF(!(eps > 0.0f) || !isfinite(eps), DDP_ERR_INVALID_ARG,
-                "GroupNorm: eps %g must be finite and > 0", (double)eps);
+    DDP_TRY(check_eps("GroupNorm", eps));
     group_norm *g = calloc(1, sizeof *g);
     DDP_FAIL_IF(!g, DDP_ERR_NOMEM, "GroupNorm: out of memory");
-    *g = (group_norm){.groups = num_groups, .channels = num_channels, .eps = eps,
-                      .affine = affine != 0};
-    return build(&group_norm_def, g, gn_setup, NULL, out);
+    *g = (group_norm){.a = {.on = affine_on != 0, .ndim = 1, .shape = {num_channels}},
+                      .groups = num_groups, .channels = num_channels, .eps = eps};
+    return build(&group_norm_def, g, affine_setup, NULL, out);
 }
 
 /* ==== Embedding =========================================================== */
