@@ -1,5 +1,5 @@
 /* A shell command for the end-to-end tests of the programs
- * (test_mnist_ddp.c, test_mnist_pipeline.c): run with a time limit, its
+ * (test_mnist_ddp.c, test_mnist_pipeline.c, test_cnn.c, test_llmc.c): run with a time limit, its
  * stdout and stderr together in the scratch folder's log, read back.
  * Include after scratch_dir.h (it uses `dir`) and mnist_output.h (slurp). */
 #ifndef DDP_TESTS_RUN_LOGGED_H

@@ -25,28 +25,10 @@
 
 #include "mnist_output.h"
 #include "scratch_dir.h"
+#include "run_logged.h"
 
 static char bin[1024], ddprun[1024];
 
-typedef struct {
-    int status; /* exit status, -1 when killed */
-    char *out;  /* stdout and stderr together */
-} result;
-
-static result sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static result sh(const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 600 sh -c '%s' >%s 2>&1", body, log);
-    int st = system(cmd);
-    result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(log)};
-    return r;
-}
 
 /* A safetensors file: its header (length and JSON) and its float data. */
 typedef struct st_file {

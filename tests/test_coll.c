@@ -145,7 +145,7 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
 
 /* All-reduce algorithms the matrix runs, and the order each folds in.
  * test_shm_coll adds "shared" (the shared-window algorithm) by defining
- * COLL_NALGOS 4 before it includes this file. */
+ * COLL_NALGOS 5 before it includes this file. */
 #ifndef COLL_NALGOS
 #define COLL_NALGOS 4
 #endif

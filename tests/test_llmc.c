@@ -17,48 +17,32 @@
 #include "data_fixture.h"
 #include "mnist_output.h"
 #include "scratch_dir.h"
+#include "run_logged.h"
 
 static char mnist[1024], llmc[1024], ddprun[1024];
-
-/* Runs a shell command (at most 300 s), stdout and stderr to dir/log;
- * returns its exit status, and its output in *out (caller frees). */
-static int sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int sh(char **out, const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 300 sh -c '%s' >%s 2>&1", body, log);
-    int st = system(cmd);
-    *out = slurp(log);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* Both programs, the same flags, world ranks; the files must match. */
 static void same_weights(int world, const char *flags)
 {
-    char *out, launch[1200] = "";
+    char launch[1200] = "";
     if (world > 1)
         snprintf(launch, sizeof launch, "%s --standalone --nproc-per-node %d", ddprun, world);
-    int st = sh(&out, "%s %s --data %s --no-progress %s --save %s/m.safetensors", launch, mnist,
-                dir, flags, dir);
-    if (st != 0)
-        fail_msg("ddp-mnist: exit %d: %s", st, out);
-    free(out);
-    st = sh(&out, "%s %s --data %s %s --save %s/l.safetensors", launch, llmc, dir, flags, dir);
-    if (st != 0)
-        fail_msg("ddp-llmc: exit %d: %s", st, out);
+    result r = sh("%s %s --data %s --no-progress %s --save %s/m.safetensors", launch, mnist, dir,
+                  flags, dir);
+    if (r.status != 0)
+        fail_msg("ddp-mnist: exit %d: %s", r.status, r.out);
+    free(r.out);
+    r = sh("%s %s --data %s %s --save %s/l.safetensors", launch, llmc, dir, flags, dir);
+    if (r.status != 0)
+        fail_msg("ddp-llmc: exit %d: %s", r.status, r.out);
     char want[32];
     snprintf(want, sizeof want, world > 1 ? "on %d ranks" : "on %d rank", world);
-    assert_non_null(strstr(out, want));
-    free(out);
-    st = sh(&out, "cmp %s/m.safetensors %s/l.safetensors", dir, dir);
-    if (st != 0)
-        fail_msg("%d rank(s), %s: the weights differ: %s", world, flags, out);
-    free(out);
+    assert_non_null(strstr(r.out, want));
+    free(r.out);
+    r = sh("cmp %s/m.safetensors %s/l.safetensors", dir, dir);
+    if (r.status != 0)
+        fail_msg("%d rank(s), %s: the weights differ: %s", world, flags, r.out);
+    free(r.out);
 }
 
 /* 6400 training images: 100 steps of 64 per epoch on one rank. */

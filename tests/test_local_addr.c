@@ -53,6 +53,9 @@ static void test_ifname_selects(void **state)
     assert_string_equal(local("=lo", NULL, &rc), "127.0.0.1"); /* exact */
     assert_string_equal(local("l", NULL, &rc), "127.0.0.1");   /* a prefix */
     assert_string_equal(local("nosuch0,lo", NULL, &rc), "127.0.0.1"); /* a list */
+    assert_string_equal(local("^=lx,=lo", NULL, &rc), "127.0.0.1"); /* ^= excludes exactly */
+    local("^=lo,=lo", "ipv4", &rc); /* ... and wins over an inclusion */
+    assert_int_equal(rc, DDP_ERR_NOT_FOUND);
     /* an exclusion of everything else keeps only lo */
     const char *other = local("^lo", "ipv4", &rc);
     assert_true(rc < 0 || strcmp(other, "127.0.0.1") != 0);

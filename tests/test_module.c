@@ -404,6 +404,19 @@ static void test_module_errors(void **state)
     assert_non_null(strstr(ddp_last_error(), "dtype float64 is not float32 or int64"));
     assert_int_equal(ddp_module_add_child(m, "self", m), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "is the module itself or one of its ancestors"));
+    { /* an ancestor refused as a child: nothing is freed, the caller keeps it */
+        int before = destroyed;
+        ddp_module_t *pp, *cc;
+        assert_int_equal(ddp_module_create(&counted_def, &before, &pp), 0);
+        assert_int_equal(ddp_module_create(&counted_def, &before, &cc), 0);
+        assert_int_equal(ddp_module_add_child(pp, "c", cc), 0);
+        assert_int_equal(ddp_module_add_child(cc, "p", pp), DDP_ERR_INVALID_ARG);
+        assert_non_null(strstr(ddp_last_error(), "is the module itself or one of its ancestors"));
+        assert_int_equal(destroyed, before);
+        ddp_module_destroy(pp);
+        assert_int_equal(destroyed, before + 2);
+        destroyed = before; /* the checks below count m's destroy alone */
+    }
     assert_int_equal(ddp_relu_create(&c), 0);
     assert_int_equal(ddp_module_add_child(m, "act", c), 0);
     assert_int_equal(ddp_module_add_child(m, "again", c), DDP_ERR_INVALID_ARG);

@@ -196,14 +196,16 @@ static void test_errors(void **state)
     assert_non_null(strstr(ddp_last_error(), "layer_norm: weight of shape (6), expected (3)"));
     assert_int_equal(ddp_op_layer_norm(tape, xv, 1, (int64_t[]){3}, NULL, NULL, 0.0f, &y),
                      DDP_ERR_INVALID_ARG);
-    assert_int_equal(ddp_op_embedding(tape, xv, 1, (int64_t[]){1}, (int64_t[]){0}, -1, &y),
+    assert_int_equal(ddp_op_embedding(tape, xv, 1, (int64_t[]){1}, (int64_t[]){0},
+                                      DDP_EMBEDDING_NO_PADDING, &y),
                      DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "weight must be (num_embeddings, dim)"));
     ddp_tensor e;
     ddp_var_t *ev;
     assert_int_equal(ddp_tensor_wrap(&e, (float *)emb_in0, 2, (int64_t[]){5, 3}), 0);
     assert_int_equal(ddp_tape_input(tape, &e, 1, &ev), 0);
-    assert_int_equal(ddp_op_embedding(tape, ev, 1, (int64_t[]){2}, (int64_t[]){0, 5}, -1, &y),
+    assert_int_equal(ddp_op_embedding(tape, ev, 1, (int64_t[]){2}, (int64_t[]){0, 5},
+                                      DDP_EMBEDDING_NO_PADDING, &y),
                      DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "index 5 at position 1 is out of range for 5 rows"));
     assert_int_equal(ddp_op_embedding(tape, ev, 1, (int64_t[]){1}, (int64_t[]){0}, 7, &y),

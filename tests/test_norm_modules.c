@@ -297,6 +297,15 @@ static void test_embedding_names_and_reset(void **state)
     assert_memory_equal(pa->data, first, pa->numel * sizeof *first);
     free(first);
     ddp_model_destroy(model);
+    /* PyTorch's padding_idx=-1 is the last row */
+    ddp_module_t *c;
+    ddp_model_t *mc;
+    assert_int_equal(ddp_embedding_create(10, 4, -1, 5, &c), 0);
+    assert_int_equal(ddp_model_from_module(c, &mc), 0);
+    assert_int_equal(ddp_model_reset_parameters(mc, 1), 0);
+    for (int64_t r = 0; r < 10; r++)
+        assert_int_equal(row_zero(ddp_model_param(mc, 0), r), r == 9);
+    ddp_model_destroy(mc);
 }
 
 /* ==== errors ============================================================== */
@@ -325,14 +334,15 @@ static void test_bad_arguments(void **state)
     EXPECT_FAIL(ddp_group_norm_create(0, 6, 1e-5f, 1, &m),
                 "GroupNorm: num_groups 0 and num_channels 6 must be >= 1");
     EXPECT_FAIL(ddp_group_norm_create(2, 6, NAN, 1, &m), "GroupNorm: eps nan must be finite");
-    EXPECT_FAIL(ddp_embedding_create(0, 4, -1, 1, &m),
+    EXPECT_FAIL(ddp_embedding_create(0, 4, DDP_EMBEDDING_NO_PADDING, 1, &m),
                 "Embedding: num_embeddings 0 must be in [1, 2^24]");
-    EXPECT_FAIL(ddp_embedding_create((1 << 24) + 1, 4, -1, 1, &m),
+    EXPECT_FAIL(ddp_embedding_create((1 << 24) + 1, 4, DDP_EMBEDDING_NO_PADDING, 1, &m),
                 "Embedding: num_embeddings 16777217 must be in [1, 2^24]");
-    EXPECT_FAIL(ddp_embedding_create(10, 0, -1, 1, &m), "embedding_dim 0 >= 1");
+    EXPECT_FAIL(ddp_embedding_create(10, 0, DDP_EMBEDDING_NO_PADDING, 1, &m),
+                "embedding_dim 0 >= 1");
     EXPECT_FAIL(ddp_embedding_create(10, 4, 10, 1, &m),
-                "Embedding: padding_idx 10 must be in [0, 10) or DDP_EMBEDDING_NO_PADDING");
-    EXPECT_FAIL(ddp_embedding_create(10, 4, -2, 1, &m), "padding_idx -2 must be in [0, 10)");
+                "Embedding: padding_idx 10 must be in [-10, 10) or DDP_EMBEDDING_NO_PADDING");
+    EXPECT_FAIL(ddp_embedding_create(10, 4, -11, 1, &m), "padding_idx -11 must be in [-10, 10)");
     assert_null(m);
 }
 
@@ -354,7 +364,7 @@ static void test_bad_inputs(void **state)
     ddp_module_t *ln, *gn, *emb;
     assert_int_equal(ddp_layer_norm_create(2, (int64_t[]){3, 4}, 1e-5f, 1, &ln), 0);
     assert_int_equal(ddp_group_norm_create(2, 6, 1e-5f, 0, &gn), 0);
-    assert_int_equal(ddp_embedding_create(10, 4, -1, 1, &emb), 0);
+    assert_int_equal(ddp_embedding_create(10, 4, DDP_EMBEDDING_NO_PADDING, 1, &emb), 0);
     refuses(ln, x, 2, (int64_t[]){4, 3},
             "layer_norm: input of shape (4, 3) does not end in normalized_shape (3, 4)");
     refuses(gn, x, 3, (int64_t[]){2, 4, 3},

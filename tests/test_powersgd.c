@@ -1,5 +1,5 @@
 /* PowerSGD's hook on 2 real processes against a float64 reimplementation of
- * PyTorch 1.13's powerSGD_hook: a vanilla averaged iteration, then two
+ * PyTorch 1.13's powerSGD_hook: two vanilla averaged iterations, then two
  * compressed ones (rank 1: P = sum M Q, orthogonalised, Q = sum M^T P / 2,
  * M = P Q^T), error feedback over the whole bucket, warm start, the bias
  * all-reduced as it is; every rank ends with the same bits; bad options
@@ -25,7 +25,7 @@
 /* A (8 x 6) compressed, a bias (6) as it is, B (5 x 4) compressed. */
 static const ddp_powersgd_tensor LAYOUT[3] = {{0, 8, 6}, {48, 6, 1}, {54, 5, 4}};
 #define N 74
-#define ITERS 3
+#define ITERS 4
 
 static int layout(void *user, int bucket, const ddp_powersgd_tensor **t, int *n, int *nb)
 {
@@ -73,7 +73,7 @@ static void reference(double out[ITERS][N])
         for (int r = 0; r < 2; r++)
             for (int e = 0; e < N; e++)
                 m[r][e] = input(r, it, e) + (it > 0 ? err[r][e] : 0);
-        if (it == 0) { /* vanilla: the average, no error */
+        if (it < 2) { /* vanilla (start_powersgd_iter 2): the average, no error */
             for (int e = 0; e < N; e++)
                 out[it][e] = (m[0][e] + m[1][e]) / 2;
             continue;
@@ -83,7 +83,7 @@ static void reference(double out[ITERS][N])
         for (int ti = 0; ti < 3; ti += 2) {
             const ddp_powersgd_tensor *t = &LAYOUT[ti];
             double *qq = q[ti / 2], p[8] = {0};
-            if (it == 1)
+            if (it == 2)
                 for (int64_t c = 0; c < t->cols; c++)
                     qq[c] = normal(&g);
             orth(qq, t->cols);
@@ -120,7 +120,7 @@ static int rank_main(int rank, void *arg)
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 30.0, &pg) == 0);
     ddp_powersgd_options o = ddp_powersgd_defaults();
-    o.start_powersgd_iter = 1;
+    o.start_powersgd_iter = 2;
     o.random_seed = 5;
     ddp_powersgd_t *s = NULL;
     CHILD_CHECK(ddp_powersgd_create(&o, layout, NULL, &s) == 0);
@@ -273,6 +273,60 @@ static void test_under_ddp(void **state)
     job_cleanup(&J);
 }
 
+/* A rebuild that swaps two same-sized tensors: the error kept for the old
+ * places must not be added to the new ones (the state starts afresh). */
+static const ddp_powersgd_tensor SWAP[2][2] = {{{0, 8, 6}, {48, 6, 8}}, {{0, 6, 8}, {48, 8, 6}}};
+static int swapped;
+static int swap_layout(void *user, int bucket, const ddp_powersgd_tensor **t, int *n, int *nb)
+{
+    (void)user;
+    (void)bucket;
+    *t = SWAP[swapped];
+    *n = 2;
+    *nb = 1;
+    return 0;
+}
+
+static int swap_rank(int rank, void *arg)
+{
+    (void)arg;
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 1, 30.0, &pg) == 0);
+    ddp_powersgd_options o = ddp_powersgd_defaults();
+    o.start_powersgd_iter = 2;
+    ddp_powersgd_t *s = NULL;
+    CHILD_CHECK(ddp_powersgd_create(&o, swap_layout, NULL, &s) == 0);
+    ddp_comm_hook h = ddp_powersgd_hook(s);
+    float data[96];
+    for (int it = 0; it < 4; it++) {
+        swapped = it == 3; /* the layout moves before the last iteration */
+        for (int e = 0; e < 96; e++) /* A gets a gradient until then, B never */
+            data[e] = it < 3 && e < 48 ? (float)sin(0.3 * e + it) : 0.0f;
+        ddp_work_t *w = NULL;
+        CHILD_CHECK(h.launch(h.state, pg, 0, data, 96, &w) == 0);
+        if (w) {
+            CHILD_CHECK(ddp_work_wait(w, 30.0) == 0);
+            ddp_work_destroy(w);
+        }
+        CHILD_CHECK(h.finish(h.state, pg, 0, data, 96) == 0);
+    }
+    for (int e = 0; e < 96; e++) /* zero in, nothing carried over: zero out */
+        CHILD_CHECK(data[e] == 0.0f);
+    ddp_powersgd_destroy(s);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_layout_change_resets_state(void **state)
+{
+    (void)state;
+    job_init(&J);
+    rank_group g;
+    start_ranks(&g, 0, 1, swap_rank, NULL);
+    assert_int_equal(join_ranks(&g, 60.0), 0);
+    job_cleanup(&J);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -282,6 +336,10 @@ static void test_bad_input(void **state)
     assert_int_equal(ddp_powersgd_create(&o, layout, NULL, &s), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "matrix_approximation_rank 0 must be >= 1"));
     o = ddp_powersgd_defaults();
+    o.start_powersgd_iter = 1; /* PyTorch refuses it too: the rebuild would move the error */
+    assert_int_equal(ddp_powersgd_create(&o, layout, NULL, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "start_powersgd_iter 1 must be > 1"));
+    o.use_error_feedback = o.warm_start = 0;
     o.start_powersgd_iter = 0;
     assert_int_equal(ddp_powersgd_create(&o, layout, NULL, &s), 0);
     ddp_comm_hook h = ddp_powersgd_hook(s);
@@ -302,6 +360,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_layout_change_resets_state),
         cmocka_unit_test(test_under_ddp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -224,6 +224,10 @@ static int misuse_rank(int rank, void *arg)
     CHILD_CHECK(ddp_reducer_create(pg, regs, 2, &o, &r) == DDP_ERR_INVALID_ARG);
     CHILD_CHECK(strstr(ddp_last_error(), "pool_buffers 0 out of range"));
     o.pool_buffers = 2;
+    float mine[4] = {1, 2, 3, 4}; /* the pool would never read caller memory */
+    ddp_grad_region own[2] = {{"a", NULL, 4}, {"b", mine, 4}};
+    CHILD_CHECK(ddp_reducer_create(pg, own, 2, &o, &r) == DDP_ERR_INVALID_ARG);
+    CHILD_CHECK(strstr(ddp_last_error(), "'b' brings its own gradient memory"));
     CHILD_CHECK(ddp_reducer_create(pg, regs, 2, &o, &r) == 0);
     CHILD_CHECK(ddp_reducer_set_no_sync(r, 1) == DDP_ERR_INVALID_ARG);
     CHILD_CHECK(strstr(ddp_last_error(), "no_sync needs the full gradients alive"));

@@ -91,8 +91,9 @@ DDP_API int ddp_module_add_param(ddp_module_t *m, const char *name, int ndim,
  * DDP_INT64; same naming rules and pointer stability as parameters. */
 DDP_API int ddp_module_add_buffer(ddp_module_t *m, const char *name, ddp_dtype dtype, int ndim,
                                   const int64_t *shape, ddp_buffer **out);
-/* Adds child under name (takes ownership, also on failure); it takes the
- * parent's training mode. */
+/* Adds child under name (takes ownership, also on failure, except when
+ * child is m or one of its ancestors: that is refused and nothing is
+ * freed); it takes the parent's training mode. */
 DDP_API int ddp_module_add_child(ddp_module_t *m, const char *name, ddp_module_t *child);
 /* The child by local name ("conv1", "0"), or NULL. */
 DDP_API ddp_module_t *ddp_module_child_by_name(ddp_module_t *m, const char *name);

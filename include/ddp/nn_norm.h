@@ -25,13 +25,14 @@ DDP_API int ddp_op_layer_norm(ddp_tape_t *tape, ddp_var_t *x, int nd,
 DDP_API int ddp_op_group_norm(ddp_tape_t *tape, ddp_var_t *x, int num_groups, ddp_var_t *weight,
                               ddp_var_t *bias, float eps, ddp_var_t **y);
 
-/* "No padding row" for ddp_op_embedding. */
-#define DDP_EMBEDDING_NO_PADDING (-1)
+/* "No padding row" for ddp_op_embedding (PyTorch's padding_idx=None; not
+ * -1, which is PyTorch's last row). */
+#define DDP_EMBEDDING_NO_PADDING INT64_MIN
 /* F.embedding(indices, weight, padding_idx): y (*shape, D) holds row
  * indices[i] of weight (num, D) for each of the prod(shape) indices (copied,
- * each in [0, num)).  The row padding_idx (in [0, num), or
- * DDP_EMBEDDING_NO_PADDING; PyTorch's negative values are num + padding_idx)
- * gets no gradient.  The weight's gradient is dense (weight's shape). */
+ * each in [0, num)).  The row padding_idx (in [-num, num): a negative one
+ * is num + padding_idx, as PyTorch's; or DDP_EMBEDDING_NO_PADDING) gets no
+ * gradient.  The weight's gradient is dense (weight's shape). */
 DDP_API int ddp_op_embedding(ddp_tape_t *tape, ddp_var_t *weight, int ndim, const int64_t *shape,
                              const int64_t *indices, int64_t padding_idx, ddp_var_t **y);
 

@@ -149,7 +149,11 @@ DDP_API void ddp_optim_zero_grad(ddp_optim_t *o);
 DDP_API double ddp_optim_lr(const ddp_optim_t *o);
 DDP_API void ddp_optim_set_lr(ddp_optim_t *o, double lr);
 /* Steps taken so far (Adam's `step`; SGD's momentum buffers exist once it
- * is > 0).  set_steps restores it from a checkpoint. */
+ * is > 0).  set_steps restores it from a checkpoint.  SGD's first step sets
+ * every momentum buffer to the gradient (torch's clone) when steps is 0,
+ * for all parameters at once: a checkpoint with steps > 0 must bring its
+ * momentum_buffer (with dampening != 0 a missing one would take the
+ * dampened update where torch clones). */
 DDP_API int64_t ddp_optim_steps(const ddp_optim_t *o);
 DDP_API void ddp_optim_set_steps(ddp_optim_t *o, int64_t steps);
 

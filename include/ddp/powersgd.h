@@ -38,7 +38,7 @@ typedef struct ddp_powersgd ddp_powersgd_t;
 /* torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.PowerSGDState. */
 typedef struct ddp_powersgd_options {
     int matrix_approximation_rank;    /* 1 */
-    int64_t start_powersgd_iter;      /* 1000 */
+    int64_t start_powersgd_iter;      /* 1000 (> 1 with error feedback or warm start) */
     double min_compression_rate;      /* 2 */
     int use_error_feedback;           /* 1 */
     int warm_start;                   /* 1 */
@@ -58,13 +58,14 @@ typedef struct ddp_powersgd_tensor {
 /* Tells the hook bucket b's tensors (*tensors borrowed until the next
  * call, *n of them) and how many buckets there are; 0 or a negative code.
  * The layout may change between iterations (DDP rebuilds its buckets
- * once); the hook follows it (state of a bucket whose size changed starts
- * afresh). */
+ * once); the hook follows it (the state of a bucket whose layout changed
+ * starts afresh). */
 typedef int (*ddp_powersgd_layout_fn)(void *user, int bucket, const ddp_powersgd_tensor **tensors,
                                       int *n, int *nbuckets);
 
 /* A PowerSGD state over buckets described by layout (user borrowed).
- * Invalid options fail with DDP_ERR_INVALID_ARG naming them.  Caller
+ * Invalid options fail with DDP_ERR_INVALID_ARG naming them; as PyTorch,
+ * start_powersgd_iter must be > 1 with error feedback or warm start.  Caller
  * destroys (after the hook's last use). */
 DDP_API int ddp_powersgd_create(const ddp_powersgd_options *o, ddp_powersgd_layout_fn layout,
                                 void *user, ddp_powersgd_t **out);

@@ -23,7 +23,8 @@
  * caller's (grad set: the caller writes there, and the reducer COPIES it into
  * the bucket memory when the region is marked ready and copies the average
  * back at wait: one memcpy each way per step; the reducer never re-points
- * memory it does not own).  A reducer-owned region moves once, when the
+ * memory it does not own; reduce-scatter mode takes reducer-owned regions
+ * only).  A reducer-owned region moves once, when the
  * buckets are rebuilt (at the end of the first synchronised wait): ask
  * ddp_reducer_grad / ddp_reducer_grad_buffer again after a wait rather than
  * keeping the pointer across the first one.

@@ -52,8 +52,7 @@ int ddp__open_regular(const char *path, int flags, const char *what, int *fd, st
     return 0;
 }
 
-/* The folder of path, fsynced so that a rename in it is durable. */
-static int fsync_parent(const char *path)
+int ddp__file_fsync_parent(const char *path)
 {
     char dir[4096];
     const char *slash = strrchr(path, '/');
@@ -95,7 +94,7 @@ int ddp__file_write_atomic(const char *path, const void *buf, size_t len)
     DDP_FAIL_OUT(close(cfd) < 0, DDP_ERR_IO, "close %s: %s", tmp, strerror(errno));
     DDP_FAIL_OUT(rename(tmp, path) < 0, DDP_ERR_IO, "rename %s to %s: %s", tmp, path,
                  strerror(errno));
-    rc = fsync_parent(path);
+    rc = ddp__file_fsync_parent(path);
 out:
     if (fd >= 0)
         close(fd);

@@ -21,6 +21,9 @@ int ddp__open_regular(const char *path, int flags, const char *what, int *fd, st
  * and fsyncs the folder: a reader sees the old file or the whole new one,
  * also after a crash.  DDP_ERR_IO names the step that failed. */
 int ddp__file_write_atomic(const char *path, const void *buf, size_t len);
+/* fsyncs the folder of path, so that a rename in it is durable (a file
+ * system that cannot fsync a folder, EINVAL, is not an error). */
+int ddp__file_fsync_parent(const char *path);
 
 /* Reads a whole regular file (at most max bytes, else DDP_ERR_FORMAT) into
  * *out, NUL-terminated, *len bytes; caller frees. */

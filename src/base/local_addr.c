@@ -20,17 +20,19 @@
 enum { FAM_ANY, FAM_V4, FAM_V6 }; /* DDP_SOCKET_FAMILY's words, in order */
 
 /* Does interface `name` match one comma-separated entry list?  An entry is
- * a prefix ("eth" matches eth0), "=name" an exact name, "^prefix" an
- * exclusion; a list of exclusions alone admits every other interface. */
+ * a prefix ("eth" matches eth0), "=name" an exact name, "^prefix" or
+ * "^=name" an exclusion; a list of exclusions alone admits every other
+ * interface. */
 static int ifname_selected(const char *list, const char *name)
 {
     int any_include = 0, included = 0;
     const char *p = list;
     while (*p) {
         size_t n = strcspn(p, ",");
-        int exclude = p[0] == '^', exact = p[0] == '=';
-        const char *e = p + (exclude || exact);
-        size_t en = n - (size_t)(exclude || exact);
+        int exclude = p[0] == '^';
+        int exact = p[exclude] == '='; /* "=eth0", or "^=docker0" (NCCL's) */
+        const char *e = p + exclude + exact;
+        size_t en = n > (size_t)(exclude + exact) ? n - (size_t)(exclude + exact) : 0;
         int hit = en > 0 && (exact ? strlen(name) == en && strncmp(name, e, en) == 0
                                    : strncmp(name, e, en) == 0);
         if (exclude && hit)

@@ -69,8 +69,13 @@ static int make_groups(ddp_pipeline_t *pp)
         for (int l = 0; l + 1 < S; l++) {
             int pair[2] = {r * S + l, r * S + l + 1};
             ddp_pg_t *g[2] = {NULL, NULL};
-            for (int d = 0; d < 2; d++)
-                DDP_TRY(ddp_pg_new_group(pp->world, pair, 2, &g[d]));
+            for (int d = 0; d < 2; d++) {
+                int rc = ddp_pg_new_group(pp->world, pair, 2, &g[d]);
+                if (rc < 0) { /* the first of the pair is stored nowhere yet */
+                    ddp_destroy_process_group(g[0]);
+                    return rc;
+                }
+            }
             if (pp->rank == pair[0]) {
                 pp->act_out = g[0];
                 pp->grad_in = g[1];

@@ -70,7 +70,9 @@ int ddp__pp_send(ddp_pipeline_t *pp, ddp__pp_slot *slot, int kind, const ddp_ten
  * (numel floats); a header of another step, micro-batch or shape fails
  * naming this stage, the micro-batch and both shapes. */
 int ddp__pp_recv(ddp_pipeline_t *pp, int kind, int mb, const ddp_tensor *expect, float *buf);
-/* Waits for the slot's sends (the group's timeout each). */
+/* Waits for the slot's sends: each ends within the group's timeout, when
+ * the communication thread gives up on it (the wait itself does not time
+ * out first: the tape is reset right after, so the send must be over). */
 int ddp__pp_wait_sends(ddp_pipeline_t *pp, ddp__pp_slot *slot);
 
 #endif

@@ -21,6 +21,7 @@ typedef struct bucket {
     float *p, *q, *u;    /* Ps, Qs, the uncompressed tensors packed */
     size_t np, nq, nu;
     int have_q;          /* Q holds last iteration's values (warm start) */
+    uint64_t sig;        /* digest of the layout the state belongs to */
     char name[2][32];
 } bucket;
 
@@ -33,6 +34,7 @@ struct ddp_powersgd {
     ddp__rng rng;
     bucket *b;
     int nb;
+    int nbuckets;        /* the layout's bucket count, last seen */
     double before, after;
 };
 
@@ -52,6 +54,14 @@ int ddp_powersgd_create(const ddp_powersgd_options *o, ddp_powersgd_layout_fn la
     DDP_FAIL_IF(o->matrix_approximation_rank < 1, DDP_ERR_INVALID_ARG,
                 "powersgd: matrix_approximation_rank %d must be >= 1",
                 o->matrix_approximation_rank);
+    /* PyTorch's rule: the buckets are rebuilt after the first iteration,
+     * and error feedback or a warm Q kept across that would land on other
+     * tensors. */
+    DDP_FAIL_IF(o->start_powersgd_iter <= 1 && (o->use_error_feedback || o->warm_start),
+                DDP_ERR_INVALID_ARG,
+                "powersgd: start_powersgd_iter %lld must be > 1 with use_error_feedback or "
+                "warm_start (the buckets are rebuilt after the first iteration)",
+                (long long)o->start_powersgd_iter);
     DDP_FAIL_IF(o->start_powersgd_iter < 0, DDP_ERR_INVALID_ARG,
                 "powersgd: start_powersgd_iter must be >= 0");
     DDP_FAIL_IF(!(o->min_compression_rate >= 0) || !(o->orthogonalization_epsilon >= 0),
@@ -157,7 +167,13 @@ static int bucket_for(ddp_powersgd_t *s, int b, size_t n, const ddp_powersgd_ten
             nu += (size_t)(t[i].rows * t[i].cols);
         }
     }
-    if (k->n != n || k->np != np || k->nq != nq) { /* new, or the layout changed */
+    uint64_t sig = 1469598103934665603ULL; /* FNV-1a over the tensors' places */
+    for (int i = 0; i < nt; i++) {
+        uint64_t v[3] = {t[i].offset, (uint64_t)t[i].rows, (uint64_t)t[i].cols};
+        for (int w = 0; w < 3; w++)
+            sig = (sig ^ v[w]) * 1099511628211ULL;
+    }
+    if (k->n != n || k->np != np || k->nq != nq || k->sig != sig) { /* new, or moved */
         bucket_free(k);
         DDP_TRY(grow(&k->error, n));
         DDP_TRY(grow(&k->copy, n));
@@ -168,6 +184,7 @@ static int bucket_for(ddp_powersgd_t *s, int b, size_t n, const ddp_powersgd_ten
         k->n = n;
         k->np = np;
         k->nq = nq;
+        k->sig = sig;
         snprintf(k->name[0], sizeof k->name[0], "powersgd.error.%d", b);
         snprintf(k->name[1], sizeof k->name[1], "powersgd.q.%d", b);
     }
@@ -264,6 +281,7 @@ static int launch(void *state, ddp_pg_t *pg, int b, float *data, size_t n, ddp_w
     int nt, nbuckets;
     bucket *k = NULL;
     DDP_TRY(s->layout(s->user, b, &t, &nt, &nbuckets));
+    s->nbuckets = nbuckets;
     DDP_TRY(bucket_for(s, b, n, t, nt, &k));
     if (s->o.use_error_feedback) {
         for (size_t e = 0; e < n; e++)
@@ -339,11 +357,14 @@ ddp_comm_hook ddp_powersgd_hook(ddp_powersgd_t *s)
     return (ddp_comm_hook){.launch = launch, .finish = finish, .state = s};
 }
 
-int ddp_powersgd_num_states(const ddp_powersgd_t *s) { return s ? 2 * s->nb : 0; }
+/* The buckets of the current layout only (a rebuild may leave fewer). */
+static int live_buckets(const ddp_powersgd_t *s) { return s->nb < s->nbuckets ? s->nb : s->nbuckets; }
+
+int ddp_powersgd_num_states(const ddp_powersgd_t *s) { return s ? 2 * live_buckets(s) : 0; }
 
 int ddp_powersgd_state(ddp_powersgd_t *s, int i, const char **name, float **data, size_t *count)
 {
-    DDP_FAIL_IF(!s || i < 0 || i >= 2 * s->nb, DDP_ERR_NOT_FOUND,
+    DDP_FAIL_IF(!s || i < 0 || i >= 2 * live_buckets(s), DDP_ERR_NOT_FOUND,
                 "powersgd: no state buffer %d", i);
     bucket *k = &s->b[i / 2];
     *name = k->name[i % 2];

@@ -224,6 +224,13 @@ static int copy_regions(ddp_reducer_t *r, const ddp_grad_region *regions,
         if (r->entry_desc)
             DDP_FAIL_IF(!(r->entry_desc[i] = strdup(w->entry_desc[i])), DDP_ERR_NOMEM,
                         "%s: out of memory", r->who);
+        /* The pool hands out its own buffers: memory of the caller's would
+         * never be read (a silent zero gradient). */
+        DDP_FAIL_IF(g->grad && r->opts.mode == DDP_REDUCER_SCATTER, DDP_ERR_INVALID_ARG,
+                    "%s: %s '%s' brings its own gradient memory; reduce-scatter mode writes "
+                    "gradients into its pool only (give grad NULL and write through "
+                    "ddp_reducer_grad_buffer)",
+                    r->who, r->noun, g->name);
         r->numel[i] = g->count;
         r->user_grad[i] = g->grad;
         r->ncopied += g->grad != NULL;

@@ -164,7 +164,7 @@ int ddp__zero_gather(ddp_zero_t *z)
                 nw++;
         }
         for (int i = 0; i < nw; i++) { /* all of them, also after a failed launch */
-            int wrc = ddp_work_wait(w[i], -1);
+            int wrc = ddp_work_wait(w[i], ddp_pg_timeout(z->pg));
             rc = rc ? rc : wrc;
             ddp_work_destroy(w[i]);
         }

@@ -8,7 +8,7 @@
 #include "nn/ops.h"
 
 typedef struct emb_ctx {
-    int64_t n, padding; /* indices (in v->labels), the padding row or -1 */
+    int64_t n, padding; /* indices (in v->labels), the padding row or NO_PADDING */
 } emb_ctx;
 
 static int embedding_backward(ddp_tape_t *tape, ddp_var_t *v);
@@ -27,6 +27,8 @@ int ddp_op_embedding(ddp_tape_t *tape, ddp_var_t *weight, int ndim, const int64_
     int64_t num = weight->t.shape[0], dim = weight->t.shape[1];
     DDP_FAIL_IF(ndim < 0 || ndim + 1 > DDP_TENSOR_MAX_DIM, DDP_ERR_INVALID_ARG,
                 "embedding: %d index dimensions (at most %d)", ndim, DDP_TENSOR_MAX_DIM - 1);
+    if (padding_idx != DDP_EMBEDDING_NO_PADDING && padding_idx < 0 && padding_idx >= -num)
+        padding_idx += num; /* PyTorch's negative padding_idx */
     DDP_FAIL_IF(padding_idx != DDP_EMBEDDING_NO_PADDING && (padding_idx < 0 || padding_idx >= num),
                 DDP_ERR_INVALID_ARG, "embedding: padding_idx %lld is out of range for %lld rows",
                 (long long)padding_idx, (long long)num);

@@ -245,7 +245,9 @@ int ddp_module_add_child(ddp_module_t *m, const char *name, ddp_module_t *child)
     ddp_module_train(child, m->training);
     return 0;
 out:
-    if (child && !child->owned && child != m)
+    /* Ownership passes also on failure, except when child holds m (a cycle
+     * refused): freeing it would free the caller's own tree. */
+    if (child && !child->owned && (!m || !contains(child, m)))
         ddp__module_free(child);
     return rc;
 }

@@ -233,12 +233,15 @@ int ddp_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t 
                 "Embedding: num_embeddings %lld must be in [1, 2^24] (the indices arrive as "
                 "floats) and embedding_dim %lld >= 1", (long long)num_embeddings,
                 (long long)embedding_dim);
+    if (padding_idx != DDP_EMBEDDING_NO_PADDING && padding_idx < 0 &&
+        padding_idx >= -num_embeddings)
+        padding_idx += num_embeddings; /* PyTorch's negative padding_idx */
     DDP_FAIL_IF(padding_idx != DDP_EMBEDDING_NO_PADDING &&
                     (padding_idx < 0 || padding_idx >= num_embeddings),
                 DDP_ERR_INVALID_ARG,
-                "Embedding: padding_idx %lld must be in [0, %lld) or DDP_EMBEDDING_NO_PADDING "
-                "(PyTorch's negative padding_idx p is num_embeddings + p here)",
-                (long long)padding_idx, (long long)num_embeddings);
+                "Embedding: padding_idx %lld must be in [-%lld, %lld) or "
+                "DDP_EMBEDDING_NO_PADDING",
+                (long long)padding_idx, (long long)num_embeddings, (long long)num_embeddings);
     embedding *e = calloc(1, sizeof *e);
     DDP_FAIL_IF(!e, DDP_ERR_NOMEM, "Embedding: out of memory");
     *e = (embedding){.num = num_embeddings, .dim = embedding_dim, .padding = padding_idx};

@@ -126,26 +126,6 @@ static int write_elems(int fd, const void *x, size_t n, size_t size, const char 
     return 0;
 }
 
-static int fsync_dir(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "open directory %s", dir);
-    int rc = fsync(fd) < 0 && errno != EINVAL
-                 ? DDP_ERROR_ERRNO(DDP_ERR_IO, errno, "fsync directory %s", dir)
-                 : 0;
-    close(fd);
-    return rc;
-}
-
 int ddp__st_write(const char *path, const ddp__st_out *t, size_t n, const char *const *meta,
                   size_t nmeta)
 {
@@ -205,7 +185,7 @@ int ddp__st_write(const char *path, const ddp__st_out *t, size_t n, const char *
     DDP_FAIL_OUT(close(cfd) < 0, DDP_ERR_IO, "safetensors: close %s: %s", tmp, strerror(errno));
     DDP_FAIL_OUT(rename(tmp, path) < 0, DDP_ERR_IO, "safetensors: rename %s to %s: %s", tmp,
                  path, strerror(errno));
-    rc = fsync_dir(path);
+    rc = ddp__file_fsync_parent(path);
 out:
     if (fd >= 0)
         close(fd);
