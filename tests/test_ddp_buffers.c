@@ -96,7 +96,8 @@ static int rank_main(int rank, void *arg)
         rm[0] = 42.0f;
     CHILD_CHECK(forward(dm, tape, 7) == 0); /* the same batch on both */
     size_t nbytes;
-    memcpy(s->got[rank], ddp_model_buffer_block(m, &nbytes), nbytes);
+    const void *block = ddp_model_buffer_block(m, &nbytes); /* before nbytes is read */
+    memcpy(s->got[rank], block, nbytes);
     s->nbytes = nbytes;
     ddp_tape_destroy(tape);
     ddp_data_parallel_destroy(dm);
