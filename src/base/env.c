@@ -69,6 +69,8 @@ static const ddp__env_var table[] = {
     SIZE("DDP_ALLREDUCE_DIRECT_BYTES", 1, TIB, "65536", "auto, 2 ranks: direct up to this size"),
     SIZE("DDP_ALLREDUCE_RD_BYTES", 1, TIB, "16384",
          "auto, more ranks: recursive doubling up to this size"),
+    SIZE("DDP_ALLREDUCE_RAB_BYTES", 1, TIB, "2097152",
+         "auto, 4+ ranks (a power of two) without a shared window: Rabenseifner up to this size"),
     SIZE("DDP_ALLREDUCE_SHARED_BYTES", 1, TIB, "65536",
          "auto: the shared-window all-reduce from this size"),
     SIZE("DDP_SHARED_CHUNK_BYTES", 1, TIB, "262144", "pipeline chunk of the shared-window all-reduce"),

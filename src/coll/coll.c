@@ -42,6 +42,7 @@ int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size)
     DDP_TRY(ddp__env_size("DDP_CHUNK_BYTES", &c->chunk));
     DDP_TRY(ddp__env_size("DDP_ALLREDUCE_DIRECT_BYTES", &c->direct_max));
     DDP_TRY(ddp__env_size("DDP_ALLREDUCE_RD_BYTES", &c->rd_max));
+    DDP_TRY(ddp__env_size("DDP_ALLREDUCE_RAB_BYTES", &c->rab_max));
     DDP_TRY(ddp__env_size("DDP_ALLREDUCE_SHARED_BYTES", &c->shared_min));
     DDP_TRY(ddp__env_size("DDP_SHARED_CHUNK_BYTES", &c->shared_chunk));
     DDP_TRY(ddp__env_size("DDP_RING_WINDOW_BYTES", &c->ring_window));
@@ -203,6 +204,14 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
         if (algo == DDP__AR_RING && bytes >= c->shared_min && c->size <= c->cpus && w &&
             ddp__allreduce_shared_slot(c, w) > 0)
             algo = DDP__AR_SHARED;
+        /* Messages, not bytes, decide mid sizes on a network (no shared
+         * window: over shm messages the ring stays): Rabenseifner
+         * sends the ring's bytes in 2 log2(n) messages instead of 2 (n-1)
+         * (docs/algorithms.md's cost model; a fold-in makes it lose when n
+         * is not a power of two). */
+        else if (algo == DDP__AR_RING && !w && c->size >= 4 && !(c->size & (c->size - 1)) &&
+                 bytes <= c->rab_max)
+            algo = DDP__AR_RABENSEIFNER;
     }
     switch (algo) {
     case DDP__AR_DIRECT:

@@ -62,6 +62,8 @@ typedef struct ddp__coll_ctx {
                          * in flight, which bound its scratch (reduce_scatter_ring.c) */
     size_t direct_max;  /* AUTO: direct all-reduce up to this many bytes (2 ranks) */
     size_t rd_max;      /* AUTO: recursive doubling up to this many bytes */
+    size_t rab_max;     /* AUTO, n >= 4 a power of two, no shared window: Rabenseifner
+                         * up to this many bytes (then the ring) */
     size_t shared_min;  /* AUTO: shared-window all-reduce from this many bytes */
     int cpus;           /* AUTO: ... and for at most this many ranks (online CPUs) */
     size_t shared_chunk; /* bytes per pipeline chunk of the shared-window all-reduce */
@@ -70,6 +72,7 @@ typedef struct ddp__coll_ctx {
 
 /* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|auto,
  * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES,
+ * DDP_ALLREDUCE_RAB_BYTES,
  * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES, DDP_RING_WINDOW_BYTES,
  * DDP_ALLREDUCE_SYMMETRIC_BYTES; checks DDP_REDUCE_ISA
  * (reduce.h).  Sets the error on bad values.  The caller sets c->tp
