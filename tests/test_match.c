@@ -85,7 +85,8 @@ static int wait_key(ddp_store_t *st, const char *key)
 /* Rank 1's BIG message arrives behind a receive rank 0 posted for another
  * tag, so it is copied; while it is only partly there (rank 1 stops
  * sending), rank 0 posts a receive for it of another length.  When the
- * rest comes: a protocol error naming rank 1, not a double free. */
+ * rest comes (or at once, when the copy was already whole): a protocol
+ * error naming rank 1, not a double free. */
 static int late_mismatch_rank(int rank, ddp_store_t *st, ddp__tp *tp)
 {
     double deadline = ddp_time_now() + 10.0;
@@ -117,9 +118,13 @@ static int late_mismatch_rank(int rank, ddp_store_t *st, ddp__tp *tp)
     CHILD_CHECK(ddp__tp_irecv(tp, &rb, 2, 0x53, small, sizeof small) == 0);
     /* Meanwhile rank 1's message starts to arrive, into a copy. */
     CHILD_CHECK(ddp__tp_wait1(tp, &rb, deadline, 0) == 0);
-    CHILD_CHECK(ddp__tp_irecv(tp, &ra, 1, 0x51, got, BIG / 2) == 0);
+    /* Under load the whole message may be in the copy already: then the
+     * receive itself fails, with the same message (either is right; what
+     * must not happen is a crash or a silent truncation). */
+    int rc = ddp__tp_irecv(tp, &ra, 1, 0x51, got, BIG / 2);
     signal_key(st, "posted");
-    int rc = ddp__tp_wait1(tp, &ra, deadline, 0);
+    if (rc == 0)
+        rc = ddp__tp_wait1(tp, &ra, deadline, 0);
     if (!(rc < 0 && contains(ddp_last_error(), "sent 33554432 bytes for tag 0x51 where "
                                                "16777216 were expected")))
         fprintf(stderr, "rank 0: rc %d: %s\n", rc, ddp_last_error());
