@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/timeline.h"
+#include "ddp/flat_shard.h"
 #include "ddp/reducer_impl.h"
 #include "pg/internal.h"
 
@@ -450,9 +451,8 @@ int ddp_reducer_shard_bounds(const ddp_reducer_t *r, int shard, size_t *begin, s
     int world = r ? ddp_pg_size(r->pg) : 0;
     DDP_FAIL_IF(!r || shard < 0 || shard >= world, DDP_ERR_INVALID_ARG,
                 "ddp_reducer_shard_bounds: shard %d out of range (%d ranks)", shard, world);
-    size_t s = (r->total + (size_t)world - 1) / (size_t)world;
-    size_t b = s * (size_t)shard < r->total ? s * (size_t)shard : r->total;
-    size_t e = b + s < r->total ? b + s : r->total;
+    size_t b, e;
+    ddp__flat_shard(r->total, world, shard, &b, &e);
     if (begin)
         *begin = b;
     if (count)

@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeline.h"
+#include "ddp/flat_shard.h"
 #include "ddp/reducer_impl.h"
 
 /* ==== the pool ============================================================ */
@@ -55,7 +56,7 @@ int ddp__scatter_init(ddp_reducer_t *r)
     r->nshards = ddp_pg_size(r->pg);
     r->my_shard = ddp_pg_rank(r->pg);
     DDP_TRY(ddp_reducer_shard_bounds(r, r->my_shard, &r->shard_begin, &r->shard_count));
-    r->shard_size = (r->total + (size_t)r->nshards - 1) / (size_t)r->nshards;
+    r->shard_size = ddp__flat_shard_size(r->total, r->nshards);
     r->shard_grad = ddp__alloc_aligned((r->shard_count + 1) * sizeof *r->shard_grad);
     r->bucket_flat = calloc(nb, sizeof *r->bucket_flat);
     r->bucket_buf = malloc(nb * sizeof *r->bucket_buf);

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/timeline.h"
 #include "ddp/ext.h"
+#include "ddp/flat_shard.h"
 #include "ddp/zero_internal.h"
 
 /* Broadcasts in flight at once in the gather of a short last shard. */
@@ -24,10 +25,7 @@ ddp_zero_options ddp_zero_defaults(void) { return (ddp_zero_options){.stage = 1}
 
 void ddp__zero_partition(size_t total, int world, int rank, size_t *begin, size_t *end)
 {
-    size_t S = (total + (size_t)world - 1) / (size_t)world;
-    size_t b = (size_t)rank * S, e = b + S;
-    *begin = b < total ? b : total;
-    *end = e < total ? e : total;
+    ddp__flat_shard(total, world, rank, begin, end);
 }
 
 void ddp__zero_release(void *p, size_t bytes)
@@ -145,7 +143,7 @@ int ddp__zero_gather(ddp_zero_t *z)
     if (z->world == 1 || z->total == 0)
         return 0;
     float *block = ddp_model_param_block(z->model, NULL);
-    size_t S = (z->total + (size_t)z->world - 1) / (size_t)z->world;
+    size_t S = ddp__flat_shard_size(z->total, z->world);
     if (S * (size_t)z->world == z->total) /* in place: our shard is the send block */
         return ddp_pg_all_gather(z->pg, block + z->begin, block, S, DDP_FLOAT32);
     /* The last shard is short, and an in-place all-gather needs world * S
