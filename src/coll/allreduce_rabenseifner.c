@@ -7,7 +7,7 @@
  *
  * For n not a power of two, with p the largest power of two <= n, ranks
  * p..n-1 first fold their vector into rank r-p and get the result back at
- * the end (as in allreduce_rd.c).  The vector is cut into p blocks; at the
+ * the end (allreduce_rd.c's ddp__fold_in / ddp__fold_out).  The vector is cut into p blocks; at the
  * halving step with mask M (p/2 down to 1) a rank keeps the lower half of
  * its range when its bit M is clear, sends the other half to rank r^M and
  * folds what it receives as (lower rank's partial) op (higher rank's
@@ -23,10 +23,8 @@
 #include "base/error.h"
 #include "coll/coll.h"
 
-#define PHASE_IN 0
-#define PHASE_HALVE 1
+#define PHASE_HALVE 1 /* the folds (allreduce_rd.c) use 0 and 15 */
 #define PHASE_DOUBLE 2
-#define PHASE_OUT 15
 
 /* Elements [off, off+len) of blocks [lo, hi). */
 static void range_of(const ddp__blocks *bl, int lo, int hi, size_t *off, size_t *len)
@@ -100,29 +98,18 @@ static int doubling(ddp__coll_ctx *c, uint8_t *buf, const ddp__blocks *bl, int p
 int ddp__allreduce_rabenseifner(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                                 ddp_reduce_op op)
 {
-    const int n = c->size, r = c->rank;
+    const int n = c->size;
     const size_t es = ddp_dtype_size(dt), bytes = count * es;
     const ddp__reduce_fn fn = ddp__reduce_kernel(dt, op);
     int p2 = 1;
     while (p2 * 2 <= n)
         p2 *= 2;
-    const int extra = n - p2;
     uint8_t *tmp;
-    ddp__req sr, rr;
+    int sat;
     DDP_TRY(ddp__coll_scratch(c, bytes, (void **)&tmp));
-
-    if (r >= p2) { /* fold in, then wait for the result */
-        DDP_TRY(ddp__tp_isend(c->tp, &sr, r - p2, ddp__tag(c, PHASE_IN, 0), buf, bytes));
-        DDP_TRY(ddp__coll_wait1(c, &sr));
-        DDP_TRY(ddp__tp_irecv(c->tp, &rr, r - p2, ddp__tag(c, PHASE_OUT, 0), buf, bytes));
-        DDP_TRY(ddp__coll_wait1(c, &rr));
+    DDP_TRY(ddp__fold_in(c, buf, tmp, count, dt, fn, p2, &sat));
+    if (sat)
         goto done;
-    }
-    if (r < extra) {
-        DDP_TRY(ddp__tp_irecv(c->tp, &rr, r + p2, ddp__tag(c, PHASE_IN, 0), tmp, bytes));
-        DDP_TRY(ddp__coll_wait1(c, &rr));
-        fn(buf, buf, tmp, count);
-    }
     ddp__blocks bl = {0};
     DDP_TRY(ddp__blocks_split(&bl, count, p2));
     int rc = halve(c, buf, tmp, &bl, p2, es, fn);
@@ -130,10 +117,7 @@ int ddp__allreduce_rabenseifner(ddp__coll_ctx *c, void *buf, size_t count, ddp_d
         rc = doubling(c, buf, &bl, p2, es);
     ddp__blocks_free(&bl);
     DDP_TRY(rc);
-    if (r < extra) {
-        DDP_TRY(ddp__tp_isend(c->tp, &sr, r + p2, ddp__tag(c, PHASE_OUT, 0), buf, bytes));
-        DDP_TRY(ddp__coll_wait1(c, &sr));
-    }
+    DDP_TRY(ddp__fold_out(c, buf, bytes, p2));
 done:
     if (op == DDP_AVG)
         ddp__reduce_divide(buf, count, dt, n);

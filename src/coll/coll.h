@@ -136,6 +136,14 @@ int ddp__allreduce_rd(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                       ddp_reduce_op op);
 int ddp__allreduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
+/* Recursive doubling's fold for n not a power of two, p2 the largest power
+ * of two <= n (allreduce_rd.c; Rabenseifner's too): ranks >= p2 send their
+ * vector to r - p2 and get the result back (*sat_out = 1: done); ranks
+ * < n - p2 fold the partner's in (buf = buf op it, tmp as scratch); then
+ * fold_out sends those ranks' result back. */
+int ddp__fold_in(ddp__coll_ctx *c, void *buf, void *tmp, size_t count, ddp_dtype dt,
+                 ddp__reduce_fn fn, int p2, int *sat_out);
+int ddp__fold_out(ddp__coll_ctx *c, const void *buf, size_t bytes, int p2);
 /* Reduce-scatter by recursive halving + all-gather by recursive doubling. */
 int ddp__allreduce_rabenseifner(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                                 ddp_reduce_op op);
