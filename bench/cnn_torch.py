@@ -19,9 +19,7 @@ every 100 steps, "Throughput: N samples/s" (all ranks, training loop from
 its start, as ddp-cnn measures it) and "Test accuracy: NN.NN %".
 """
 import argparse
-import gzip
 import os
-import struct
 import time
 
 import numpy as np
@@ -32,15 +30,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-
-def read_idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">I", data[:4])
-    ndim = magic & 0xFF
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from ddp_torch import read_idx  # the IDX reader of the MLP benchmark beside it
 
 
 def load(folder, split):
