@@ -248,6 +248,32 @@ static void expect_usage(char *const argv[], const char *msg)
         fail_msg("want '%s' in: %s", msg, err);
 }
 
+/* Rendezvous errors: too few nodes within join_timeout; nodes with
+ * different --nproc-per-node. */
+static void test_rendezvous_errors(void **state)
+{
+    (void)state;
+    char ea[8192], eb[8192];
+    launch a = node("alone", "2:2", "0", "join_timeout=1", "env", "DIR", NULL);
+    int sa = finish(a, ea, sizeof ea, 30);
+    assert_true(WIFEXITED(sa) && WEXITSTATUS(sa) == 1);
+    assert_non_null(strstr(ea, "only 1 of the 2 nodes needed joined round 0 within 1 s"));
+    char *argv[] = {ddprun, "--rdzv-backend=c10d", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                    "nproc", "--nnodes", "2:2", "--nproc-per-node", "2", "--rdzv-conf",
+                    "join_timeout=20", worker, "env", dir, NULL};
+    a = node("nproc", "2:2", "0", "join_timeout=20", "env", "DIR", NULL);
+    usleep(200000);
+    launch b = start(argv);
+    sa = finish(a, ea, sizeof ea, 30);
+    int sb = finish(b, eb, sizeof eb, 30);
+    assert_true(WIFEXITED(sa) && WEXITSTATUS(sa) == 1);
+    assert_true(WIFEXITED(sb) && WEXITSTATUS(sb) == 1);
+    assert_non_null(strstr(ea, "every node needs the same --nproc-per-node"));
+    /* the other node sees the mismatch too, or the store host gone first */
+    assert_true(strstr(eb, "every node needs the same --nproc-per-node") ||
+                strstr(eb, "lost the rendezvous store"));
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -277,6 +303,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_stops_everyone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_host_dies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rendezvous_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_netns_nodes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
