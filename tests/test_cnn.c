@@ -1,7 +1,8 @@
 /* End-to-end tests of ddp-cnn (PyTorch's examples/mnist network): 2 ranks
  * under ddprun at batch 32 each against 1 rank at batch 64 (dropout off,
  * data in order) after 1 step and after 20; 100 steps on one rank learn
- * (log line, throughput, test accuracy); --help and bad flags.
+ * (log line, throughput, test accuracy); a resumed run with dropout on
+ * is bitwise the uninterrupted one; --help and bad flags.
  *
  * Why not "equal to 1e-5 after 20 steps": the two runs sum the same
  * per-sample gradients in another order (per rank, then all-reduce), so
@@ -126,6 +127,39 @@ static void test_two_ranks_equal_one_rank(void **state)
     free(one1.bytes), free(two1.bytes), free(one20.bytes), free(two20.bytes);
 }
 
+/* 2 ranks with dropout on: 10 steps, a checkpoint, a resumed run to step
+ * 20 ends bitwise where 20 steps in one go end (each rank's dropout
+ * streams are in the checkpoint). */
+static void test_resume_is_bitwise(void **state)
+{
+    (void)state;
+    const char *common = "--no-shuffle --seed 3 --batch-size 32 --checkpoint-every 10";
+    for (int k = 0; k < 3; k++) {
+        char flags[1024];
+        if (k == 0)
+            snprintf(flags, sizeof flags, "--max-steps 20 --save %s/whole.safetensors", dir);
+        else /* stops at step 10, then resumes from there */
+            snprintf(flags, sizeof flags, "--max-steps %d --checkpoint-dir %s%s%s%s",
+                     k == 1 ? 10 : 20, dir, k == 2 ? " --resume --save " : "",
+                     k == 2 ? dir : "", k == 2 ? "/resumed.safetensors" : "");
+        result r = sh("%s --standalone --nproc-per-node 2 %s %s %s", ddprun, bin, common, flags);
+        if (r.status != 0)
+            fail_msg("run %d: exit %d: %s", k, r.status, r.out);
+        if (k == 2)
+            assert_non_null(strstr(r.out, "Resuming from "));
+        free(r.out);
+    }
+    st_file a = st_read("whole.safetensors"), b = st_read("resumed.safetensors");
+    size_t n;
+    const float *x = params(&a, &a, &n), *y = params(&b, &a, &n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+        differ += memcmp(&x[i], &y[i], sizeof *x) != 0;
+    if (differ)
+        fail_msg("resumed at step 10: %zu of %zu parameters differ after step 20", differ, n);
+    free(a.bytes), free(b.bytes);
+}
+
 static void test_one_rank_learns(void **state)
 {
     (void)state;
@@ -168,6 +202,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         IN_SCRATCH(test_help_and_bad_flags),
         IN_SCRATCH(test_two_ranks_equal_one_rank),
+        IN_SCRATCH(test_resume_is_bitwise),
         IN_SCRATCH(test_one_rank_learns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,14 +7,15 @@
 /* Sequential(Conv2d(1, 32, 3), ReLU, Conv2d(32, 64, 3), ReLU, MaxPool2d(2),
  * Dropout(0.25), Flatten, Linear(9216, 128), ReLU, Dropout(0.5),
  * Linear(128, 10)), PyTorch's default init from the seed.  Dropout masks
- * come from the seed and the rank (each rank drops its own units). */
+ * come from the seed and the rank (each rank drops its own units; two
+ * streams per rank, so that no rank's second is another's first). */
 int build_model(const args *a, int rank, ddp_model_t **model)
 {
     enum { N = 11 };
     ddp_module_t *l[N] = {NULL}, *seq;
     ddp_conv2d_options c1 = ddp_conv2d_defaults(1, 32, 3), c2 = ddp_conv2d_defaults(32, 64, 3);
     ddp_pool2d_options pool = ddp_pool2d_defaults(2);
-    uint64_t dseed = a->seed * 1000003ULL + (uint64_t)rank;
+    uint64_t dseed = (a->seed * 1000003ULL + (uint64_t)rank) * 2;
     int rc;
     if ((rc = ddp_conv2d_create(&c1, 0, &l[0])) < 0 || (rc = ddp_relu_create(&l[1])) < 0 ||
         (rc = ddp_conv2d_create(&c2, 0, &l[2])) < 0 || (rc = ddp_relu_create(&l[3])) < 0 ||

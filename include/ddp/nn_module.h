@@ -106,6 +106,12 @@ DDP_API void *ddp_module_user(const ddp_module_t *m);
 DDP_API const char *ddp_module_type(const ddp_module_t *m);
 /* 1 in training mode, 0 in evaluation mode (ddp_module_train). */
 DDP_API int ddp_module_is_training(const ddp_module_t *m);
+/* The state of the module's own random stream (Dropout's: one draw per
+ * forward seeds that forward's mask), *nwords words (4), borrowed and
+ * writable; NULL with *nwords 0 for a module without one.  A checkpoint
+ * keeps it with ddp_checkpoint_rng so that a resumed run draws the masks
+ * of the uninterrupted one (nwords may be NULL). */
+DDP_API uint64_t *ddp_module_rng_state(ddp_module_t *m, int *nwords);
 
 /* named_modules(): calls fn for m itself (name prefix) and every descendant
  * with its full dotted name, parents before children, in the order added.

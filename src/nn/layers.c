@@ -119,7 +119,9 @@ int ddp_dropout_create(float p, uint64_t seed, ddp_module_t **out)
     DDP_FAIL_IF(!d, DDP_ERR_NOMEM, "dropout: out of memory");
     d->p = p;
     ddp__rng_seed(&d->rng, seed);
-    return ddp_module_create(&dropout_def, d, out);
+    DDP_TRY(ddp_module_create(&dropout_def, d, out));
+    (*out)->rng = &d->rng; /* checkpoints keep where the masks are */
+    return 0;
 }
 
 /* ==== Sequential ========================================================== */

@@ -308,6 +308,13 @@ const char *ddp_module_type(const ddp_module_t *m)
 
 int ddp_module_is_training(const ddp_module_t *m) { return m ? m->training : 0; }
 
+uint64_t *ddp_module_rng_state(ddp_module_t *m, int *nwords)
+{
+    if (nwords)
+        *nwords = m && m->rng ? 4 : 0;
+    return m && m->rng ? m->rng->s : NULL;
+}
+
 void ddp_module_train(ddp_module_t *m, int training)
 {
     if (!m)

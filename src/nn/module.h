@@ -18,6 +18,8 @@ struct ddp_module {
     int nchildren, children_cap;
     ddp_module_t **children;  /* in the order added */
     char **child_names;       /* (nchildren) local names */
+    ddp__rng *rng;            /* the module's random stream in user (Dropout's masks), or
+                                 NULL: ddp_module_rng_state, for checkpoints */
 };
 
 /* A standalone parameter with its own zeroed data and grad storage (moved
