@@ -3,7 +3,8 @@
  * before the first step and after each of 50, exported by
  * tests/data/lr_schedules_reference.py into tests/data/lr_schedules_expected.h.
  * And resuming mid-run from a scheduler's saved state (and the optimizer's
- * lrs) gives the rest of the same sequence; bad options name themselves. */
+ * lrs) gives the rest of the same sequence; bad options name themselves;
+ * OneCycleLR's cycle_momentum against torch (SGD's momentum, Adam's beta1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -246,12 +247,77 @@ static void test_errors(void **state)
     destroy(&r);
 }
 
+/* OneCycleLR with cycle_momentum (max_lr 1, 10 steps, base/max momentum
+ * 0.85/0.95): SGD (momentum 0.9, two phases, cos) and Adam (beta1, three
+ * phases) against torch 1.13 (the momentum before each step, and the
+ * parameter after 10 steps with gradients 0.5, 0.6, ...: printed by
+ * OneCycleLR over SGD([p], lr=0.1, momentum=0.9) / Adam([p], lr=0.1)). */
+static void test_onecycle_momentum(void **state)
+{
+    (void)state;
+    static const double sgd_m[10] = {
+        0.94999999999999996, 0.89999999999999991, 0.84999999999999998, 0.85495155660487898,
+        0.86882550990706331, 0.88887395330218422, 0.91112604669781572, 0.93117449009293662,
+        0.94504844339512095, 0.94999999999999996};
+    static const double adam_m[10] = {0.95, 0.9, 0.85, 0.9, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95};
+    for (int adam = 0; adam < 2; adam++) {
+        ddp_model_t *m;
+        ddp_param *p;
+        ddp_optim_t *o;
+        ddp_lr_scheduler_t *s;
+        assert_int_equal(ddp_model_create(&m), 0);
+        assert_int_equal(ddp_model_add_param(m, "p", 1, (int64_t[]){1}, &p), 0);
+        ddp_sgd_options so = ddp_sgd_defaults(0.1);
+        ddp_adam_options ao = ddp_adam_defaults();
+        so.momentum = 0.9, ao.lr = 0.1;
+        assert_int_equal(adam ? ddp_adam_create(m, &ao, &o) : ddp_sgd_create(m, &so, &o), 0);
+        ddp_lr_options lo = ddp_lr_defaults(DDP_LR_ONECYCLE);
+        lo.max_lr = 1, lo.total_steps = 10, lo.three_phase = adam, lo.cycle_momentum = 1;
+        assert_int_equal(ddp_lr_scheduler_create(o, &lo, &s), 0);
+        for (int e = 0; e < 10; e++) {
+            double want = adam ? adam_m[e] : sgd_m[e];
+            if (fabs(ddp_optim_group_momentum(o, 0) - want) > 1e-12)
+                fail_msg("%s step %d: momentum %.17g, torch %.17g", adam ? "Adam" : "SGD", e,
+                         ddp_optim_group_momentum(o, 0), want);
+            p->grad[0] = 0.5f + 0.1f * (float)e;
+            assert_int_equal(ddp_optim_step(o), 0);
+            if (e < 9)
+                ddp_lr_scheduler_step(s);
+        }
+        double want = adam ? -1.92386806 : -11.5241337;
+        if (fabs(p->data[0] - want) > 2e-6 * fabs(want))
+            fail_msg("%s: p %.9g after 10 steps, torch %.9g", adam ? "Adam" : "SGD",
+                     (double)p->data[0], want);
+        ddp_lr_scheduler_destroy(s);
+        ddp_optim_destroy(o);
+        ddp_model_destroy(m);
+    }
+    /* Adadelta has no momentum to cycle: torch's ValueError */
+    ddp_model_t *m;
+    ddp_param *p;
+    ddp_optim_t *o;
+    ddp_lr_scheduler_t *s = NULL;
+    assert_int_equal(ddp_model_create(&m), 0);
+    assert_int_equal(ddp_model_add_param(m, "p", 1, (int64_t[]){1}, &p), 0);
+    ddp_adadelta_options dd = ddp_adadelta_defaults();
+    assert_int_equal(ddp_adadelta_create(m, &dd, &o), 0);
+    ddp_lr_options lo = ddp_lr_defaults(DDP_LR_ONECYCLE);
+    lo.max_lr = 1, lo.total_steps = 10, lo.cycle_momentum = 1;
+    assert_int_equal(ddp_lr_scheduler_create(o, &lo, &s), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "optimizer must support momentum with "
+                                             "`cycle_momentum` option enabled"));
+    assert_true(isnan(ddp_optim_group_momentum(o, 0)));
+    ddp_optim_destroy(o);
+    ddp_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_torch),
         cmocka_unit_test(test_resume),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_onecycle_momentum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,6 +137,9 @@ DDP_API int ddp_optim_param_group(const ddp_optim_t *o, size_t i);
 /* Group g's learning rate (0 for a group that does not exist). */
 DDP_API double ddp_optim_group_lr(const ddp_optim_t *o, int g);
 DDP_API void ddp_optim_set_group_lr(ddp_optim_t *o, int g, double lr);
+/* Group g's momentum (SGD, RMSprop) or beta1 (Adam, AdamW), which
+ * OneCycleLR's cycle_momentum sets; NaN for Adadelta or a missing group. */
+DDP_API double ddp_optim_group_momentum(const ddp_optim_t *o, int g);
 
 /* One update of every parameter from its gradient.  Fails with
  * DDP_ERR_STATE naming a parameter that is in no group. */
@@ -215,7 +218,7 @@ typedef struct ddp_lr_options {
     /* LAMBDA: called at creation and at every step (and set_last_epoch) */
     ddp_lr_lambda_fn lambda;
     void *user;
-    /* ONECYCLE (momentum cycling is not done: cycle_momentum=False) */
+    /* ONECYCLE */
     double max_lr;            /* > 0, for every group unless max_lrs */
     const double *max_lrs;    /* NULL, or one per group (copied) */
     int total_steps;          /* > 0; stepping past it holds the last lr
@@ -225,6 +228,11 @@ typedef struct ddp_lr_options {
     double div_factor;        /* default 25 */
     double final_div_factor;  /* default 1e4 */
     int three_phase;
+    int cycle_momentum;       /* 1: momentum (SGD, RMSprop) or beta1 (Adam, AdamW)
+                               * cycles inversely, max -> base -> max (default 0,
+                               * torch's is True); Adadelta has neither */
+    double base_momentum;     /* default 0.85 */
+    double max_momentum;      /* default 0.95 */
     /* SEQUENTIAL: closed-form schedulers over the same optimizer (borrowed:
      * they must outlive this one); at milestone k, scheduler k + 1 starts
      * at its epoch 0, as torch's scheduler.step(0) */

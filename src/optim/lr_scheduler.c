@@ -20,25 +20,28 @@ ddp_lr_options ddp_lr_defaults(int kind)
     o.gamma = 0.1;
     o.start_factor = 1.0 / 3, o.end_factor = 1.0, o.total_iters = 5;
     o.pct_start = 0.3, o.div_factor = 25, o.final_div_factor = 1e4;
+    o.base_momentum = 0.85, o.max_momentum = 0.95;
     o.factor = 0.1, o.patience = 10, o.threshold = 1e-4, o.eps = 1e-8;
     return o;
 }
 
 /* ==== closed forms ======================================================== */
 
-/* OneCycleLR.get_lr for one group: the phases' end steps as torch computes
- * them (float(pct_start * total_steps) - 1, ...). */
-static double onecycle_lr(const ddp_lr_options *o, double initial, double max, int64_t e)
+/* OneCycleLR's anneal over its phases as torch computes them (phase ends
+ * float(pct_start * total_steps) - 1, ...): v = {start, peak, the middle
+ * value of three phases, end}, the lr's {initial, max, initial, min} or the
+ * momentum's {max, base, max, max}. */
+static double onecycle_at(const ddp_lr_options *o, const double v[4], int64_t e)
 {
-    double total = o->total_steps, pt = o->pct_start * total, min = initial / o->final_div_factor;
+    double total = o->total_steps, pt = o->pct_start * total;
     double end[3], from[3], to[3];
     int n = o->three_phase ? 3 : 2;
-    end[0] = pt - 1, from[0] = initial, to[0] = max;
+    end[0] = pt - 1, from[0] = v[0], to[0] = v[1];
     if (o->three_phase) {
-        end[1] = 2 * o->pct_start * total - 2, from[1] = max, to[1] = initial;
-        end[2] = total - 1, from[2] = initial, to[2] = min;
+        end[1] = 2 * o->pct_start * total - 2, from[1] = v[1], to[1] = v[2];
+        end[2] = total - 1, from[2] = v[2], to[2] = v[3];
     } else {
-        end[1] = total - 1, from[1] = max, to[1] = min;
+        end[1] = total - 1, from[1] = v[1], to[1] = v[3];
     }
     double step = (double)(e > o->total_steps ? o->total_steps : e), start = 0;
     for (int i = 0; i < n; i++) {
@@ -50,7 +53,24 @@ static double onecycle_lr(const ddp_lr_options *o, double initial, double max, i
         }
         start = end[i];
     }
-    return min; /* not reached */
+    return v[3]; /* not reached */
+}
+
+static double onecycle_lr(const ddp_lr_options *o, double initial, double max, int64_t e)
+{
+    return onecycle_at(o, (const double[4]){initial, max, initial, initial / o->final_div_factor},
+                       e);
+}
+
+/* cycle_momentum: every group's momentum (or beta1) for epoch e. */
+static void onecycle_momentum(ddp_lr_scheduler_t *s, int64_t e)
+{
+    const ddp_lr_options *o = &s->o;
+    double m = onecycle_at(
+        o, (const double[4]){o->max_momentum, o->base_momentum, o->max_momentum, o->max_momentum},
+        e);
+    for (int g = 0; g < s->ngroups; g++)
+        *ddp__optim_hyper_momentum(s->opt->kind, &s->opt->groups[g].h) = m;
 }
 
 static double lr_at(const ddp_lr_scheduler_t *s, int64_t e, int g)
@@ -92,6 +112,11 @@ static int check_onecycle(const ddp_lr_options *o)
                 o->pct_start);
     DDP_FAIL_IF(!o->max_lrs && !(o->max_lr > 0), DDP_ERR_INVALID_ARG,
                 "OneCycleLR: max_lr %g must be > 0", o->max_lr);
+    DDP_FAIL_IF(o->cycle_momentum && !(o->base_momentum >= 0 && o->base_momentum <= o->max_momentum &&
+                                       o->max_momentum < 1),
+                DDP_ERR_INVALID_ARG,
+                "OneCycleLR: base_momentum %g and max_momentum %g must satisfy 0 <= base <= max < 1",
+                o->base_momentum, o->max_momentum);
     DDP_FAIL_IF(!(o->div_factor > 0) || !(o->final_div_factor > 0), DDP_ERR_INVALID_ARG,
                 "OneCycleLR: div_factor %g and final_div_factor %g must be > 0", o->div_factor,
                 o->final_div_factor);
@@ -140,6 +165,9 @@ static int check(ddp_optim_t *opt, const ddp_lr_options *o)
         DDP_FAIL_IF(!o->lambda, DDP_ERR_INVALID_ARG, "LambdaLR: lambda is NULL");
         return 0;
     case DDP_LR_ONECYCLE:
+        DDP_FAIL_IF(o->cycle_momentum && opt->kind == DDP__OPT_ADADELTA, DDP_ERR_INVALID_ARG,
+                    "OneCycleLR: optimizer must support momentum with `cycle_momentum` option "
+                    "enabled (%s has neither momentum nor betas)", opt->who);
         return check_onecycle(o);
     case DDP_LR_SEQUENTIAL:
         return ddp__lr_sequential_check(opt, o);
@@ -209,6 +237,13 @@ int ddp_lr_scheduler_create(ddp_optim_t *opt, const ddp_lr_options *o, ddp_lr_sc
         return rc;
     }
     set_bases(s);
+    if (o->kind == DDP_LR_ONECYCLE && o->cycle_momentum) { /* SGD created without momentum */
+        onecycle_momentum(s, 0);
+        if ((rc = ddp__optim_ensure_states(opt)) < 0) {
+            ddp_lr_scheduler_destroy(s);
+            return rc;
+        }
+    }
     if (o->kind == DDP_LR_PLATEAU)
         ddp__lr_plateau_init(s);
     else if (o->kind == DDP_LR_SEQUENTIAL)
@@ -250,6 +285,8 @@ void ddp_lr_scheduler_set_last_epoch(ddp_lr_scheduler_t *s, int64_t epoch)
         return;
     for (int g = 0; g < s->ngroups; g++)
         ddp__lr_apply(s, g, lr_at(s, epoch, g));
+    if (s->o.kind == DDP_LR_ONECYCLE && s->o.cycle_momentum)
+        onecycle_momentum(s, epoch);
 }
 
 double ddp_lr_scheduler_step(ddp_lr_scheduler_t *s)

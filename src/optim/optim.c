@@ -77,6 +77,20 @@ double *ddp__optim_hyper_lr(int kind, ddp__optim_hyper *h)
     }
 }
 
+double *ddp__optim_hyper_momentum(int kind, ddp__optim_hyper *h)
+{
+    switch (kind) {
+    case DDP__OPT_SGD:
+        return &h->sgd.momentum;
+    case DDP__OPT_ADADELTA:
+        return NULL;
+    case DDP__OPT_RMSPROP:
+        return &h->rmsprop.momentum;
+    default:
+        return &h->adam.beta1;
+    }
+}
+
 static int check_sgd(const ddp_sgd_options *opt)
 {
     DDP_FAIL_IF(!(opt->lr >= 0), DDP_ERR_INVALID_ARG, "SGD: invalid learning rate %g", opt->lr);
@@ -384,6 +398,14 @@ void ddp_optim_set_group_lr(ddp_optim_t *o, int g, double lr)
 {
     if (o && g >= 0 && g < o->ngroups)
         *ddp__optim_hyper_lr(o->kind, &o->groups[g].h) = lr;
+}
+
+double ddp_optim_group_momentum(const ddp_optim_t *o, int g)
+{
+    if (!o || g < 0 || g >= o->ngroups)
+        return NAN;
+    const double *m = ddp__optim_hyper_momentum(o->kind, (ddp__optim_hyper *)&o->groups[g].h);
+    return m ? *m : NAN;
 }
 
 double *ddp__optim_initial_lr(ddp_optim_t *o, int g)

@@ -46,6 +46,9 @@ struct ddp_optim {
 
 /* The lr field of a kind's options. */
 double *ddp__optim_hyper_lr(int kind, ddp__optim_hyper *h);
+/* The momentum field of a kind's options (SGD's and RMSprop's momentum,
+ * Adam's beta1), NULL for Adadelta. */
+double *ddp__optim_hyper_momentum(int kind, ddp__optim_hyper *h);
 /* Checks a kind's options, the message naming the optimizer (o->who). */
 int ddp__optim_check(int kind, const ddp__optim_hyper *h);
 /* Makes one group of every parameter with the optimizer's options
