@@ -14,11 +14,11 @@
 #include "tensor/im2col.h"
 
 /* One sample's Winograd convolution: c -> o channels over an h x w input
- * padded by (ph, pw); tiles th x tw (t in all) cover the oh x ow output. */
+ * padded by (ph, pw); tiles th x tw cover the oh x ow output, t counts them
+ * with one spare per row (conv_winograd.c says why); wp = 2 tw + 2. */
 typedef struct ddp__wino_plan {
     int c, o, h, w, ph, pw, oh, ow;
-    int th, tw, t;
-    int direct; /* x needs no padded copy: its planes are the tiles' rows */
+    int th, tw, t, wp;
 } ddp__wino_plan;
 
 /* Does conv2d's geometry g (one group of og output channels) take the
@@ -29,7 +29,7 @@ typedef struct ddp__wino_plan {
 int ddp__wino_fits(const ddp__conv_geom *g, int og);
 
 void ddp__wino_plan_init(ddp__wino_plan *p, int c, int o, int h, int w, int ph, int pw);
-/* Scratch floats ddp__wino_conv needs (padded input, V, M, an output plane). */
+/* Scratch floats ddp__wino_conv needs (split input rows, V, M, output rows). */
 size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
 
 /* u (16, o, c) = G w G^T for w (o, c, 3, 3).  With flip, the input
