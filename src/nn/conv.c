@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "nn/autograd.h"
 #include "nn/conv.h"
+#include "nn/conv_winograd.h"
 #include "nn/ops.h"
 #include "tensor/im2col.h"
 #include "tensor/kernels.h"
@@ -25,6 +26,7 @@
 typedef struct conv_ctx {
     ddp__conv_geom g; /* one group of one sample */
     int n, groups, og; /* batch, groups, output channels per group */
+    int wino;          /* forward and input gradient by Winograd F(2x2, 3x3) */
 } conv_ctx;
 
 ddp_conv2d_options ddp_conv2d_defaults(int in_channels, int out_channels, int kernel_size)
@@ -102,6 +104,7 @@ static int conv_geometry(const ddp_var_t *x, const ddp_var_t *w, const ddp_var_t
     c->n = (int)x->t.shape[0];
     c->groups = o->groups;
     c->og = (int)(cout / o->groups);
+    c->wino = ddp__wino_fits(g, c->og);
     return 0;
 }
 
@@ -119,6 +122,64 @@ static const float *conv_cols(const conv_ctx *c, const float *x, int s, int gi, 
     return buf;
 }
 
+/* y = W cols + b per sample and group, through im2col. */
+static int conv_forward_gemm(ddp_tape_t *tape, const conv_ctx *c, const ddp_var_t *x,
+                             const ddp_var_t *w, const ddp_var_t *b, ddp_var_t *v)
+{
+    int k = conv_k(c), p = conv_p(c), og = c->og;
+    float *buf = ddp__conv_is_pointwise(&c->g)
+                     ? NULL : ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *buf);
+    if (!buf && !ddp__conv_is_pointwise(&c->g))
+        return DDP_ERR_NOMEM;
+    for (int s = 0; s < c->n; s++)
+        for (int gi = 0; gi < c->groups; gi++) {
+            const float *cols = conv_cols(c, x->t.data, s, gi, buf);
+            float *yg = v->t.data + ((size_t)s * (size_t)c->groups + (size_t)gi) * (size_t)og *
+                                        (size_t)p; /* (Og, P) */
+            if (b) /* the bias is the GEMM's C, as in linear */
+                for (int r = 0; r < og; r++)
+                    ddp__vec_fill_to(yg + (size_t)r * (size_t)p, b->t.data[gi * og + r],
+                                     (size_t)p, 0);
+            ddp_sgemm(0, 0, og, p, k, 1.0f, w->t.data + (size_t)gi * (size_t)og * (size_t)k, k,
+                      cols, p, b ? 1.0f : 0.0f, yg, p);
+        }
+    return 0;
+}
+
+/* Winograd's filters for every group: (16, Og, C) each, or (16, C, Og)
+ * flipped for the input gradient; NULL when the arena is out of memory. */
+static float *conv_wino_filters(ddp_tape_t *tape, const conv_ctx *c, const float *w, int flip)
+{
+    size_t per = 16 * (size_t)c->og * (size_t)c->g.c;
+    float *u = ddp__tape_alloc(tape, per * (size_t)c->groups * sizeof *u);
+    for (int gi = 0; u && gi < c->groups; gi++)
+        ddp__wino_filters(u + (size_t)gi * per, w + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9,
+                          c->og, c->g.c, flip);
+    return u;
+}
+
+/* y = conv(x, w) + b per sample and group by Winograd F(2x2, 3x3): no
+ * im2col, the bias added in the output transform. */
+static int conv_forward_wino(ddp_tape_t *tape, const conv_ctx *c, const ddp_var_t *x,
+                             const ddp_var_t *w, const ddp_var_t *b, ddp_var_t *v)
+{
+    ddp__wino_plan pl;
+    ddp__wino_plan_init(&pl, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+    float *u = conv_wino_filters(tape, c, w->t.data, 0);
+    float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
+    if (!u || !scratch)
+        return DDP_ERR_NOMEM;
+    size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
+    size_t ys = (size_t)c->og * (size_t)conv_p(c), us = 16 * (size_t)c->og * (size_t)c->g.c;
+    for (int s = 0; s < c->n; s++)
+        for (int gi = 0; gi < c->groups; gi++) {
+            size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
+            ddp__wino_conv(&pl, v->t.data + sg * ys, x->t.data + sg * xs, u + (size_t)gi * us,
+                           b ? b->t.data + (size_t)gi * (size_t)c->og : NULL, 0, scratch);
+        }
+    return 0;
+}
+
 static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v);
 static const ddp__op_def conv2d_def = {"conv2d", conv2d_backward, 0};
 
@@ -132,29 +193,16 @@ int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
         DDP_TRY(ddp__op_check_var(tape, b, "conv2d", "bias"));
     conv_ctx c;
     DDP_TRY(conv_geometry(x, w, b, o, &c));
-    int k = conv_k(&c), p = conv_p(&c), og = c.og;
-    int64_t shape[4] = {c.n, (int64_t)og * c.groups, c.g.oh, c.g.ow};
+    int64_t shape[4] = {c.n, (int64_t)c.og * c.groups, c.g.oh, c.g.ow};
     ddp_var_t *v;
     DDP_TRY(ddp__op_push(tape, &conv2d_def, 4, shape, 1, x, w, b, &v));
     conv_ctx *saved = ddp__tape_alloc(tape, sizeof *saved);
-    float *buf = ddp__conv_is_pointwise(&c.g)
-                     ? NULL : ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *buf);
-    if (!saved || (!buf && !ddp__conv_is_pointwise(&c.g)))
+    if (!saved)
         return DDP_ERR_NOMEM;
     *saved = c;
     v->ctx = saved;
-    for (int s = 0; s < c.n; s++)
-        for (int gi = 0; gi < c.groups; gi++) {
-            const float *cols = conv_cols(&c, x->t.data, s, gi, buf);
-            float *yg = v->t.data + ((size_t)s * (size_t)c.groups + (size_t)gi) * (size_t)og *
-                                        (size_t)p; /* (Og, P) */
-            if (b) /* the bias is the GEMM's C, as in linear */
-                for (int r = 0; r < og; r++)
-                    ddp__vec_fill_to(yg + (size_t)r * (size_t)p, b->t.data[gi * og + r],
-                                     (size_t)p, 0);
-            ddp_sgemm(0, 0, og, p, k, 1.0f, w->t.data + (size_t)gi * (size_t)og * (size_t)k, k,
-                      cols, p, b ? 1.0f : 0.0f, yg, p);
-        }
+    DDP_TRY(c.wino ? conv_forward_wino(tape, &c, x, w, b, v)
+                   : conv_forward_gemm(tape, &c, x, w, b, v));
     *y = v;
     return 0;
 }
@@ -172,6 +220,28 @@ static int conv_bias_backward(ddp_tape_t *tape, float *db, const float *dy, cons
     for (int n = 0; n < c->n; n++)
         ddp_sgemm(0, 0, cout, 1, p, 1.0f, dy + (size_t)n * (size_t)cout * (size_t)p, p, ones, 1,
                   acc || n > 0 ? 1.0f : 0.0f, db, 1);
+    return 0;
+}
+
+/* dx (=|+=) the input gradient by Winograd: dx = conv(dy, w rotated by 180
+ * degrees, its channels swapped) with padding 2 - p, per sample and group. */
+static int conv_dx_wino(ddp_tape_t *tape, const conv_ctx *c, float *dx, const float *dy,
+                        const float *w, int acc)
+{
+    ddp__wino_plan pl;
+    ddp__wino_plan_init(&pl, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph, 2 - c->g.pw);
+    float *u = conv_wino_filters(tape, c, w, 1);
+    float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
+    if (!u || !scratch)
+        return DDP_ERR_NOMEM;
+    size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
+    size_t ys = (size_t)c->og * (size_t)conv_p(c), us = 16 * (size_t)c->og * (size_t)c->g.c;
+    for (int s = 0; s < c->n; s++)
+        for (int gi = 0; gi < c->groups; gi++) {
+            size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
+            ddp__wino_conv(&pl, dx + sg * xs, dy + sg * ys, u + (size_t)gi * us, NULL, acc,
+                           scratch);
+        }
     return 0;
 }
 
@@ -197,7 +267,10 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     if (x->requires_grad) {
         DDP_GRAD_TARGET(g, x);
         dx = g, acc_x = acc;
-        if (!pw && !(dcols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *dcols)))
+        if (c->wino) { /* dx by Winograd; the loop below makes dw alone */
+            DDP_TRY(conv_dx_wino(tape, c, dx, v->grad, w->t.data, acc_x));
+            dx = NULL;
+        } else if (!pw && !(dcols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *dcols)))
             return DDP_ERR_NOMEM;
     }
     for (int s = 0; s < c->n; s++)

@@ -1,0 +1,235 @@
+/* Winograd F(2x2, 3x3) for one sample (see conv_winograd.h).
+ *
+ * Per sample, with t = ceil(oh / 2) * ceil(ow / 2) tiles:
+ *   input transform   V (16, c, t) = B^T d B of every tile's 4x4 patch
+ *   16 GEMMs          M_i (o, t)   = U_i (o, c) V_i (c, t)
+ *   output transform  y (o, oh, ow) = A^T m A of every tile (+ bias)
+ * For the MNIST network's second layer (32 -> 64 channels, 26x26 -> 24x24:
+ * 144 tiles) that is 9.4 MFLOP of GEMM against im2col's 21.2 MFLOP, V is
+ * 312 KiB and M 624 KiB: both stay in the 4 MiB L2 between the transforms
+ * and the GEMMs that read them, which is why this runs one sample at a
+ * time.
+ *
+ * The transforms are vector loops over all of a channel's tiles at once: a
+ * loop along one row of tiles (12 here) is shorter than one AVX-512 vector
+ * and ran scalar (a fifth of ddp-cnn's step).  For that, the padded input's
+ * rows are split by parity (even rows 0, 2, ..., odd rows 1, 3, ..., each
+ * (th + 1, wp = 2 tw + 2)): tile z = ti (tw + 1) + tj then starts at
+ * element 2z of both, and its rows 2 and 3 at 2z + wp.  The price is one
+ * spare tile per row of tiles (tw + 1 per row, t = th (tw + 1)): 8 % more
+ * GEMM columns here, whose outputs are never read. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+#include "nn/conv_winograd.h"
+
+#include <string.h>
+
+#include "ddp/tensor.h"
+#include "tensor/kernels.h"
+
+int ddp__wino_fits(const ddp__conv_geom *g, int og)
+{
+    return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
+           g->ph <= 2 && g->pw <= 2 && g->c >= 8 && og >= 8;
+}
+
+void ddp__wino_plan_init(ddp__wino_plan *p, int c, int o, int h, int w, int ph, int pw)
+{
+    *p = (ddp__wino_plan){.c = c, .o = o, .h = h, .w = w, .ph = ph, .pw = pw,
+                          .oh = h + 2 * ph - 2, .ow = w + 2 * pw - 2};
+    p->th = (p->oh + 1) / 2, p->tw = (p->ow + 1) / 2;
+    p->wp = 2 * p->tw + 2;
+    p->t = p->th * (p->tw + 1); /* one spare tile per row: see the top of the file */
+}
+
+/* One channel's even or odd padded rows: th + 1 rows of wp, and 2 floats
+ * that the spare tile of the last row reads past the end. */
+static size_t rows_floats(const ddp__wino_plan *p)
+{
+    return (size_t)(p->th + 1) * (size_t)p->wp + 2;
+}
+
+size_t ddp__wino_scratch_floats(const ddp__wino_plan *p)
+{
+    size_t in = 2 * (size_t)p->c * rows_floats(p);
+    size_t vm = 16 * (size_t)p->t * ((size_t)p->c + (size_t)p->o);
+    size_t rows = 2 * (size_t)p->th * (size_t)p->wp; /* one channel's output rows */
+    size_t in_rows = 8 * ((size_t)p->t + 1);         /* or input_transform's */
+    return in + vm + (rows > in_rows ? rows : in_rows);
+}
+
+/* ==== filters ============================================================= */
+
+/* G g G^T for one 3x3 filter g (row-major), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
+static void filter_transform(float u[16], const float g[9])
+{
+    float r[4][3];
+    for (int l = 0; l < 3; l++) {
+        r[0][l] = g[l];
+        r[1][l] = 0.5f * (g[l] + g[3 + l] + g[6 + l]);
+        r[2][l] = 0.5f * (g[l] - g[3 + l] + g[6 + l]);
+        r[3][l] = g[6 + l];
+    }
+    for (int k = 0; k < 4; k++) {
+        u[4 * k + 0] = r[k][0];
+        u[4 * k + 1] = 0.5f * (r[k][0] + r[k][1] + r[k][2]);
+        u[4 * k + 2] = 0.5f * (r[k][0] - r[k][1] + r[k][2]);
+        u[4 * k + 3] = r[k][2];
+    }
+}
+
+void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip)
+{
+    /* u_i is (rows, cols): (o, c) forward, (c, o) for the input gradient */
+    size_t rows = (size_t)(flip ? c : o), cols = (size_t)(flip ? o : c);
+    for (int oi = 0; oi < o; oi++)
+        for (int ci = 0; ci < c; ci++) {
+            const float *g = w + ((size_t)oi * (size_t)c + (size_t)ci) * 9;
+            float rot[9], t[16];
+            if (flip)
+                for (int k = 0; k < 9; k++)
+                    rot[k] = g[8 - k];
+            filter_transform(t, flip ? rot : g);
+            size_t at = flip ? (size_t)ci * cols + (size_t)oi : (size_t)oi * cols + (size_t)ci;
+            for (int i = 0; i < 16; i++)
+                u[(size_t)i * rows * cols + at] = t[i];
+        }
+}
+
+/* ==== input transform ===================================================== */
+
+/* x (c, h, w) zero-padded by (ph, pw) out to the last tile, its rows split
+ * by parity: e (c, th + 1, wp) holds padded rows 0, 2, 4, ..., od rows 1,
+ * 3, 5, ...  Only the border is zeroed. */
+static void split_rows(float *restrict e, float *restrict od, const float *restrict x,
+                       const ddp__wino_plan *p)
+{
+    int wp = p->wp, right = wp - p->pw - p->w; /* >= 0: wp >= ow + 2 = w + 2 pw */
+    size_t per = rows_floats(p);
+    for (int ci = 0; ci < p->c; ci++)
+        for (int r = 0; r < 2 * p->th + 2; r++) {
+            float *row = (r % 2 ? od : e) + (size_t)ci * per + (size_t)(r / 2) * (size_t)wp;
+            int ir = r - p->ph;
+            if (ir < 0 || ir >= p->h) {
+                memset(row, 0, (size_t)wp * sizeof *row);
+                continue;
+            }
+            const float *src = x + ((size_t)ci * (size_t)p->h + (size_t)ir) * (size_t)p->w;
+            for (int k = 0; k < p->pw; k++)
+                row[k] = 0.0f;
+            memcpy(row + p->pw, src, (size_t)p->w * sizeof *row);
+            for (int k = 0; k < right; k++)
+                row[p->pw + p->w + k] = 0.0f;
+        }
+    for (size_t ci = 0; ci < (size_t)p->c; ci++) /* what the last spare tile reads */
+        for (size_t k = per - 2; k < per; k++)
+            e[ci * per + k] = od[ci * per + k] = 0.0f;
+}
+
+/* Row k of B^T d for one channel's t tiles, split by column parity:
+ * ae[z] = a[2z] + sign b[2z], ao[z] = a[2z + 1] + sign b[2z + 1], z = 0..t
+ * (sign +-1: exact).  One pair of rows per call: with all four rows in one
+ * loop gcc 12 vectorised nothing. */
+DDP_KERNEL static void input_rows(float *restrict ae, float *restrict ao,
+                                  const float *restrict a, const float *restrict b, float sign,
+                                  int t)
+{
+    for (int z = 0; z <= t; z++) {
+        ae[z] = a[2 * z] + sign * b[2 * z];
+        ao[z] = a[2 * z + 1] + sign * b[2 * z + 1];
+    }
+}
+
+/* (B^T d) B for row k of every tile: tile z's columns 0..3 are ae[z],
+ * ao[z], ae[z + 1], ao[z + 1]; v points at V_{4k}[tile 0], vs the stride
+ * between V_i. */
+DDP_KERNEL static void input_cols(float *restrict v, size_t vs, const float *restrict ae,
+                                  const float *restrict ao, int t)
+{
+    for (int z = 0; z < t; z++) {
+        v[z] = ae[z] - ae[z + 1];
+        v[vs + (size_t)z] = ao[z] + ae[z + 1];
+        v[2 * vs + (size_t)z] = ae[z + 1] - ao[z];
+        v[3 * vs + (size_t)z] = ao[z] - ao[z + 1];
+    }
+}
+
+/* V (16, c, t) for every channel; rows: 8 (t + 1) floats of scratch. */
+static void input_transform(float *v, const float *e, const float *od, float *rows,
+                            const ddp__wino_plan *p)
+{
+    size_t per = rows_floats(p), wp = (size_t)p->wp, vs = (size_t)p->c * (size_t)p->t;
+    size_t n = (size_t)p->t + 1;
+    float *ae = rows, *ao = rows + 4 * n;
+    for (int ci = 0; ci < p->c; ci++) {
+        const float *ec = e + (size_t)ci * per, *oc = od + (size_t)ci * per;
+        const float *r0 = ec, *r1 = oc, *r2 = ec + wp, *r3 = oc + wp;
+        /* B^T's rows: d0 - d2, d1 + d2, d2 - d1, d1 - d3 */
+        input_rows(ae, ao, r0, r2, -1.0f, p->t);
+        input_rows(ae + n, ao + n, r1, r2, 1.0f, p->t);
+        input_rows(ae + 2 * n, ao + 2 * n, r2, r1, -1.0f, p->t);
+        input_rows(ae + 3 * n, ao + 3 * n, r1, r3, -1.0f, p->t);
+        for (int k = 0; k < 4; k++)
+            input_cols(v + (size_t)(4 * k) * vs + (size_t)ci * (size_t)p->t, vs, ae + k * n,
+                       ao + k * n, p->t);
+    }
+}
+
+/* ==== output transform ==================================================== */
+
+/* One output channel's t tiles from M_i[z] (stride ms between M_i) into its
+ * even rows ye and odd rows yo ((th, wp) each: tile z's 2x2 outputs are
+ * ye[2z], ye[2z + 1], yo[2z], yo[2z + 1]): A^T m A + bias, A^T = [1 1 1 0;
+ * 0 1 -1 -1]. */
+DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
+                                    const float *restrict m, size_t ms, int t, float bias)
+{
+    for (int z = 0; z < t; z++) {
+        float s[2][4];
+        for (int l = 0; l < 4; l++) {
+            float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
+            float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
+            float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
+            s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
+        }
+        ye[2 * z] = s[0][0] + s[0][1] + s[0][2] + bias;
+        ye[2 * z + 1] = s[0][1] - s[0][2] - s[0][3] + bias;
+        yo[2 * z] = s[1][0] + s[1][1] + s[1][2] + bias;
+        yo[2 * z + 1] = s[1][1] - s[1][2] - s[1][3] + bias;
+    }
+}
+
+/* y (o, oh, ow) (=|+=) the tiles of M (16, o, t), through one channel's
+ * rows at a time (spare tiles and an odd size's extra row or column cut). */
+static void output_transform(float *y, const float *m, const float *bias, int acc, float *ye,
+                             const ddp__wino_plan *p)
+{
+    size_t ms = (size_t)p->o * (size_t)p->t, wp = (size_t)p->wp;
+    float *yo = ye + (size_t)p->th * wp;
+    for (int oi = 0; oi < p->o; oi++) {
+        output_tiles(ye, yo, m + (size_t)oi * (size_t)p->t, ms, p->t, bias ? bias[oi] : 0.0f);
+        float *yc = y + (size_t)oi * (size_t)p->oh * (size_t)p->ow;
+        for (int r = 0; r < p->oh; r++)
+            ddp__vec_acc_to(yc + (size_t)r * (size_t)p->ow, (r % 2 ? yo : ye) + (size_t)(r / 2) * wp,
+                            (size_t)p->ow, acc);
+    }
+}
+
+/* ==== one sample ========================================================== */
+
+void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
+                    const float *bias, int acc, float *scratch)
+{
+    size_t per = rows_floats(p), vs = (size_t)p->c * (size_t)p->t;
+    float *e = scratch, *od = e + (size_t)p->c * per, *v = od + (size_t)p->c * per;
+    float *m = v + 16 * vs, *yrows = m + 16 * (size_t)p->o * (size_t)p->t;
+    split_rows(e, od, x, p);
+    input_transform(v, e, od, yrows, p);
+    for (int i = 0; i < 16; i++) /* M_i (o, t) = U_i (o, c) V_i (c, t) */
+        ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
+                  p->c, v + (size_t)i * vs, p->t, 0.0f,
+                  m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
+    output_transform(y, m, bias, acc, yrows, p);
+}

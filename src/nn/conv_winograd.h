@@ -1,0 +1,45 @@
+/* Winograd F(2x2, 3x3) convolutions (private to nn/; conv.c picks them):
+ * a 3x3, stride-1, undilated correlation of one sample's (c, h, w) input
+ * into its (o, oh, ow) output in 2x2 output tiles, each tile's 4x4 input
+ * patch d and each 3x3 filter g transformed so that the tile is
+ *   Y = A^T [ (G g G^T) . (B^T d B) ] A
+ * (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+ * 2015): 16 multiplications per tile and input channel instead of 36, done
+ * as 16 GEMMs (o, c) x (c, tiles).  docs/cnn.md has the cost model. */
+#ifndef DDP_NN_CONV_WINOGRAD_H
+#define DDP_NN_CONV_WINOGRAD_H
+
+#include <stddef.h>
+
+#include "tensor/im2col.h"
+
+/* One sample's Winograd convolution: c -> o channels over an h x w input
+ * padded by (ph, pw); tiles th x tw cover the oh x ow output, t counts them
+ * with one spare per row (conv_winograd.c says why); wp = 2 tw + 2. */
+typedef struct ddp__wino_plan {
+    int c, o, h, w, ph, pw, oh, ow;
+    int th, tw, t, wp;
+} ddp__wino_plan;
+
+/* Does conv2d's geometry g (one group of og output channels) take the
+ * Winograd path?  3x3, stride 1, dilation 1, padding <= 2 (the input
+ * gradient is the same kind of convolution with padding 2 - p), and at
+ * least 8 input and output channels: below that the 16 GEMMs' inner
+ * dimension is too thin to beat one im2col GEMM. */
+int ddp__wino_fits(const ddp__conv_geom *g, int og);
+
+void ddp__wino_plan_init(ddp__wino_plan *p, int c, int o, int h, int w, int ph, int pw);
+/* Scratch floats ddp__wino_conv needs (split input rows, V, M, output rows). */
+size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
+
+/* u (16, o, c) = G w G^T for w (o, c, 3, 3).  With flip, the input
+ * gradient's filters: u (16, c, o) from w (o, c, 3, 3) rotated by 180
+ * degrees, so that dx = conv(dy, u) with padding 2 - p. */
+void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip);
+
+/* y (o, oh, ow) (=|+=) conv(x (c, h, w), u) + bias (o floats, or NULL);
+ * acc 1 adds to y.  scratch: ddp__wino_scratch_floats(p) floats. */
+void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
+                    const float *bias, int acc, float *scratch);
+
+#endif
