@@ -213,8 +213,6 @@ int parse_args(int argc, char **argv, args *a)
                          a->world_size);
     if (a->resume && !a->ckpt_dir)
         return bad_usage("--resume needs --checkpoint-dir");
-    if (a->zero && a->ckpt_dir) /* its checkpoints are whole-model files */
-        return bad_usage("--zero does not take --checkpoint-dir yet");
     if (a->zero && a->pipeline_stages)
         return bad_usage("--zero and --pipeline-stages do not go together yet");
     return check_pipeline_args(a);
