@@ -14,7 +14,7 @@
  * --warmup untimed ones), all ranks' samples over the slowest rank's time.
  *
  *   build/bin/ddprun --standalone --nproc-per-node 2 build/bench/zero_mem \
- *       --mode ddp|zero1|zero2 [--hidden H] [--layers L] [--batch B] [--steps N]
+ *       --mode ddp|zero1|zero2|zero2p1 [--hidden H] [--layers L] [--batch B] [--steps N]
  *       [--warmup W] [--save-dir DIR] [--export FILE]
  *
  * --save-dir writes a sharded checkpoint of the trained model at the end
@@ -75,7 +75,7 @@ static double peak_rss(void)
 typedef struct {
     const char *mode, *save_dir, *export_path;
     char save_path[4096]; /* EXPORT.direct: the model saved directly */
-    int hidden, layers, batch, steps, warmup, stage;
+    int hidden, layers, batch, steps, warmup, stage, pool;
 } opts;
 
 static void parse(int argc, char **argv, opts *o)
@@ -106,7 +106,12 @@ static void parse(int argc, char **argv, opts *o)
             exit(2);
         }
     }
-    o->stage = !strcmp(o->mode, "zero1") ? 1 : !strcmp(o->mode, "zero2") ? 2 : 0;
+    /* zero2p1: stage 2 with a one-buffer gradient pool (less memory, less
+     * overlap) */
+    o->stage = !strcmp(o->mode, "zero1") ? 1 : !strncmp(o->mode, "zero2", 5) ? 2 : 0;
+    o->pool = !strcmp(o->mode, "zero2p1") ? 1 : 0;
+    if (o->stage == 2 && o->pool == 0 && strcmp(o->mode, "zero2"))
+        o->stage = 0;
     if ((o->stage == 0 && strcmp(o->mode, "ddp")) || o->hidden < 1 || o->layers < 1 ||
         o->layers > MAX_LAYERS || o->batch < 1 || o->steps < 1 || o->warmup < 0) {
         fprintf(stderr, "zero_mem: bad arguments\n");
@@ -134,6 +139,7 @@ int main(int argc, char **argv)
     if (o.stage) {
         ddp_zero_options zo = ddp_zero_defaults();
         zo.stage = o.stage;
+        zo.pool_buffers = o.pool;
         check(ddp_zero_create(m, pg, &zo, &z), "ZeRO");
         check(ddp_adam_create(ddp_zero_shard_model(z), &ao, &opt), "Adam");
     } else {

@@ -1,14 +1,16 @@
 #!/bin/sh
-# ZeRO memory benchmark: DDP, ZeRO-1 and ZeRO-2 with Adam on an MLP
-# 784-4096-4096-4096-10 (about 37 M parameters), 2 and 4 ranks on this host,
-# in alternated rounds (ddp, zero1, zero2, ddp, ...) so that the machine's
-# noise falls on all three alike.  Per world size and mode: the medians over
+# ZeRO memory benchmark: DDP, ZeRO-1, ZeRO-2 and ZeRO-2 with a one-buffer
+# gradient pool (zero2p1) with Adam on an MLP 784-4096-4096-4096-10 (about
+# 37 M parameters), 2 and 4 ranks on this host, in alternated rounds (ddp,
+# zero1, zero2, zero2p1, ddp, ...) so that the machine's noise falls on all
+# modes alike.  Per world size and mode: the medians over
 # the rounds of the optimizer state per rank, the peak RSS per rank (VmHWM,
 # the largest rank's) and samples/s, and each against DDP's of the same
 # round (median of the per-round ratios, with their range), plus the load
 # average before each round (the machine is shared).  Peak RSS is the whole
 # run's (the model's construction included, where every parameter is alive
-# twice for a moment), train RSS the training steps' own high-water mark.
+# twice for a moment: the largest layer's
+# parameter and gradient), train RSS the training steps' own high-water mark.
 #   sh bench/zero_mem.sh [BUILD] [ROUNDS] [STEPS] [BATCH]
 build=${1:-build}
 rounds=${2:-3}
@@ -19,7 +21,7 @@ trap 'rm -f "$out"' EXIT
 for world in 2 4; do
     for r in $(seq "$rounds"); do
         load=$(cut -d' ' -f1 /proc/loadavg)
-        for mode in ddp zero1 zero2; do
+        for mode in ddp zero1 zero2 zero2p1; do
             line=$("$build"/bin/ddprun --standalone --nproc-per-node "$world" \
                 "$build"/bench/zero_mem --mode "$mode" --steps "$steps" --warmup 1 \
                 --batch "$batch") || { echo "zero_mem.sh: $mode on $world ranks failed" >&2; exit 1; }
@@ -45,17 +47,17 @@ function hi(s,   n, v, i, m) { n = split(s, v, " "); m = v[1]; for (i = 2; i <= 
     if (m == "ddp") loads[w] = loads[w] " " val("load"); worlds[w] = 1; modes[m] = 1; if (r > nr) nr = r
 }
 END {
-    printf "%-5s %-6s %9s %6s %12s %6s %13s %6s %10s %16s\n", "ranks", "mode", "state MB", "x DDP", "peak RSS MB", "x DDP", "train RSS MB", "x DDP", "samples/s", "x DDP [range]"
-    split("ddp zero1 zero2", ms, " ")
+    printf "%-5s %-7s %9s %6s %12s %6s %13s %6s %10s %16s\n", "ranks", "mode", "state MB", "x DDP", "peak RSS MB", "x DDP", "train RSS MB", "x DDP", "samples/s", "x DDP [range]"
+    split("ddp zero1 zero2 zero2p1", ms, " ")
     for (w = 2; w <= 4; w += 2) {
         if (!(w in worlds)) continue
-        for (i = 1; i <= 3; i++) {
+        for (i = 1; i <= 4; i++) {
             m = ms[i]; k = w SUBSEP m; d = w SUBSEP "ddp"; rs = ""; rr = ""; rp = ""; rt = ""
             for (r = 1; r <= nr; r++) {
                 rs = rs " " v_st[k, r] / v_st[d, r]; rr = rr " " v_rss[k, r] / v_rss[d, r]; rp = rp " " v_sps[k, r] / v_sps[d, r]
                 rt = rt " " (v_trs[d, r] > 0 ? v_trs[k, r] / v_trs[d, r] : 0)
             }
-            printf "%-5d %-6s %9.1f %6.3f %12.1f %6.3f %13.1f %6.3f %10.1f %7.3f [%.2f-%.2f]\n", w, m, med(st[k]) / 1e6, med(rs),
+            printf "%-5d %-7s %9.1f %6.3f %12.1f %6.3f %13.1f %6.3f %10.1f %7.3f [%.2f-%.2f]\n", w, m, med(st[k]) / 1e6, med(rs),
                    med(rss[k]) / 1e6, med(rr), med(trs[k]) / 1e6, med(rt), med(sps[k]), med(rp), lo(rp), hi(rp)
         }
         printf "      load average (1 min) before each round on %d ranks:%s\n", w, loads[w] ? substr(loads[w], 1) : ""

@@ -124,6 +124,7 @@ static void *load_floats_any(const char *name, int rank)
 
 typedef struct {
     int world, zero, optim, steps, hidden;
+    int pool; /* stage 2: the reducer's pool buffers (0: its default) */
     const char *tag, *out;
     const char *save_dir;   /* save after the steps */
     const char *load_dir;   /* load before the steps */
@@ -165,6 +166,7 @@ static int kit_open(kit *k, const zcase *c, int rank)
         return make_optim(c->optim, k->m, &k->opt);
     ddp_zero_options zo = ddp_zero_defaults();
     zo.stage = c->zero;
+    zo.pool_buffers = c->pool;
     DDP_TRY(ddp_zero_create(k->m, k->pg, &zo, &k->z));
     return make_optim(c->optim, ddp_zero_shard_model(k->z), &k->opt);
 }
@@ -328,6 +330,22 @@ static void test_stage2_equals_ddp(void **state)
     against_ddp(2, OPT_SGD, OPT_ADAM, two_ranks);
 }
 
+/* A one-buffer pool only makes backward wait for each bucket's reduction:
+ * the same reductions in the same order, so the same bits as the default
+ * pool's. */
+static void test_stage2_pool_of_one(void **state)
+{
+    (void)state;
+    size_t n = model_numel(HID);
+    zcase two = {.world = 3, .zero = 2, .optim = OPT_ADAM, .steps = 6, .tag = "p2", .out = "p2"};
+    zcase one = two;
+    one.pool = 1, one.tag = one.out = "p1";
+    float *a = run_case(&two), *b = run_case(&one);
+    assert_memory_equal(a, b, n * sizeof *a);
+    free(a);
+    free(b);
+}
+
 static void test_bad_use(void **state)
 {
     (void)state;
@@ -341,7 +359,10 @@ static void test_bad_use(void **state)
     ddp_zero_options o = {.stage = 3};
     assert_int_equal(ddp_zero_create(m, pg, &o, &z), DDP_ERR_INVALID_ARG);
     assert_non_null(strstr(ddp_last_error(), "stage 3 is not 1 or 2"));
-    o.stage = 2;
+    o = (ddp_zero_options){.stage = 2, .pool_buffers = -1};
+    assert_int_equal(ddp_zero_create(m, pg, &o, &z), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "pool_buffers -1 is negative"));
+    o = (ddp_zero_options){.stage = 2};
     assert_int_equal(ddp_zero_create(m, pg, &o, &z), 0);
     ddp_optim_t *opt;
     assert_int_equal(make_optim(OPT_ADAM, ddp_zero_shard_model(z), &opt), 0);
@@ -494,6 +515,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         IN_SCRATCH(test_stage1_equals_ddp),
         IN_SCRATCH(test_stage2_equals_ddp),
+        IN_SCRATCH(test_stage2_pool_of_one),
         IN_SCRATCH(test_bad_use),
         IN_SCRATCH(test_reshard),
         IN_SCRATCH(test_bad_checkpoints),

@@ -42,7 +42,8 @@ static void usage(FILE *f)
             "  --resume          continue from DIR's checkpoint (automatic after a\n"
             "                    ddprun restart when --checkpoint-dir is given)\n"
             "  --zero 1|2        ZeRO: shard the optimizer state (1) and the gradients\n"
-            "                    (2) over the ranks (docs/zero.md)\n"
+            "                    (2) over the ranks (docs/zero.md); its checkpoints are\n"
+            "                    sharded: DIR/zero-latest, resumable on any ranks\n"
             "  --crash-at-step N rank 1 (rank 0 alone) kills itself at global step N in\n"
             "                    the first attempt: a fault to test restarts with\n"
             "  --pipeline-stages S  the model cut into S stages (1 or 2), one per rank:\n"
@@ -213,8 +214,6 @@ int parse_args(int argc, char **argv, args *a)
                          a->world_size);
     if (a->resume && !a->ckpt_dir)
         return bad_usage("--resume needs --checkpoint-dir");
-    if (a->zero && a->ckpt_dir) /* its checkpoints are whole-model files */
-        return bad_usage("--zero does not take --checkpoint-dir yet");
     if (a->zero && a->pipeline_stages)
         return bad_usage("--zero and --pipeline-stages do not go together yet");
     return check_pipeline_args(a);

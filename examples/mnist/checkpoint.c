@@ -1,6 +1,7 @@
 /* ddp-mnist, the reference program: checkpoints (--checkpoint-dir, rank 0
  * writes) and resuming from them (rank 0 reads, every rank gets position
- * and optimizer state by broadcast). */
+ * and optimizer state by broadcast).  --zero's checkpoints are sharded
+ * instead (zero.c). */
 #include <stdio.h>
 
 #include "mnist.h"
@@ -9,6 +10,8 @@ int save_checkpoint(job *j, int64_t epoch, int64_t step)
 {
     ddp_train_state st = {.epoch = epoch, .step = step, .global_step = j->st.global_step,
                           .seed = j->a->seed, .world_size = j->world};
+    if (j->zero) /* every rank writes its shard (zero.c) */
+        return zero_checkpoint_save(j, &st);
     return j->rank == 0 ? ddp_checkpoint_save(j->ckpt, j->model, j->opt, &st) : 0;
 }
 
@@ -17,6 +20,8 @@ int save_checkpoint(job *j, int64_t epoch, int64_t step)
 int load_checkpoint(job *j)
 {
     if (!j->ckpt[0] || !(j->a->resume || j->restart > 0) || j->rank != 0)
+        return 0;
+    if (j->a->zero && j->pg) /* sharded: every rank loads, once ZeRO is set up (zero.c) */
         return 0;
     int rc = ddp_checkpoint_load(j->ckpt, j->model, j->opt, &j->st);
     if (rc == DDP_ERR_NOT_FOUND) {

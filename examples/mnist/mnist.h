@@ -111,6 +111,8 @@ void zero_grad(job *j);
 int backward(job *j, ddp_var_t *loss);
 int optimizer_step(job *j);
 void zero_teardown(job *j);
+/* Every rank writes its shard of a sharded checkpoint (collective). */
+int zero_checkpoint_save(job *j, const ddp_train_state *st);
 /* pipeline.c: training and evaluation with --pipeline-stages; 0 or a
  * negative code (message in ddp_last_error) */
 int run_pipeline(job *j, ddp_dataset_t *train_ds);

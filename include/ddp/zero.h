@@ -55,6 +55,11 @@ typedef struct ddp_zero ddp_zero_t;
 
 typedef struct ddp_zero_options {
     int stage; /* 1 (default): shard the optimizer state; 2: and the gradients */
+    /* Stage 2: bucket buffers in the reducer's pool (reducer.h), 0 (default):
+     * the reducer's default, 2.  Each costs the largest bucket (at least the
+     * largest parameter); 1 saves one of them, but backward then waits for
+     * each bucket's reduction before it writes the next (less overlap). */
+    int pool_buffers;
 } ddp_zero_options;
 
 DDP_API ddp_zero_options ddp_zero_defaults(void);
@@ -64,7 +69,8 @@ DDP_API ddp_zero_options ddp_zero_defaults(void);
  * with the same model layout: at stage 1 ddp_data_parallel_create checks
  * that; stage 2's create is collective and checks it itself (below, at
  * ddp_zero_backward).  opts NULL: defaults (stage 1).  A stage other than
- * 1 or 2 fails with DDP_ERR_INVALID_ARG.  Caller destroys. */
+ * 1 or 2, or a negative pool_buffers, fails with DDP_ERR_INVALID_ARG.
+ * Caller destroys. */
 DDP_API int ddp_zero_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_zero_options *opts,
                             ddp_zero_t **out);
 /* NULL is a no-op.  The shard model goes with it: destroy the optimizer

@@ -21,7 +21,10 @@
 /* Broadcasts in flight at once in the gather of a short last shard. */
 #define GATHER_BATCH 64
 
-ddp_zero_options ddp_zero_defaults(void) { return (ddp_zero_options){.stage = 1}; }
+ddp_zero_options ddp_zero_defaults(void)
+{
+    return (ddp_zero_options){.stage = 1, .pool_buffers = 0};
+}
 
 void ddp__zero_partition(size_t total, int world, int rank, size_t *begin, size_t *end)
 {
@@ -84,16 +87,30 @@ int ddp_zero_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_zero_options *op
     ddp_zero_options o = opts ? *opts : ddp_zero_defaults();
     DDP_FAIL_IF(o.stage != 1 && o.stage != 2, DDP_ERR_INVALID_ARG,
                 "ZeRO: stage %d is not 1 or 2", o.stage);
+    DDP_FAIL_IF(o.pool_buffers < 0, DDP_ERR_INVALID_ARG, "ZeRO: pool_buffers %d is negative",
+                o.pool_buffers);
     DDP_TRY(ddp_model_seal(model));
     ddp_zero_t *z = calloc(1, sizeof *z);
     DDP_FAIL_IF(!z, DDP_ERR_NOMEM, "ZeRO: out of memory");
     z->model = model;
     z->pg = pg;
     z->stage = o.stage;
+    z->pool_buffers = o.pool_buffers;
     z->rank = ddp_pg_rank(pg);
     z->world = ddp_pg_size(pg);
     ddp_model_param_block(model, &z->total);
     ddp__zero_partition(z->total, z->world, z->rank, &z->begin, &z->end);
+    if (z->stage == 2) {
+        /* From now on the model's gradients live in the reducer's pool: its
+         * own grad block (a whole copy of the parameters' size) is read
+         * again only when destroy points the gradients back at it.
+         * Released first, before the shard model, the reducer and the
+         * broadcast take their own memory, so that they never add up into
+         * the run's peak. */
+        size_t n;
+        float *own = ddp_model_grad_block(model, &n);
+        ddp__zero_release(own, n * sizeof(float));
+    }
     int rc = build_shard(z);
     if (rc == 0 && z->stage == 2)
         rc = ddp__zero_stage2_init(z);

@@ -19,6 +19,7 @@ struct ddp_zero {
     ddp_model_t *shard;  /* owned: the pieces, in flat order */
     ddp_pg_t *pg;        /* borrowed */
     int stage, rank, world;
+    int pool_buffers;    /* stage 2: the reducer's pool (0: its default) */
     size_t total;        /* the model's numel */
     size_t begin, end;   /* this rank's flat range */
     float *shard_grad;   /* stage 2: (end - begin), the reducer's */

@@ -39,6 +39,8 @@ int ddp__zero_stage2_init(ddp_zero_t *z)
     }
     ddp_reducer_options o = ddp_reducer_defaults();
     o.mode = DDP_REDUCER_SCATTER;
+    if (z->pool_buffers > 0)
+        o.pool_buffers = z->pool_buffers;
     int rc = ddp_reducer_create(z->pg, regs, (int)np, &o, &z->reducer); /* checks agreement */
     free(regs);
     DDP_TRY(rc);
@@ -57,12 +59,6 @@ int ddp__zero_stage2_init(ddp_zero_t *z)
         z->pieces[i].sp->grad = grad + z->pieces[i].sp->offset; /* a view, as in aim_grads */
     ddp_model_set_grad_write_hook(z->model, on_write, z);
     ddp_model_set_grad_ready_hook(z->model, on_ready, z);
-    /* From now on the model's gradients live in the pool: its own grad
-     * block (a whole copy of the parameters' size) is read again only when
-     * destroy points the gradients back at it. */
-    size_t n;
-    float *own = ddp_model_grad_block(z->model, &n);
-    ddp__zero_release(own, n * sizeof(float));
     return 0;
 }
 
