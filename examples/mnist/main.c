@@ -187,6 +187,13 @@ int main(int argc, char **argv)
         ddp_dataset_destroy(train_ds);
         train_ds = NULL;
     }
+    if (j.rank == 0 && j.psgd) { /* what compression saved (PyTorch's compression stats) */
+        double before, after;
+        ddp_powersgd_stats(j.psgd, &before, &after);
+        int64_t steps = ddp_powersgd_iter(j.psgd) - a.powersgd_start;
+        printf("PowerSGD: %lld compressed steps, %.0f of %.0f gradient floats sent\n",
+               (long long)(steps > 0 ? steps : 0), after, before);
+    }
     if (j.rank == 0) {
         if (a.save && (rc = ddp_model_save_safetensors(j.model, a.save)) < 0)
             goto out;
