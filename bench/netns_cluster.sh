@@ -25,7 +25,8 @@
 # Env:   BUILD (build), RATE (1gbit), RATES ("1gbit 10gbit"), HOSTS ("2 4 8";
 #        train: "1 2 4 8"), MIN_BYTES (4), MAX_BYTES (16M), STEP (4), ITERS
 #        (10), MODELS ("256 2048,2048"), TRAIN_SAMPLES (7680), PSGD_RANK (4),
-#        PSGD_START (10), EPOCHS (3), DATA (/usr/share/datasets/fashion-mnist)
+#        PSGD_START (2: one plain step, so that the step time is PowerSGD's),
+#        EPOCHS (3), DATA (/usr/share/datasets/fashion-mnist)
 set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -77,7 +78,8 @@ mpi_sweep() {
     net=10.215.$id.0/24
     timeout 600 mpirun --allow-run-as-root --mca plm_rsh_agent "$(pwd)/bench/netns_rsh.sh" \
         --host "$hl" -np "$1" --map-by node --mca btl self,tcp --mca btl_tcp_if_include "$net" \
-        --mca oob_tcp_if_include "$net" "$tmp/mpi_allreduce" --min-bytes "${MIN_BYTES:-4}" \
+        --mca oob_tcp_if_include "$net" "$tmp/mpi_allreduce" \
+        --min-bytes "$(numfmt --from=iec "${MIN_BYTES:-4}")" \
         --max-bytes "$(numfmt --from=iec "${MAX_BYTES:-16M}")" --step-factor "${STEP:-4}" \
         --iters "${ITERS:-10}" | grep -v '^#' >"$2"
 }
@@ -234,7 +236,7 @@ train)
     ;;
 powersgd)
     cluster_up 2 "$rate"
-    r=${PSGD_RANK:-4} s=${PSGD_START:-10}
+    r=${PSGD_RANK:-4} s=${PSGD_START:-2}
     echo "wide MLP 784-2048-2048-10 on 2 hosts, links tbf $rate, ${TRAIN_SAMPLES:-7680} samples, batch 64 per rank; median of $reps runs"
     train_head
     train_row 2 2048,2048
