@@ -12,8 +12,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ddp-mnist [options]\n"
-            "Trains Sequential(Linear(784,256), ReLU, Linear(256,10)) with SGD and\n"
-            "cross-entropy on an MNIST-format data set, then reports test accuracy.\n"
+            "Trains Sequential(Linear(784,256), ReLU, Linear(256,10)) (or the MLP of\n"
+            "--hidden) with SGD and cross-entropy on an MNIST-format data set, then\n"
+            "reports test accuracy.\n"
             "\n"
             "  --data DIR        folder with train-/t10k-{images-idx3,labels-idx1}-ubyte[.gz]\n"
             "                    (default /usr/share/datasets/fashion-mnist)\n"
@@ -22,6 +23,8 @@ static void usage(FILE *f)
             "  --lr X            learning rate (default 0.1)\n"
             "  --momentum X      SGD momentum (default 0)\n"
             "  --seed N          model initialisation and shuffling seed (default 0)\n"
+            "  --hidden LIST     hidden layer widths, comma-separated, each followed by a\n"
+            "                    ReLU (default 256; 2048,2048: the wide MLP 784-2048-2048-10)\n"
             "  --no-shuffle      visit the training set in order\n"
             "  --workers N       DataLoader worker threads (default 1, or 0 when this\n"
             "                    host runs at least as many ranks as it has CPUs)\n"
@@ -44,6 +47,11 @@ static void usage(FILE *f)
             "  --zero 1|2        ZeRO: shard the optimizer state (1) and the gradients\n"
             "                    (2) over the ranks (docs/zero.md); its checkpoints are\n"
             "                    sharded: DIR/zero-latest, resumable on any ranks\n"
+            "  --powersgd RANK   compress gradients with PowerSGD of this matrix rank\n"
+            "                    (PyTorch's powerSGD_hook: warm start, error feedback;\n"
+            "                    include/ddp/powersgd.h); no effect on one process\n"
+            "  --powersgd-start N plain all-reduces for the first N steps (PyTorch's\n"
+            "                    start_powersgd_iter; default 1000, at least 2)\n"
             "  --crash-at-step N rank 1 (rank 0 alone) kills itself at global step N in\n"
             "                    the first attempt: a fault to test restarts with\n"
             "  --pipeline-stages S  the model cut into S stages (1 or 2), one per rank:\n"
@@ -91,6 +99,47 @@ static int parse_double(const char *flag, const char *s, double lo, double *out)
     return 0;
 }
 
+/* --hidden W1,W2,...: at most MAX_HIDDEN widths, each 1..65536. */
+static int parse_hidden(const char *s, args *a)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || (*end && *end != ',') || v < 1 || v > 65536)
+            return bad_usage("--hidden: expected widths in 1..65536 separated by commas, "
+                             "got '%s'", s);
+        if (n == MAX_HIDDEN)
+            return bad_usage("--hidden: at most %d layers, got '%s'", MAX_HIDDEN, s);
+        a->hidden[n++] = v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    a->nhidden = n;
+    return 0;
+}
+
+/* --powersgd is a DDP communication hook: ZeRO-2 and the pipeline go
+ * without DDP, ZeRO-1 and the checkpoints do not carry its state yet. */
+static int check_powersgd_args(args *a)
+{
+    if (!a->powersgd) {
+        if (a->powersgd_start >= 0)
+            return bad_usage("--powersgd-start needs --powersgd");
+        return 0;
+    }
+    const char *bad = a->zero ? "--zero" : a->pipeline_stages ? "--pipeline-stages"
+                    : a->ckpt_dir ? "--checkpoint-dir" : NULL;
+    if (bad)
+        return bad_usage("--powersgd does not go with %s yet", bad);
+    if (a->powersgd_start < 0)
+        a->powersgd_start = 1000; /* PyTorch's default */
+    return 0;
+}
+
 /* --pipeline-stages trains through examples/mnist/pipeline.c, which has
  * none of the outputs below yet. */
 static int check_pipeline_args(args *a)
@@ -102,7 +151,8 @@ static int check_pipeline_args(args *a)
     }
     const char *bad = a->load ? "--load" : a->save ? "--save" : a->ckpt_dir ? "--checkpoint-dir"
                     : a->metrics ? "--metrics" : a->eval_every ? "--eval-every"
-                    : a->crash_at >= 0 ? "--crash-at-step" : NULL;
+                    : a->crash_at >= 0 ? "--crash-at-step"
+                    : a->nhidden != 1 || a->hidden[0] != HIDDEN ? "--hidden" : NULL;
     if (bad)
         return bad_usage("--pipeline-stages does not support %s yet", bad);
     if (!a->micro_batches)
@@ -120,6 +170,7 @@ int parse_args(int argc, char **argv, args *a)
            O_CKEVERY, O_RESUME, O_CRASH, O_METRICS, O_EVAL_EVERY, O_NO_PROGRESS,
            O_PP_STAGES, O_MICRO };
     enum { O_ZERO = 512 };
+    enum { O_HIDDEN = 600, O_POWERSGD, O_POWERSGD_START };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
         {"epochs", required_argument, NULL, O_EPOCHS},
@@ -145,6 +196,9 @@ int parse_args(int argc, char **argv, args *a)
         {"eval-every", required_argument, NULL, O_EVAL_EVERY},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
         {"zero", required_argument, NULL, O_ZERO},
+        {"hidden", required_argument, NULL, O_HIDDEN},
+        {"powersgd", required_argument, NULL, O_POWERSGD},
+        {"powersgd-start", required_argument, NULL, O_POWERSGD_START},
         {"pipeline-stages", required_argument, NULL, O_PP_STAGES},
         {"micro-batches", required_argument, NULL, O_MICRO},
         {NULL, 0, NULL, 0},
@@ -152,7 +206,8 @@ int parse_args(int argc, char **argv, args *a)
     *a = (args){.data = "/usr/share/datasets/fashion-mnist", .epochs = 1, .batch = 64,
                 .lr = 0.1, .momentum = 0.0, .seed = 0, .shuffle = 1, .workers = -1,
                 .backend = "tcp", .rank = -1, .world_size = -1, .timeout = 300,
-                .ckpt_every = 100, .crash_at = -1, .progress = 1};
+                .ckpt_every = 100, .crash_at = -1, .progress = 1, .hidden = {HIDDEN},
+                .nhidden = 1, .powersgd_start = -1};
     opterr = 0; /* our own one-line messages */
     int c, rc = 0;
     long seed;
@@ -193,6 +248,11 @@ int parse_args(int argc, char **argv, args *a)
             break;
         case O_NO_PROGRESS: a->progress = 0; break;
         case O_ZERO: rc = parse_long("--zero", optarg, 1, 2, &a->zero); break;
+        case O_HIDDEN: rc = parse_hidden(optarg, a); break;
+        case O_POWERSGD: rc = parse_long("--powersgd", optarg, 1, 1024, &a->powersgd); break;
+        case O_POWERSGD_START:
+            rc = parse_long("--powersgd-start", optarg, 2, 1L << 40, &a->powersgd_start);
+            break;
         case O_PP_STAGES:
             rc = parse_long("--pipeline-stages", optarg, 1, 2, &a->pipeline_stages);
             break;
@@ -216,5 +276,7 @@ int parse_args(int argc, char **argv, args *a)
         return bad_usage("--resume needs --checkpoint-dir");
     if (a->zero && a->pipeline_stages)
         return bad_usage("--zero and --pipeline-stages do not go together yet");
+    if ((rc = check_powersgd_args(a)) != 0)
+        return rc;
     return check_pipeline_args(a);
 }

@@ -117,7 +117,7 @@ int main(int argc, char **argv)
     }
     j.test = test_ds;
 
-    if ((rc = build_model(a.seed, &j.model)) < 0 || (rc = ddp_tape_create(&j.tape)) < 0)
+    if ((rc = build_model(&a, &j.model)) < 0 || (rc = ddp_tape_create(&j.tape)) < 0)
         goto out;
     /* With DDP, rank 0's parameters are broadcast: only it reads --load. */
     if (a.load && j.rank == 0 && (rc = ddp_model_load_safetensors(j.model, a.load)) < 0) {
@@ -147,6 +147,13 @@ int main(int argc, char **argv)
         goto out; /* ZeRO-2 reduces the gradients itself (zero.c) */
     if ((rc = zero_setup(&j)) < 0)
         goto out;
+    if (j.dm && a.powersgd) { /* PyTorch's powerSGD_hook on DDP's buckets */
+        ddp_powersgd_options po = ddp_powersgd_defaults();
+        po.matrix_approximation_rank = (int)a.powersgd;
+        po.start_powersgd_iter = a.powersgd_start;
+        if ((rc = ddp_data_parallel_register_powersgd(j.dm, &po, &j.psgd)) < 0)
+            goto out;
+    }
 
     if (train_ds) {
         ddp_loader_options lo = ddp_loader_defaults();
@@ -180,6 +187,13 @@ int main(int argc, char **argv)
         ddp_dataset_destroy(train_ds);
         train_ds = NULL;
     }
+    if (j.rank == 0 && j.psgd) { /* what compression saved (PyTorch's compression stats) */
+        double before, after;
+        ddp_powersgd_stats(j.psgd, &before, &after);
+        int64_t steps = ddp_powersgd_iter(j.psgd) - a.powersgd_start;
+        printf("PowerSGD: %lld compressed steps, %.0f of %.0f gradient floats sent\n",
+               (long long)(steps > 0 ? steps : 0), after, before);
+    }
     if (j.rank == 0) {
         if (a.save && (rc = ddp_model_save_safetensors(j.model, a.save)) < 0)
             goto out;
@@ -206,6 +220,7 @@ out:
     ddp_loader_destroy(dl);
     ddp_sampler_destroy(sampler);
     ddp_data_parallel_destroy(j.dm);
+    ddp_powersgd_destroy(j.psgd); /* after the model it hooks */
     zero_teardown(&j);
     ddp_tape_destroy(j.tape);
     ddp_model_destroy(j.model);

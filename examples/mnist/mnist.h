@@ -9,9 +9,11 @@
 #include <stdint.h>
 
 #include "ddp.h"
+#include "ddp/powersgd.h"
 
 #define IN 784
-#define HIDDEN 256
+#define HIDDEN 256   /* the default --hidden */
+#define MAX_HIDDEN 8 /* hidden layers --hidden takes at most */
 #define CLASSES 10
 #define EVAL_BATCH 1000
 
@@ -40,6 +42,10 @@ typedef struct args {
     long zero;               /* --zero stage, 0: off */
     long pipeline_stages;    /* --pipeline-stages S; 0: no pipeline */
     long micro_batches;      /* --micro-batches M (with a pipeline) */
+    long hidden[MAX_HIDDEN]; /* --hidden LIST: the hidden layers' widths */
+    int nhidden;             /* ... how many (default 1: 256) */
+    long powersgd;           /* --powersgd RANK; 0: plain all-reduce */
+    long powersgd_start;     /* --powersgd-start N (start_powersgd_iter) */
 } args;
 
 /* DDP_MNIST_PROFILE=1: where a training step's time goes, per phase,
@@ -57,6 +63,7 @@ typedef struct job {
     ddp_tape_t *tape;
     ddp_optim_t *opt;     /* with --zero: over the shard model */
     ddp_zero_t *zero;     /* --zero on several ranks, else NULL */
+    ddp_powersgd_t *psgd; /* --powersgd on several ranks, else NULL */
     ddp_train_state st;   /* where training starts (after a resume) */
     char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
     int profile;          /* DDP_MNIST_PROFILE=1 */
@@ -78,8 +85,9 @@ typedef struct job {
  * --help (exit 0). */
 int parse_args(int argc, char **argv, args *a);
 
-/* model.c */
-int build_model(unsigned long long seed, ddp_model_t **model);
+/* model.c: Sequential(Linear(784, h1), ReLU, ..., Linear(hk, 10)) for
+ * a's --hidden widths, initialised from a's --seed. */
+int build_model(const args *a, ddp_model_t **model);
 int forward(ddp_data_parallel_t *dm, ddp_model_t *model, ddp_tape_t *tape, const ddp_batch *b,
             ddp_var_t **logits);
 int open_split(const char *dir, int train, ddp_dataset_t **ds);

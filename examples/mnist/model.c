@@ -4,23 +4,31 @@
 
 #include "mnist.h"
 
-/* Sequential(Linear(784,256), ReLU(), Linear(256,10)) in a sealed model,
- * parameters drawn with PyTorch's default init from seed. */
-int build_model(unsigned long long seed, ddp_model_t **model)
+/* Sequential(Linear(784, h1), ReLU(), ..., Linear(hk, 10)) in a sealed
+ * model (--hidden h1,...,hk; default 256: the reference MLP), parameters
+ * drawn with PyTorch's default init from --seed. */
+int build_model(const args *a, ddp_model_t **model)
 {
-    ddp_module_t *layers[3] = {NULL, NULL, NULL}, *seq;
-    int rc;
-    if ((rc = ddp_linear_create(IN, HIDDEN, 1, 0, &layers[0])) < 0 ||
-        (rc = ddp_relu_create(&layers[1])) < 0 ||
-        (rc = ddp_linear_create(HIDDEN, CLASSES, 1, 0, &layers[2])) < 0) {
-        for (int i = 0; i < 3; i++)
+    enum { MAX_LAYERS = 2 * MAX_HIDDEN + 1 };
+    ddp_module_t *layers[MAX_LAYERS] = {NULL}, *seq;
+    int n = 0, rc = 0;
+    int in = IN;
+    for (int i = 0; i < a->nhidden && rc >= 0; i++) {
+        if ((rc = ddp_linear_create(in, (int)a->hidden[i], 1, 0, &layers[n++])) >= 0)
+            rc = ddp_relu_create(&layers[n++]);
+        in = (int)a->hidden[i];
+    }
+    if (rc >= 0)
+        rc = ddp_linear_create(in, CLASSES, 1, 0, &layers[n++]);
+    if (rc < 0) {
+        for (int i = 0; i < n; i++)
             ddp_module_destroy(layers[i]);
         return rc;
     }
-    if ((rc = ddp_sequential_create(layers, 3, &seq)) < 0 ||
+    if ((rc = ddp_sequential_create(layers, n, &seq)) < 0 ||
         (rc = ddp_model_from_module(seq, model)) < 0)
         return rc;
-    return ddp_model_reset_parameters(*model, seed);
+    return ddp_model_reset_parameters(*model, a->seed);
 }
 
 /* Forward pass of one batch on a fresh tape: *logits (B, 10); through DDP

@@ -1,10 +1,12 @@
 /* PowerSGD (include/ddp/powersgd.h): PyTorch 1.13's powerSGD_hook, step
- * for step.  launch adds the error, computes every P = M Q and starts the
- * all-reduce of the uncompressed tensors; finish (on the caller's thread,
- * once that is done) all-reduces the Ps, orthogonalises them, computes and
- * all-reduces the Qs, and writes M = P Q^T / world_size back into the
- * bucket.  The P and Q all-reduces are blocking: they do not overlap
- * backward (PyTorch chains them as futures on its communication stream). */
+ * for step.  launch adds the error, computes every P = M Q and starts one
+ * all-reduce of the uncompressed tensors and the Ps together, so that it
+ * runs while backward goes on (PyTorch sends them as two messages);
+ * finish (on the caller's thread, once that is done) orthogonalises the Ps,
+ * computes and all-reduces the Qs (blocking: it needs the summed P), and
+ * writes M = P Q^T / world_size back into the bucket.  M is kept in the
+ * error buffer rather than in a copy of the bucket (the new error is then
+ * M - P Q^T in place); the passes over M are powersgd_kernels.c's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +19,10 @@
 
 typedef struct bucket {
     size_t n;            /* floats; 0 until first seen */
-    float *error, *copy; /* error feedback (n) and the input kept for it */
-    float *p, *q, *u;    /* Ps, Qs, the uncompressed tensors packed */
+    float *error;        /* error feedback (n); during an iteration M = grad + error */
+    float *u;            /* the uncompressed tensors packed (nu), then the Ps (np): one message */
+    float *p;            /* = u + nu */
+    float *q, *qt;       /* Qs (cols x r each, the state) and the same transposed (r x cols) */
     size_t np, nq, nu;
     int have_q;          /* Q holds last iteration's values (warm start) */
     uint64_t sig;        /* digest of the layout the state belongs to */
@@ -80,10 +84,9 @@ int ddp_powersgd_create(const ddp_powersgd_options *o, ddp_powersgd_layout_fn la
 static void bucket_free(bucket *b)
 {
     free(b->error);
-    free(b->copy);
-    free(b->p);
-    free(b->q);
     free(b->u);
+    free(b->q);
+    free(b->qt);
     memset(b, 0, sizeof *b);
 }
 
@@ -173,13 +176,12 @@ static int bucket_for(ddp_powersgd_t *s, int b, size_t n, const ddp_powersgd_ten
         for (int w = 0; w < 3; w++)
             sig = (sig ^ v[w]) * 1099511628211ULL;
     }
-    if (k->n != n || k->np != np || k->nq != nq || k->sig != sig) { /* new, or moved */
+    if (k->n != n || k->np != np || k->nq != nq || k->nu != nu || k->sig != sig) { /* new, or moved */
         bucket_free(k);
         DDP_TRY(grow(&k->error, n));
-        DDP_TRY(grow(&k->copy, n));
-        DDP_TRY(grow(&k->p, np));
+        DDP_TRY(grow(&k->u, nu + np));
         DDP_TRY(grow(&k->q, nq));
-        DDP_TRY(grow(&k->u, nu));
+        DDP_TRY(grow(&k->qt, nq));
         memset(k->error, 0, n * sizeof *k->error);
         k->n = n;
         k->np = np;
@@ -189,6 +191,7 @@ static int bucket_for(ddp_powersgd_t *s, int b, size_t n, const ddp_powersgd_ten
         snprintf(k->name[1], sizeof k->name[1], "powersgd.q.%d", b);
     }
     k->nu = nu;
+    k->p = k->u + nu;
     *out = k;
     return 0;
 }
@@ -227,44 +230,66 @@ static float normal(ddp__rng *g)
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-/* Every compressed tensor: Q ready (random or warm, orthogonalised), P = M Q. */
-static void compute_ps(ddp_powersgd_t *s, bucket *k, float *data, const ddp_powersgd_tensor *t,
-                       int nt)
+/* (rows x r) row-major m into (r x rows) t, or back (to_t 0). */
+static void transpose(float *m, float *t, int64_t rows, int r, int to_t)
 {
-    int randomize = !s->o.warm_start || !k->have_q;
-    size_t pi = 0, qi = 0;
+    for (int64_t k = 0; k < rows; k++)
+        for (int j = 0; j < r; j++) {
+            if (to_t)
+                t[j * rows + k] = m[k * r + j];
+            else
+                m[k * r + j] = t[j * rows + k];
+        }
+}
+
+/* Every compressed tensor: Q ready (random or warm, orthogonalised),
+ * M = grad (+ error) into the error buffer, P = M Q; the uncompressed
+ * tensors' M packed into u. */
+static void compute_ps(ddp_powersgd_t *s, bucket *k, const float *data,
+                       const ddp_powersgd_tensor *t, int nt)
+{
+    int randomize = !s->o.warm_start || !k->have_q, add = s->o.use_error_feedback;
+    size_t pi = 0, qi = 0, ui = 0;
     for (int i = 0; i < nt; i++) {
-        if (!compressed(s, &t[i]))
+        float *e = k->error + t[i].offset;
+        const float *g = data + t[i].offset;
+        if (!compressed(s, &t[i])) {
+            size_t n = (size_t)(t[i].rows * t[i].cols);
+            for (size_t x = 0; x < n; x++)
+                e[x] = add ? e[x] + g[x] : g[x];
+            memcpy(k->u + ui, e, n * sizeof *e);
+            ui += n;
             continue;
+        }
         int r = rank_of(s, &t[i]);
-        float *q = k->q + qi, *p = k->p + pi;
+        float *q = k->q + qi;
         if (randomize)
-            for (size_t e = 0; e < (size_t)t[i].cols * (size_t)r; e++)
-                q[e] = normal(&s->rng);
+            for (size_t x = 0; x < (size_t)t[i].cols * (size_t)r; x++)
+                q[x] = normal(&s->rng);
         orthogonalize(q, t[i].cols, r, s->o.orthogonalization_epsilon);
-        ddp_sgemm(0, 0, (int)t[i].rows, r, (int)t[i].cols, 1.0f, data + t[i].offset,
-                  (int)t[i].cols, q, r, 0.0f, p, r);
+        transpose(q, k->qt + qi, t[i].cols, r, 1);
+        ddp__psgd_add_project(e, g, k->qt + qi, k->p + pi, t[i].rows, t[i].cols, r, add);
         pi += (size_t)t[i].rows * (size_t)r;
         qi += (size_t)t[i].cols * (size_t)r;
     }
     k->have_q = 1;
 }
 
-/* Packs (to 1) or unpacks (to 0) the uncompressed tensors through k->u. */
-static void pack_uncompressed(const ddp_powersgd_t *s, bucket *k, float *data,
-                              const ddp_powersgd_tensor *t, int nt, int to_u, float scale)
+/* The uncompressed tensors' sums out of u: averaged into the bucket, and
+ * their error (what this rank's M was above the average). */
+static void unpack_uncompressed(const ddp_powersgd_t *s, bucket *k, float *data,
+                                const ddp_powersgd_tensor *t, int nt, float scale)
 {
     size_t ui = 0;
     for (int i = 0; i < nt; i++) {
         if (compressed(s, &t[i]))
             continue;
         size_t n = (size_t)(t[i].rows * t[i].cols);
-        float *d = data + t[i].offset;
-        if (to_u)
-            memcpy(k->u + ui, d, n * sizeof *d);
-        else
-            for (size_t e = 0; e < n; e++)
-                d[e] = k->u[ui + e] * scale;
+        float *d = data + t[i].offset, *e = k->error + t[i].offset;
+        for (size_t x = 0; x < n; x++) {
+            d[x] = k->u[ui + x] * scale;
+            e[x] -= d[x];
+        }
         ui += n;
     }
 }
@@ -283,11 +308,6 @@ static int launch(void *state, ddp_pg_t *pg, int b, float *data, size_t n, ddp_w
     DDP_TRY(s->layout(s->user, b, &t, &nt, &nbuckets));
     s->nbuckets = nbuckets;
     DDP_TRY(bucket_for(s, b, n, t, nt, &k));
-    if (s->o.use_error_feedback) {
-        for (size_t e = 0; e < n; e++)
-            data[e] += k->error[e];
-        memcpy(k->copy, data, n * sizeof *data);
-    }
     for (int i = 0; i < nt; i++) {
         double full = (double)(t[i].rows * t[i].cols);
         s->before += full;
@@ -295,10 +315,9 @@ static int launch(void *state, ddp_pg_t *pg, int b, float *data, size_t n, ddp_w
                                          : full;
     }
     compute_ps(s, k, data, t, nt);
-    pack_uncompressed(s, k, data, t, nt, 1, 1.0f);
-    if (k->nu == 0)
+    if (k->nu + k->np == 0)
         return 0;
-    return ddp_pg_all_reduce_async(pg, k->u, k->nu, DDP_FLOAT32, DDP_SUM, work);
+    return ddp_pg_all_reduce_async(pg, k->u, k->nu + k->np, DDP_FLOAT32, DDP_SUM, work);
 }
 
 static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
@@ -314,17 +333,16 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
     }
     bucket *k = &s->b[b];
     const float ws = (float)ddp_pg_size(pg);
-    pack_uncompressed(s, k, data, t, nt, 0, 1.0f / ws);
-    if (k->np)
-        DDP_TRY(ddp_pg_all_reduce(pg, k->p, k->np, DDP_FLOAT32, DDP_SUM));
+    unpack_uncompressed(s, k, data, t, nt, 1.0f / ws);
     size_t pi = 0, qi = 0;
     for (int i = 0; i < nt; i++) { /* orthogonalise P, Q = M^T P */
         if (!compressed(s, &t[i]))
             continue;
         int r = rank_of(s, &t[i]);
         orthogonalize(k->p + pi, t[i].rows, r, s->o.orthogonalization_epsilon);
-        ddp_sgemm(1, 0, (int)t[i].cols, r, (int)t[i].rows, 1.0f, data + t[i].offset,
-                  (int)t[i].cols, k->p + pi, r, 0.0f, k->q + qi, r);
+        ddp__psgd_accumulate_q(k->qt + qi, k->error + t[i].offset, k->p + pi, t[i].rows,
+                               t[i].cols, r);
+        transpose(k->q + qi, k->qt + qi, t[i].cols, r, 0);
         pi += (size_t)t[i].rows * (size_t)r;
         qi += (size_t)t[i].cols * (size_t)r;
     }
@@ -333,18 +351,18 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
     for (size_t e = 0; e < k->nq; e++)
         k->q[e] /= ws;
     pi = qi = 0;
-    for (int i = 0; i < nt; i++) { /* M = P Q^T */
+    for (int i = 0; i < nt; i++) { /* M = P Q^T; the error what it left out */
         if (!compressed(s, &t[i]))
             continue;
         int r = rank_of(s, &t[i]);
-        ddp_sgemm(0, 1, (int)t[i].rows, (int)t[i].cols, r, 1.0f, k->p + pi, r, k->q + qi, r,
-                  0.0f, data + t[i].offset, (int)t[i].cols);
+        transpose(k->q + qi, k->qt + qi, t[i].cols, r, 1);
+        ddp__psgd_reconstruct(data + t[i].offset, k->error + t[i].offset, k->p + pi, k->qt + qi,
+                              t[i].rows, t[i].cols, r, s->o.use_error_feedback);
         pi += (size_t)t[i].rows * (size_t)r;
         qi += (size_t)t[i].cols * (size_t)r;
     }
-    if (s->o.use_error_feedback)
-        for (size_t e = 0; e < n; e++)
-            k->error[e] = k->copy[e] - data[e];
+    if (!s->o.use_error_feedback) /* the buffer held M for this iteration only */
+        memset(k->error, 0, n * sizeof *k->error);
     if (!s->o.warm_start)
         k->have_q = 0;
     if (b == nbuckets - 1)

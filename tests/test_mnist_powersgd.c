@@ -1,0 +1,218 @@
+/* ddp-mnist --hidden and --powersgd: the MLP of --hidden has the layers
+ * asked for, initialised as the library initialises them from --seed, and
+ * trains; --powersgd on 2 ranks sends the floats PowerSGD's arithmetic
+ * says ((rows + cols) x rank per compressed matrix, the rest as it is) and
+ * ends with other weights than plain DDP, while a --powersgd-start beyond
+ * the last step is plain DDP to 1e-6; bad values of the flags are refused
+ * with their messages. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data_fixture.h"
+#include "ddp.h"
+#include "mnist_output.h"
+#include "scratch_dir.h"
+
+static char bin[1024];
+
+/* Runs world ranks of ddp-mnist by hand (file:// rendezvous; 1: alone)
+ * with flags, rank 0 saving to dir/out; the exit status, output in *log. */
+static int run_ranks(int world, const char *flags, const char *out, char **log)
+{
+    char cmd[8192], path[256];
+    int n = snprintf(cmd, sizeof cmd, "timeout -k 5 300 sh -c '");
+    for (int r = world - 1; r >= 0; r--) {
+        char dist[512] = "";
+        if (world > 1)
+            snprintf(dist, sizeof dist, "--init-method file://%s/rdzv-%s --rank %d --world-size %d",
+                     dir, out, r, world);
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n,
+                      "%s --data %s --no-progress %s --save %s/%s %s %s", bin, dir, dist, dir,
+                      out, flags, r ? "& " : "; s=$?; wait; exit $s");
+    }
+    snprintf(path, sizeof path, "%s/log-%s", dir, out);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, "' >%s 2>&1", path);
+    int st = system(cmd);
+    *log = slurp(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The MLP 784-h...-10 built here, independently of examples/mnist. */
+static ddp_model_t *mlp(const int *hidden, int nh)
+{
+    ddp_module_t *mods[16], *seq;
+    int n = 0, in = 784;
+    for (int i = 0; i < nh; i++) {
+        assert_int_equal(ddp_linear_create(in, hidden[i], 1, 0, &mods[n++]), 0);
+        assert_int_equal(ddp_relu_create(&mods[n++]), 0);
+        in = hidden[i];
+    }
+    assert_int_equal(ddp_linear_create(in, 10, 1, 0, &mods[n++]), 0);
+    assert_int_equal(ddp_sequential_create(mods, n, &seq), 0);
+    ddp_model_t *m;
+    assert_int_equal(ddp_model_from_module(seq, &m), 0);
+    return m;
+}
+
+static ddp_model_t *load(const int *hidden, int nh, const char *name)
+{
+    ddp_model_t *m = mlp(hidden, nh);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (ddp_model_load_safetensors(m, path) != 0)
+        fail_msg("%s: %s", path, ddp_last_error());
+    return m;
+}
+
+/* max |a - b| / max |a| over the two models' parameters. */
+static double rel_diff(ddp_model_t *ma, ddp_model_t *mb)
+{
+    size_t n, nb;
+    const float *pa = ddp_model_param_block(ma, &n), *pb = ddp_model_param_block(mb, &nb);
+    assert_int_equal(n, nb);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)pa[i] - pb[i]));
+        den = fmax(den, fabs((double)pa[i]));
+    }
+    return den > 0 ? num / den : INFINITY;
+}
+
+static void write_data(void)
+{
+    fx_write_split(dir, "train", 0, 960, 28, 28, 10);
+    fx_write_split(dir, "t10k", 0, 100, 28, 28, 10);
+}
+
+static void test_hidden_layers(void **state)
+{
+    (void)state;
+    write_data();
+    const int h[] = {32, 16};
+    char *l0, *l1;
+    const char *flags = "--hidden 32,16 --batch-size 32 --seed 3";
+    if (run_ranks(1, "--hidden 32,16 --seed 3 --epochs 0", "init.safetensors", &l0) != 0)
+        fail_msg("--epochs 0: %s", l0);
+    if (run_ranks(1, flags, "trained.safetensors", &l1) != 0)
+        fail_msg("--hidden 32,16: %s", l1);
+    assert_non_null(strstr(l1, "Test accuracy: "));
+    /* the shapes are those of 784-32-16-10 (a load of any other fails) and
+     * the initial values those of the library's init from seed 3 */
+    ddp_model_t *ref = mlp(h, 2), *init = load(h, 2, "init.safetensors"),
+                *trained = load(h, 2, "trained.safetensors");
+    assert_int_equal(ddp_model_reset_parameters(ref, 3), 0);
+    assert_true(rel_diff(ref, init) == 0);
+    double moved = rel_diff(init, trained);
+    if (!(moved > 1e-3))
+        fail_msg("training moved the weights by only %.3g", moved);
+    ddp_model_destroy(ref);
+    ddp_model_destroy(init);
+    ddp_model_destroy(trained);
+    free(l0);
+    free(l1);
+}
+
+/* Floats one step sends with PowerSGD of rank r on 784-64-10, as
+ * PyTorch's powerSGD_hook counts them: a matrix is compressed when
+ * (rows + cols) r x 2 < rows cols, biases never. */
+static double floats_per_step(int r, double *before)
+{
+    const int rows[] = {64, 10}, cols[] = {784, 64};
+    double after = 64 + 10; /* the biases */
+    *before = 64 + 10;
+    for (int i = 0; i < 2; i++) {
+        double full = (double)rows[i] * cols[i], low = (double)(rows[i] + cols[i]) * r;
+        *before += full;
+        after += low * 2 < full ? low : full;
+    }
+    return after;
+}
+
+static void test_powersgd_two_ranks(void **state)
+{
+    (void)state;
+    write_data();
+    const int h[] = {64};
+    const char *common = "--hidden 64 --epochs 2 --batch-size 32 --lr 0.05 --seed 7";
+    char flags[512], *ld, *lp, *ll;
+    if (run_ranks(2, common, "ddp.safetensors", &ld) != 0)
+        fail_msg("plain DDP: %s", ld);
+    snprintf(flags, sizeof flags, "%s --powersgd 2 --powersgd-start 4", common);
+    if (run_ranks(2, flags, "psgd.safetensors", &lp) != 0)
+        fail_msg("--powersgd 2: %s", lp);
+    snprintf(flags, sizeof flags, "%s --powersgd 2 --powersgd-start 1000", common);
+    if (run_ranks(2, flags, "late.safetensors", &ll) != 0)
+        fail_msg("--powersgd-start 1000: %s", ll);
+    /* 960 samples / 2 ranks / 32 = 15 steps an epoch, 30 in all, 4 plain */
+    double before, after = floats_per_step(2, &before);
+    char want[256];
+    snprintf(want, sizeof want, "PowerSGD: 26 compressed steps, %.0f of %.0f gradient floats sent",
+             26 * after, 26 * before);
+    if (!strstr(lp, want))
+        fail_msg("want '%s' in: %s", want, lp);
+    assert_non_null(strstr(ll, "PowerSGD: 0 compressed steps, 0 of 0 gradient floats sent"));
+    ddp_model_t *md = load(h, 1, "ddp.safetensors"), *mp = load(h, 1, "psgd.safetensors"),
+                *ml = load(h, 1, "late.safetensors");
+    double late = rel_diff(md, ml), comp = rel_diff(md, mp);
+    print_message("plain DDP against start 1000: %.3g, against PowerSGD rank 2: %.3g\n", late,
+                  comp);
+    if (late > 1e-6)
+        fail_msg("--powersgd-start beyond the last step differs from DDP by %.3g", late);
+    if (!(comp > 1e-4 && comp < 1))
+        fail_msg("PowerSGD rank 2 differs from DDP by %.3g (want compressed, not diverged)",
+                 comp);
+    ddp_model_destroy(md);
+    ddp_model_destroy(mp);
+    ddp_model_destroy(ml);
+    free(ld);
+    free(lp);
+    free(ll);
+}
+
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"--hidden 0", "--hidden: expected widths in 1..65536 separated by commas, got '0'"},
+        {"--hidden 64,", "--hidden: expected widths in 1..65536 separated by commas, got '64,'"},
+        {"--hidden 1,2,3,4,5,6,7,8,9", "--hidden: at most 8 layers, got '1,2,3,4,5,6,7,8,9'"},
+        {"--hidden 64 --pipeline-stages 2", "--pipeline-stages does not support --hidden yet"},
+        {"--powersgd 0", "--powersgd: expected an integer in 1..1024, got '0'"},
+        {"--powersgd 4 --powersgd-start 1", "--powersgd-start: expected an integer in 2.."},
+        {"--powersgd-start 10", "--powersgd-start needs --powersgd"},
+        {"--powersgd 4 --zero 1", "--powersgd does not go with --zero yet"},
+        {"--powersgd 4 --checkpoint-dir /tmp", "--powersgd does not go with --checkpoint-dir yet"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[2048], path[256];
+        snprintf(path, sizeof path, "%s/log", dir);
+        snprintf(cmd, sizeof cmd, "%s --epochs 0 %s >%s 2>&1", bin, cases[i][0], path);
+        int st = system(cmd);
+        char *out = slurp(path);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, cases[i][1]))
+            fail_msg("'%s': status %d, output '%s'", cases[i][0], st, out);
+        free(out);
+    }
+}
+
+int main(void)
+{
+    const char *build = getenv("DDP_TEST_BUILD");
+    build = build && *build ? build : "build";
+    snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
+    const struct CMUnitTest tests[] = {
+        IN_SCRATCH(test_hidden_layers),
+        IN_SCRATCH(test_powersgd_two_ranks),
+        IN_SCRATCH(test_bad_flags),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,127 @@
+/* ddp-mnist across a cluster of 4 "hosts": network namespaces on a bridge,
+ * every link shaped with tbf (bench/netns_common.sh makes them; the
+ * benchmarks use the same), one ddprun node per host with the static
+ * rendezvous (--nnodes 4 --node-rank I), a few steps of training; the
+ * weights rank 0 saves equal those of the same job on one host (4 ranks
+ * by hand, file:// rendezvous): the tcp transport across hosts computes
+ * what shared memory computes on one, to rounding.  Skips with a message
+ * where namespaces cannot be made (not root, no `ip`, no netns). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data_fixture.h"
+#include "free_port.h"
+#include "ddp.h"
+#include "mnist_output.h"
+#include "scratch_dir.h"
+
+static char bin[1024], ddprun[1024];
+
+#define FLAGS "--hidden 32 --epochs 1 --batch-size 32 --lr 0.05 --seed 11 --no-progress"
+
+/* Runs the shell script text with the cluster's functions loaded; its
+ * exit status, output in *log. */
+static int cluster_sh(const char *script, char **log)
+{
+    char cmd[16384], path[256];
+    snprintf(path, sizeof path, "%s/log-cluster", dir);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 240 sh -c '. bench/netns_common.sh; %s' >%s 2>&1",
+             script, path);
+    int st = system(cmd);
+    *log = slurp(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static ddp_model_t *load(const char *name)
+{
+    ddp_module_t *mods[3], *seq;
+    assert_int_equal(ddp_linear_create(784, 32, 1, 0, &mods[0]), 0);
+    assert_int_equal(ddp_relu_create(&mods[1]), 0);
+    assert_int_equal(ddp_linear_create(32, 10, 1, 0, &mods[2]), 0);
+    assert_int_equal(ddp_sequential_create(mods, 3, &seq), 0);
+    ddp_model_t *m;
+    assert_int_equal(ddp_model_from_module(seq, &m), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (ddp_model_load_safetensors(m, path) != 0)
+        fail_msg("%s: %s", path, ddp_last_error());
+    return m;
+}
+
+static void test_four_hosts_match_one(void **state)
+{
+    (void)state;
+    char *log;
+    if (cluster_sh("why=$(cluster_check); echo \"$why\"; [ -z \"$why\" ]", &log) != 0) {
+        fprintf(stderr, "skipped: network namespaces unavailable here (%.*s)\n",
+                (int)strcspn(log, "\n"), log);
+        free(log);
+        skip();
+    }
+    free(log);
+    fx_write_split(dir, "train", 0, 960, 28, 28, 10);
+    fx_write_split(dir, "t10k", 0, 100, 28, 28, 10);
+    /* 960 / 4 ranks / 32 = 7.5: 8 steps, the last one short */
+    char script[6144];
+    snprintf(script, sizeof script,
+             "trap cluster_down EXIT; cluster_up 4 1gbit; a=$(cluster_addr 1); "
+             "for i in 4 3 2 1; do ns_run $i %s --nnodes 4 --node-rank $((i - 1)) "
+             "--master-addr $a --master-port %d %s --data %s --save %s/hosts.safetensors "
+             FLAGS " >%s/node$i.log 2>&1 & p=\"$p $!\"; done; s=0; for x in $p; do "
+             "wait $x || s=1; done; cat %s/node*.log; exit $s",
+             ddprun, free_port(), bin, dir, dir, dir, dir);
+    int st = cluster_sh(script, &log);
+    if (st != 0)
+        fail_msg("4 hosts: exit %d: %s", st, log);
+    assert_non_null(strstr(log, "Test accuracy: "));
+    free(log);
+    /* the same job on one host */
+    char one[6144];
+    int n = snprintf(one, sizeof one, "for r in 3 2 1 0; do %s --data %s --init-method file://%s/rdzv "
+                     "--rank $r --world-size 4 --save %s/one.safetensors " FLAGS " & p=\"$p $!\"; "
+                     "done; s=0; for x in $p; do wait $x || s=1; done; exit $s",
+                     bin, dir, dir, dir);
+    assert_true(n > 0 && (size_t)n < sizeof one);
+    char cmd[16384], path[256];
+    snprintf(path, sizeof path, "%s/log-one", dir);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 120 sh -c '%s' >%s 2>&1", one, path);
+    st = system(cmd);
+    log = slurp(path);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("one host: status %d: %s", st, log);
+    free(log);
+    ddp_model_t *ma = load("hosts.safetensors"), *mb = load("one.safetensors");
+    size_t cnt;
+    const float *pa = ddp_model_param_block(ma, &cnt), *pb = ddp_model_param_block(mb, NULL);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        num = fmax(num, fabs((double)pa[i] - pb[i]));
+        den = fmax(den, fabs((double)pa[i]));
+    }
+    print_message("4 hosts against one host: max relative difference %.3g\n", num / den);
+    if (!(den > 0) || num / den > 1e-6)
+        fail_msg("4 hosts differ from one host by %.3g (relative)", num / den);
+    ddp_model_destroy(ma);
+    ddp_model_destroy(mb);
+}
+
+int main(void)
+{
+    const char *build = getenv("DDP_TEST_BUILD");
+    build = build && *build ? build : "build";
+    snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
+    snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
+    const struct CMUnitTest tests[] = {
+        IN_SCRATCH(test_four_hosts_match_one),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
