@@ -318,7 +318,7 @@ static int mid_client_main(int port)
     if (c == 0) {
         close(sv[0]);
         ddp__hs_ctx ctx = mid_ctx(0);
-        int rc = ddp__hs_client(sv[1], &ctx, 1, ddp_time_now() + 10, "rank 1");
+        int rc = ddp__hs_client(sv[1], &ctx, 1, 0, ddp_time_now() + 10, "rank 1");
         if (rc != 0)
             fprintf(stderr, "rank 0: %s\n", ddp_last_error());
         _exit(rc == 0 ? 0 : 1);

@@ -119,7 +119,7 @@ static void test_strangers_are_rejected(void **state)
     assert_true(fd2 >= 0);
     ddp__hs_ctx hs = {.rank = 0, .size = 2};
     memset(hs.group_id, 0x5a, sizeof hs.group_id);
-    assert_true(ddp__hs_client(fd2, &hs, 1, ddp_time_now() + 8, "rank 1") < 0);
+    assert_true(ddp__hs_client(fd2, &hs, 1, 0, ddp_time_now() + 8, "rank 1") < 0);
     assert_true(contains(ddp_last_error(), "refused the connection"));
     for (int r = 0; r < 2; r++) {
         int status = 0;
@@ -403,8 +403,8 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
         hs.secret = (const uint8_t *)server_secret;
         hs.secret_len = server_secret ? strlen(server_secret) : 0;
         unsigned char connected[2] = {0, 0};
-        int peer = -1;
-        int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "client", &peer);
+        int peer = -1, stream = -1;
+        int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "client", &peer, &stream);
         char out[300];
         snprintf(out, sizeof out, "%d %d %s", rc, peer, rc ? ddp_last_error() : "");
         (void)!write(pipefd[1], out, strlen(out) + 1);
@@ -416,7 +416,7 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
     memset(hs.group_id, 7, sizeof hs.group_id);
     hs.secret = (const uint8_t *)client_secret;
     hs.secret_len = client_secret ? strlen(client_secret) : 0;
-    int rc = ddp__hs_client(sv[0], &hs, 1, ddp_time_now() + 5, "server");
+    int rc = ddp__hs_client(sv[0], &hs, 1, 0, ddp_time_now() + 5, "server");
     close(sv[0]); /* a client that gave up hangs up: the server sees it at once */
     char in[300] = "";
     ssize_t n = read(pipefd[0], in, sizeof in - 1);
@@ -478,8 +478,8 @@ static void test_server_refuses_a_forged_proof(void **state)
     ddp__hs_ctx hs = {.rank = 1, .size = 2, .secret = (const uint8_t *)"k1", .secret_len = 2};
     memset(hs.group_id, 7, sizeof hs.group_id);
     unsigned char connected[2] = {0, 0};
-    int peer = -1;
-    int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "forger", &peer);
+    int peer = -1, stream = -1;
+    int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "forger", &peer, &stream);
     if (rc != DDP_ERR_AUTH)
         fail_msg("%d: %s", rc, ddp_last_error());
     assert_true(contains(ddp_last_error(), "forger (claiming rank 0): wrong shared secret"));

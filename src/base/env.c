@@ -97,6 +97,8 @@ static const ddp__env_var table[] = {
         "(GLOO_SOCKET_IFNAME: a name, a comma list, ^ to exclude)"),
     WORD("DDP_SOCKET_FAMILY", "any", "tcp: address family of the listening address: any "
          "(IPv4 first), ipv4 or ipv6", "any", "ipv4", "ipv6"),
+    INT("DDP_SOCKET_NUM_STREAMS", 1, 8, "1",
+        "tcp: connections per pair of ranks; messages from 256 KiB are striped across them"),
     SIZE("DDP_TCP_SOCKBUF", 0, 2147483647.0, "4194304",
          "tcp: SO_SNDBUF/SO_RCVBUF of the connections (0: kernel autotuning)"),
     /* seeing what a job does (src/pg/trace.h) */

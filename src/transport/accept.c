@@ -35,6 +35,7 @@ typedef struct pending {
 typedef struct acceptor {
     const ddp__hs_ctx *ctx;
     int lfd, want;
+    int streams;        /* connections per lower rank */
     pending *p; /* n of them, oldest first; hs.fd < 0: gone (compact removes it) */
     int n;
     unsigned char *connected;
@@ -82,10 +83,10 @@ static void step_one(acceptor *a, int i)
     if (rc < 0) {
         refuse_one(a, i, ddp_last_error());
     } else if (rc == 1) {
-        int r = q->hs.peer;
-        a->fds[r] = q->hs.fd;
+        int r = q->hs.peer, slot = r * a->streams + q->hs.stream;
+        a->fds[slot] = q->hs.fd;
         snprintf(a->addrs[r], DDP__ACCEPT_ADDR, "%s", q->addr);
-        a->connected[r] = 1;
+        a->connected[slot] = 1;
         a->want--;
         q->hs.fd = -1; /* the caller's now */
     }
@@ -168,8 +169,8 @@ static int timeout_error(const acceptor *a, double timeout_s)
     int rank = a->ctx->rank;
     unsigned char *missing = calloc((size_t)a->ctx->size, 1);
     DDP_FAIL_IF(!missing, DDP_ERR_NOMEM, "out of memory");
-    for (int r = 0; r < rank; r++)
-        missing[r] = !a->connected[r];
+    for (int k = 0; k < rank * a->streams; k++)
+        missing[k / a->streams] |= !a->connected[k];
     char who[200];
     ddp__format_ranks(who, sizeof who, missing, a->ctx->size);
     free(missing);
@@ -205,12 +206,14 @@ int ddp__hs_accept(int lfd, const ddp__hs_ctx *ctx, double deadline, double time
                    int *fds, char (*addrs)[DDP__ACCEPT_ADDR])
 {
     int rc = 0;
-    acceptor a = {.ctx = ctx, .lfd = lfd, .want = ctx->rank, .fds = fds, .addrs = addrs};
-    for (int r = 0; r < ctx->rank; r++)
-        fds[r] = -1;
+    int streams = ctx->streams > 1 ? ctx->streams : 1;
+    acceptor a = {.ctx = ctx, .lfd = lfd, .want = ctx->rank * streams, .streams = streams,
+                  .fds = fds, .addrs = addrs};
+    for (int k = 0; k < a.want; k++)
+        fds[k] = -1;
     struct pollfd *pfd = malloc((PENDING_MAX + 1) * sizeof *pfd);
     a.p = malloc(PENDING_MAX * sizeof *a.p);
-    a.connected = calloc((size_t)ctx->size, 1);
+    a.connected = calloc((size_t)ctx->size * (size_t)streams, 1);
     DDP_FAIL_OUT(!pfd || !a.p || !a.connected, DDP_ERR_NOMEM, "out of memory");
     while (a.want > 0) {
         double now = ddp_time_now();
@@ -241,10 +244,10 @@ out:
         finish(&a, ddp_time_now());
         ddp__error_restore(keep);
     }
-    for (int r = 0; rc < 0 && r < ctx->rank; r++) {
-        if (fds[r] >= 0)
-            close(fds[r]);
-        fds[r] = -1;
+    for (int k = 0; rc < 0 && k < ctx->rank * streams; k++) {
+        if (fds[k] >= 0)
+            close(fds[k]);
+        fds[k] = -1;
     }
     free(a.connected);
     free(a.p);

@@ -17,10 +17,11 @@
 #define DDP__ACCEPT_ADDR 80 /* "[ipv6]:port" of a peer */
 
 /* Accepts on the non-blocking listener lfd until every rank below
- * ctx->rank has completed the server handshake, at most until deadline
- * (timeout_s is the figure the timeout message quotes).  fds[r] and
- * addrs[r] (r < ctx->rank, caller-provided) receive rank r's socket, which
- * the caller owns from then on, and its address.  On failure no socket is
+ * ctx->rank has completed the server handshake on each of its ctx->streams
+ * connections, at most until deadline (timeout_s is the figure the timeout
+ * message quotes).  fds[r * streams + s] (caller-provided, ctx->rank *
+ * streams of them) receives stream s of rank r, which the caller owns from
+ * then on, and addrs[r] (ctx->rank of them) its address.  On failure no socket is
  * left open and the message names the ranks that did not connect and the
  * last connection refused meanwhile. */
 int ddp__hs_accept(int lfd, const ddp__hs_ctx *ctx, double deadline, double timeout_s,

@@ -23,7 +23,8 @@ enum {
     ST_BAD_RANK = 2,
     ST_DUPLICATE = 3,
     ST_BAD_AUTH = 4,
-    ST_BAD_VERSION = 5
+    ST_BAD_VERSION = 5,
+    ST_BAD_STREAMS = 6
 };
 
 #define HELLO_LEN (12 + 16 + DDP__HS_ID_LEN + 32)
@@ -41,6 +42,9 @@ static const char *status_text(uint32_t st)
     case ST_DUPLICATE: return "that rank is already connected";
     case ST_BAD_AUTH: return "authentication failed (is DDP_SECRET the same everywhere?)";
     case ST_BAD_VERSION: return "protocol version differs";
+    case ST_BAD_STREAMS:
+        return "more connections per pair than it takes (is DDP_SOCKET_NUM_STREAMS the same "
+               "everywhere?)";
     }
     return "unknown reason";
 }
@@ -100,7 +104,8 @@ static void compute_mac(const ddp__hs_ctx *ctx, const char *label, const uint8_t
                      sizeof msg, out);
 }
 
-int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what)
+int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, int stream, double deadline,
+                   const char *what)
 {
     uint8_t hello[HELLO_LEN], chal[CHALLENGE_LEN], auth[AUTH_LEN], welcome[WELCOME_LEN];
     uint8_t mac[DDP__SHA256_LEN];
@@ -108,7 +113,7 @@ int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, co
     put32(hello + 12, (uint32_t)ctx->size);
     put32(hello + 16, (uint32_t)ctx->rank);
     put32(hello + 20, (uint32_t)peer);
-    put32(hello + 24, 0);
+    put32(hello + 24, (uint32_t)stream); /* 0 for the first (and once the only) one */
     memcpy(hello + 28, ctx->group_id, DDP__HS_ID_LEN);
     DDP_TRY(ddp__random_bytes(hello + 28 + DDP__HS_ID_LEN, 32));
     DDP_TRY(ddp__sock_send_all(fd, hello, sizeof hello, deadline, what));
@@ -164,6 +169,7 @@ void ddp__hs_srv_init(ddp__hs_srv *s, int fd)
     s->fd = fd;
     s->step = SS_HELLO;
     s->peer = -1;
+    s->stream = -1;
 }
 
 short ddp__hs_srv_events(const ddp__hs_srv *s)
@@ -237,11 +243,20 @@ static int take_hello(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned cha
                          "%d (only lower ranks connect)",
                          what, src, size, dst, ctx->rank, ctx->size);
     }
-    if (connected[src]) {
+    uint32_t stream = get32(hello + 24), streams = ctx->streams > 1 ? (uint32_t)ctx->streams : 1;
+    if (stream >= streams) {
+        refuse(s->fd, HS_CHALLENGE, ST_BAD_STREAMS);
+        return DDP_ERROR(DDP_ERR_PROTOCOL,
+                         "%s: rank %u opened connection %u of the pair where this rank takes %u "
+                         "(is DDP_SOCKET_NUM_STREAMS the same everywhere?)",
+                         what, src, stream + 1, streams);
+    }
+    if (connected[src * streams + stream]) {
         refuse(s->fd, HS_CHALLENGE, ST_DUPLICATE);
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: rank %u is already connected", what, src);
     }
     s->peer = (int)src;
+    s->stream = (int)stream;
     uint8_t *chal = s->msg;
     put_head(chal, HS_CHALLENGE, ST_OK);
     DDP_TRY(ddp__random_bytes(chal + 12, 32));
@@ -262,7 +277,8 @@ static int take_auth(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned char
         return DDP_ERROR(DDP_ERR_AUTH, "%s (claiming rank %d): wrong shared secret", what,
                          s->peer);
     }
-    if (connected[s->peer]) { /* another connection of that rank finished first */
+    int streams = ctx->streams > 1 ? ctx->streams : 1;
+    if (connected[s->peer * streams + s->stream]) { /* another one of that rank finished first */
         refuse(s->fd, HS_WELCOME, ST_DUPLICATE);
         return DDP_ERROR(DDP_ERR_PROTOCOL, "%s: rank %d is already connected", what, s->peer);
     }
@@ -308,7 +324,7 @@ int ddp__hs_srv_step(ddp__hs_srv *s, const ddp__hs_ctx *ctx, const unsigned char
 }
 
 int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connected,
-                   double deadline, const char *what, int *peer)
+                   double deadline, const char *what, int *peer, int *stream)
 {
     ddp__hs_srv s;
     ddp__hs_srv_init(&s, fd);
@@ -319,6 +335,7 @@ int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connecte
             return rc;
         if (rc == 1) {
             *peer = s.peer;
+            *stream = s.stream;
             return 0;
         }
         double left = deadline - ddp_time_now();

@@ -22,19 +22,23 @@ typedef struct ddp__hs_ctx {
     uint8_t group_id[DDP__HS_ID_LEN]; /* digest of the group's rendezvous records */
     int rank;                         /* this end */
     int size;
+    int streams; /* connections per pair (DDP_SOCKET_NUM_STREAMS); 0 reads as 1 */
     const uint8_t *secret; /* may be NULL (no secret) */
     size_t secret_len;
 } ddp__hs_ctx;
 
-/* Client side on a connected socket: proves itself to rank `peer`.
- * what names the peer in messages. */
-int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, double deadline, const char *what);
+/* Client side on a connected socket: proves itself to rank `peer`, as the
+ * connection number `stream` (< ctx->streams) of the pair.  what names the
+ * peer in messages. */
+int ddp__hs_client(int fd, const ddp__hs_ctx *ctx, int peer, int stream, double deadline,
+                   const char *what);
 /* Server side: reads a HELLO and runs the exchange.  On success *peer is the
- * client's rank; a rank whose bit in connected[] is set is refused (joined
- * twice).  Failures return a negative code with the reason in the message.
+ * client's rank and *stream its connection number; connected[] has one byte
+ * per (rank, stream), at rank * streams + stream, and a set one is refused
+ * (joined twice).  Failures return a negative code with the reason in the message.
  * (A blocking loop over ddp__hs_srv_step.) */
 int ddp__hs_server(int fd, const ddp__hs_ctx *ctx, const unsigned char *connected,
-                   double deadline, const char *what, int *peer);
+                   double deadline, const char *what, int *peer, int *stream);
 
 /* The server side as a non-blocking state machine, so that a rank can run
  * many handshakes at once (transport/accept.c) and a silent or slow
@@ -49,11 +53,12 @@ typedef struct ddp__hs_srv {
     uint8_t hello[DDP__HS_MSG_MAX], msg[DDP__HS_MSG_MAX];
     uint8_t nonce[32]; /* ours, from the CHALLENGE */
     int peer;  /* the client's claimed rank, once its HELLO was checked; -1 before */
+    int stream; /* and its connection number */
 } ddp__hs_srv;
 
 void ddp__hs_srv_init(ddp__hs_srv *s, int fd);
 /* Moves the exchange on as far as the socket allows without waiting:
- * 1 done (s->peer is the client's rank), 0 waiting for the socket (poll it
+ * 1 done (s->peer is the client's rank, s->stream its connection), 0 waiting for the socket (poll it
  * for ddp__hs_srv_events), < 0 failed (the client was told why, when it
  * deserves an answer; the message says what was wrong).  connected[] as for
  * ddp__hs_server; it is checked again when the exchange completes. */

@@ -2,9 +2,12 @@
  * group, driven by an epoll progress engine (docs/wire-format.md).
  *
  * ddp__tcp_create rendezvouses through the store (each rank publishes its
- * listening address under prefix), connects every pair once (the lower rank
- * dials the higher one) with the handshake of handshake.h, then closes its
- * listening socket: no connection is accepted after setup.
+ * listening address and DDP_SOCKET_NUM_STREAMS under prefix; ranks that
+ * differ are refused), connects every pair DDP_SOCKET_NUM_STREAMS times
+ * (default once; the lower rank dials the higher one) with the handshake of
+ * handshake.h, then closes its listening socket: no connection is accepted
+ * after setup.  Messages from 256 KiB are striped across a pair's
+ * connections (tcp/stripe.c).
  *
  * The progress engine runs on whichever thread calls wait (the process
  * group's executor): it polls epoll without blocking for at most
@@ -31,7 +34,11 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
 typedef ddp__match_stats ddp__tcp_stats; /* copied_frames, copied_bytes, held_frames */
 int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out);
 
-/* Tests only: the socket connected to peer (to inject bad frames). */
+/* Tests only: connections per pair (DDP_SOCKET_NUM_STREAMS) and the
+ * messages received striped across them since creation.  -1 if not tcp. */
+int ddp__tcp_debug_streams(ddp__tp *tp, int *streams, uint64_t *striped_rx);
+
+/* Tests only: the socket connected to peer (stream 0; to inject bad frames). */
 int ddp__tcp_debug_fd(ddp__tp *tp, int rank);
 
 #endif

@@ -59,8 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         off += (size_t)n;
     }
     shutdown(sv[1], SHUT_WR);
-    int peer = -1;
-    int rc = ddp__hs_server(sv[0], &ctx, connected, ddp_time_now() + 5.0, "fuzz client", &peer);
+    int peer = -1, stream = -1;
+    int rc = ddp__hs_server(sv[0], &ctx, connected, ddp_time_now() + 5.0, "fuzz client", &peer,
+                            &stream);
     fuzz_note("handshake", rc, ddp_last_error());
     if (rc == 0) {
         if (peer < 0 || peer >= ctx.rank || connected[peer])

@@ -1,12 +1,14 @@
 /* The TCP transport's private parts, shared by its files (tcp/loop.c: the
- * frames and the progress engine; tcp/mesh.c: setting up and tearing down
- * the connections).  The public face is transport/tcp.h; the byte layout
+ * frames and the progress engine; tcp/stripe.c: large messages striped
+ * across several connections per pair; tcp/mesh.c: setting up and tearing
+ * down the connections).  The public face is transport/tcp.h; the byte layout
  * of frames is docs/wire-format.md. */
 #ifndef DDP_TRANSPORT_TCP_INTERNAL_H
 #define DDP_TRANSPORT_TCP_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "transport/match.h"
 #include "transport/tcp.h"
@@ -17,28 +19,56 @@
 #define HDR_LEN 24
 #define FRAME_MAGIC 0x46504444u /* "DDPF" */
 #define FRAME_VERSION 1
-enum { OP_DATA = 1, OP_BYE = 2, OP_ABORT = 3 };
+enum { OP_DATA = 1, OP_BYE = 2, OP_ABORT = 3, OP_STRIPE = 4 };
 #define MAX_ABORT 1024 /* bytes of reason in an ABORT frame */
 #define STAGE_LEN 4096
 #define MAX_FRAME ((uint64_t)1 << 40)  /* sanity bound on a frame's length */
+#define MAX_STREAMS 8                  /* DDP_SOCKET_NUM_STREAMS's upper bound (base/env.c) */
+#define STRIPE_MIN (256u << 10)        /* with several streams, messages from this size are striped */
+
+/* Streams 1.. of a pair (DDP_SOCKET_NUM_STREAMS > 1; tcp/stripe.c).  Each
+ * carries, for a striped message, one share of its bytes as a frame of its
+ * own (OP_STRIPE, the message's tag, the share's length); stream 0 carries
+ * every DATA frame's header and the first share, so that the matching
+ * engine still sees one ordered stream of messages per peer. */
+typedef struct stripe {
+    int fd;
+    uint32_t ev;   /* events registered with epoll */
+    int want_out;
+    /* send side: the share [tx_lo, tx_hi) of m.sq_head, tx_off sent so far */
+    int tx_busy;
+    uint8_t tx_hdr[HDR_LEN];
+    size_t tx_hdr_off, tx_lo, tx_off, tx_hi;
+    /* receive side: the share [rx_lo, rx_hi) of the message in progress */
+    int rx_busy;
+    uint8_t rx_hdr[HDR_LEN];
+    size_t rx_hdr_off, rx_lo, rx_off, rx_hi;
+} stripe;
 
 typedef struct peer {
     ddp__match_peer m; /* first: the engine's part (queues, receive state, failure) */
     int fd;
     uint32_t ev;         /* events registered with epoll */
     int want_out;
-    /* send side: the head of m.sq has its header in tx_hdr */
+    /* send side: the head of m.sq has its header in tx_hdr; stream 0 sends
+     * its bytes [0, tx_hi0) (all of them unless striped), tx_off0 so far */
     uint8_t tx_hdr[HDR_LEN];
-    size_t tx_hdr_off;
+    size_t tx_hdr_off, tx_off0, tx_hi0;
+    /* receive side of a striped message: stream 0 brings [0, rx_hi0) */
+    int rx_striped;
+    size_t rx_pos0, rx_hi0;
     /* receive side: headers (and small bodies) come through stage */
     uint8_t stage[STAGE_LEN];
     size_t st_lo, st_hi;
+    stripe xs[MAX_STREAMS - 1]; /* streams 1 .. streams - 1 */
 } peer;
 
 typedef struct tcp {
     ddp__tp base;
     ddp__match m;
     peer *peers;     /* m's peers */
+    int streams;     /* connections per pair (DDP_SOCKET_NUM_STREAMS) */
+    uint64_t striped_rx; /* striped messages received (tests: ddp__tcp_debug_streams) */
     int epfd;
     double spin_max; /* DDP_TCP_SPIN_US */
     double spin_s;   /* current spin budget, adapted (see adapt_spin) */
@@ -66,7 +96,39 @@ static inline void build_header(uint8_t *h, int op, uint64_t tag, uint64_t len)
     put64(h + 16, len);
 }
 
+/* epoll's word for stream s of peer r */
+static inline uint64_t ev_key(int r, int s) { return (uint64_t)r << 8 | (uint64_t)s; }
+
+/* Stream s's share [*lo, *hi) of a len-byte message (s = 0: all of it when
+ * the message is not striped).  Both ends compute the same split. */
+static inline int is_striped(const tcp *t, size_t len)
+{
+    return t->streams > 1 && len >= STRIPE_MIN;
+}
+static inline void share_of(const tcp *t, size_t len, int s, size_t *lo, size_t *hi)
+{
+    size_t n = is_striped(t, len) ? (size_t)t->streams : 1;
+    size_t piece = len / n & ~(size_t)4095;
+    *lo = piece * (size_t)s;
+    *hi = (size_t)s + 1 == n ? len : piece * ((size_t)s + 1);
+}
+
 extern const ddp__tp_vtable ddp__tcp_vtable;  /* tcp/loop.c */
+void ddp__tcp_update_events(tcp *t, peer *p);
+void ddp__tcp_rx_progress(tcp *t, peer *p);
+void ddp__tcp_tx_progress(tcp *t, peer *p);
+int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream);
+int ddp__tcp_send_part(int fd, const uint8_t *hdr, size_t *hdr_off, const void *buf, size_t *off,
+                       size_t hi);
+void ddp__tcp_tx_failed(tcp *t, peer *p, int err);
+/* tcp/stripe.c */
+void ddp__tcp_tx_start(tcp *t, peer *p);
+int ddp__tcp_tx_stripes(tcp *t, peer *p, int *busy);
+size_t ddp__tcp_tx_done(const tcp *t, const peer *p);
+void ddp__tcp_rx_setup(tcp *t, peer *p);
+int ddp__tcp_stripe_ready(const peer *p, const stripe *x);
+void ddp__tcp_stripe_event(tcp *t, peer *p, int s, uint32_t ev);
+int ddp__tcp_idle_broken(tcp *t, peer *p, int fd, int stream);
 extern const ddp__match_ops ddp__tcp_match_ops;
 void ddp__tcp_destroy(ddp__tp *tp);           /* tcp/mesh.c */
 

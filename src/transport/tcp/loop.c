@@ -37,17 +37,30 @@
 #include "base/log.h"
 #include "base/sock.h"
 
-static void update_events(tcp *t, peer *p)
+static void set_events(tcp *t, int fd, uint32_t *cur, uint32_t ev, uint64_t key)
 {
-    if (p->fd < 0)
+    if (fd < 0 || ev == *cur)
         return;
-    uint32_t ev = EPOLLRDHUP | (p->m.rx != DDP__RX_HELD ? EPOLLIN : 0u) |
+    struct epoll_event e = {.events = ev, .data.u64 = key};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_MOD, fd, &e) == 0)
+        *cur = ev;
+}
+
+/* What each stream of p waits for: stream 0 reads unless its message is
+ * held in the kernel or its share of a striped one is in (the other
+ * streams bring the rest); a stripe stream reads while its share is due. */
+void ddp__tcp_update_events(tcp *t, peer *p)
+{
+    int idle0 = p->m.rx == DDP__RX_HELD || (p->rx_striped && p->rx_pos0 == p->rx_hi0);
+    uint32_t ev = (p->rx_striped && idle0 ? 0u : EPOLLRDHUP) | (!idle0 ? EPOLLIN : 0u) |
                   (p->want_out ? EPOLLOUT : 0u);
-    if (ev == p->ev)
-        return;
-    struct epoll_event e = {.events = ev, .data.ptr = p};
-    if (epoll_ctl(t->epfd, EPOLL_CTL_MOD, p->fd, &e) == 0)
-        p->ev = ev;
+    set_events(t, p->fd, &p->ev, ev, ev_key(p->m.rank, 0));
+    for (int s = 1; s < t->streams; s++) {
+        stripe *x = &p->xs[s - 1];
+        ev = (ddp__tcp_stripe_ready(p, x) ? EPOLLIN | EPOLLRDHUP : 0u) |
+             (x->want_out ? EPOLLOUT : 0u);
+        set_events(t, x->fd, &x->ev, ev, ev_key(p->m.rank, s));
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -56,15 +69,23 @@ static void update_events(tcp *t, peer *p)
 
 static tcp *tcp_of(ddp__match *m) { return (tcp *)((uint8_t *)m - offsetof(tcp, m)); }
 
-/* A peer out of service: its socket is closed. */
+static void close_fd(tcp *t, int *fd)
+{
+    if (*fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, *fd, NULL);
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* A peer out of service: its sockets are closed. */
 static void conn_down(ddp__match *m, ddp__match_peer *mp)
 {
     peer *p = (peer *)mp;
-    if (p->fd >= 0) {
-        epoll_ctl(tcp_of(m)->epfd, EPOLL_CTL_DEL, p->fd, NULL);
-        close(p->fd);
-        p->fd = -1;
-    }
+    tcp *t = tcp_of(m);
+    close_fd(t, &p->fd);
+    for (int s = 1; s < t->streams; s++)
+        close_fd(t, &p->xs[s - 1].fd);
 }
 
 /* Writes all of buf before deadline, without touching the last error (the
@@ -99,8 +120,9 @@ static void send_abort(peer *p, const char *why)
     static const uint8_t zeros[4096];
     double deadline = ddp_time_now() + 0.5;
     ddp__req *r = p->m.sq_head;
-    if (r && (p->tx_hdr_off > 0 || r->done > 0)) {
-        size_t left = r->len - r->done;
+    /* (Stream 0's share whole: it is at a frame boundary, stripes or not.) */
+    if (r && p->tx_hdr_off > 0 && (p->tx_hdr_off < HDR_LEN || p->tx_off0 < p->tx_hi0)) {
+        size_t left = p->tx_hi0 - p->tx_off0;
         if (left > (8u << 20) ||
             raw_write(p->fd, p->tx_hdr + p->tx_hdr_off, HDR_LEN - p->tx_hdr_off, deadline) < 0)
             return;
@@ -175,13 +197,15 @@ static int parse_header(tcp *t, peer *p)
     if (ddp__match_arrive(&t->m, &p->m, tag, (size_t)len) < 0)
         return -1;
     if (p->m.rx == DDP__RX_HELD) /* left in the kernel: stop reading */
-        update_events(t, p);
+        ddp__tcp_update_events(t, p);
+    else if (t->streams > 1)
+        ddp__tcp_rx_setup(t, p);
     return 0;
 }
 
-/* After a recv that moved nothing: 1 to retry, 0 to stop (would block or
- * the peer is gone). */
-static int rx_stalled(tcp *t, peer *p, ssize_t n)
+/* After a recv on stream (of p) that moved nothing: 1 to retry, 0 to stop
+ * (would block or the peer is gone). */
+int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
 {
     int err = errno;
     if (n < 0 && err == EINTR)
@@ -189,10 +213,13 @@ static int rx_stalled(tcp *t, peer *p, ssize_t n)
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
         return 0;
     /* Which message it broke off in tells a crash from a lying header. */
-    char in[96] = "";
+    char in[128] = "";
     if (p->m.rx == DDP__RX_BODY)
         snprintf(in, sizeof in, ", %zu bytes into a %zu-byte message", p->m.rx_off,
                  p->m.rx_len);
+    if (t->streams > 1)
+        snprintf(in + strlen(in), sizeof in - strlen(in), " (connection %d of %d)", stream + 1,
+                 t->streams);
     if (n == 0)
         ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD,
                         "connection closed without goodbye (process died?)%s", in);
@@ -212,7 +239,7 @@ static ssize_t fill_stage(peer *p)
     return recv(p->fd, p->stage + p->st_hi, STAGE_LEN - p->st_hi, MSG_DONTWAIT);
 }
 
-static void rx_progress(tcp *t, peer *p)
+void ddp__tcp_rx_progress(tcp *t, peer *p)
 {
     ddp__match_peer *mp = &p->m;
     while (mp->state == DDP__PEER_LIVE && mp->rx != DDP__RX_HELD) {
@@ -225,7 +252,7 @@ static void rx_progress(tcp *t, peer *p)
                     ssize_t n = fill_stage(p); /* the reason must be whole */
                     if (n > 0)
                         p->st_hi += (size_t)n;
-                    else if (!rx_stalled(t, p, n))
+                    else if (!ddp__tcp_rx_stalled(t, p, n, 0))
                         return;
                     continue;
                 }
@@ -236,42 +263,59 @@ static void rx_progress(tcp *t, peer *p)
             ssize_t n = fill_stage(p);
             if (n > 0)
                 p->st_hi += (size_t)n;
-            else if (!rx_stalled(t, p, n))
+            else if (!ddp__tcp_rx_stalled(t, p, n, 0))
                 return;
             continue;
         }
+        /* Stream 0's position: the message's, unless it is striped (then
+         * rx_off counts the bytes of every stream). */
+        size_t *pos = p->rx_striped ? &p->rx_pos0 : &mp->rx_off;
+        size_t end = p->rx_striped ? p->rx_hi0 : mp->rx_len;
+        size_t cap = mp->rx_cap < end ? mp->rx_cap : end;
         uint8_t *dst = ddp__match_dst(mp);
-        size_t need = mp->rx_cap - mp->rx_off;
+        size_t need = cap - *pos;
         if (need == 0) {
-            if (mp->rx_off < mp->rx_len) { /* an unexpected buffer grows with its bytes */
+            if (*pos < end) { /* an unexpected buffer grows with its bytes */
                 if (ddp__match_grow(&t->m, mp) < 0)
                     return;
                 continue;
+            }
+            if (mp->rx_off < mp->rx_len) { /* the other streams bring the rest */
+                ddp__tcp_update_events(t, p);
+                return;
+            }
+            if (p->rx_striped) {
+                p->rx_striped = 0;
+                ddp__tcp_update_events(t, p);
             }
             ddp__match_done(&t->m, mp);
             if (p->st_hi == p->st_lo)
                 return; /* epoll says when more comes: saves a recv that would fail */
             continue;
         }
+        size_t moved = 0;
         if (avail) {
-            size_t k = avail < need ? avail : need;
-            memcpy(dst + mp->rx_off, p->stage + p->st_lo, k);
-            p->st_lo += k;
-            mp->rx_off += k;
-            continue;
-        }
-        /* Small remainders go through the stage, which also picks up the
-         * next header; large ones straight into place. */
-        ssize_t n = need < STAGE_LEN / 2 ? fill_stage(p)
-                                         : recv(p->fd, dst + mp->rx_off, need, MSG_DONTWAIT);
-        if (n > 0) {
+            moved = avail < need ? avail : need;
+            memcpy(dst + *pos, p->stage + p->st_lo, moved);
+            p->st_lo += moved;
+        } else {
+            /* Small remainders go through the stage, which also picks up the
+             * next header; large ones straight into place. */
+            ssize_t n = need < STAGE_LEN / 2 ? fill_stage(p)
+                                             : recv(p->fd, dst + *pos, need, MSG_DONTWAIT);
+            if (n <= 0) {
+                if (!ddp__tcp_rx_stalled(t, p, n, 0))
+                    return;
+                continue;
+            }
             if (need < STAGE_LEN / 2)
                 p->st_hi += (size_t)n;
             else
-                mp->rx_off += (size_t)n;
-        } else if (!rx_stalled(t, p, n)) {
-            return;
+                moved = (size_t)n;
         }
+        *pos += moved;
+        if (p->rx_striped)
+            mp->rx_off += moved;
     }
 }
 
@@ -279,58 +323,73 @@ static void rx_progress(tcp *t, peer *p)
 /* Send side                                                            */
 /* ------------------------------------------------------------------ */
 
-static void tx_progress(tcp *t, peer *p)
+/* Sends what is left of hdr (from *hdr_off) and then of buf[*off, hi) on
+ * fd, in one sendmsg where the socket takes it: 1 when all is sent, 0 when
+ * the socket is full, -1 on an error (errno says which). */
+int ddp__tcp_send_part(int fd, const uint8_t *hdr, size_t *hdr_off, const void *buf, size_t *off,
+                       size_t hi)
+{
+    for (;;) {
+        struct iovec iov[2];
+        int cnt = 0;
+        if (*hdr_off < HDR_LEN)
+            iov[cnt++] = (struct iovec){(uint8_t *)hdr + *hdr_off, HDR_LEN - *hdr_off};
+        if (*off < hi)
+            iov[cnt++] = (struct iovec){(uint8_t *)buf + *off, hi - *off};
+        if (cnt == 0)
+            return 1;
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        }
+        size_t k = (size_t)n, h = HDR_LEN - *hdr_off;
+        if (h > k)
+            h = k;
+        *hdr_off += h;
+        *off += k - h;
+    }
+}
+
+/* A send failed with err: a peer that gave up sent ABORT (its reason)
+ * before closing; read it, so that the error names the cause, not the pipe. */
+void ddp__tcp_tx_failed(tcp *t, peer *p, int err)
+{
+    ddp__tcp_rx_progress(t, p);
+    ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "send: %s", strerror(err));
+}
+
+void ddp__tcp_tx_progress(tcp *t, peer *p)
 {
     ddp__match_peer *mp = &p->m;
     while (mp->sq_head && mp->state == DDP__PEER_LIVE) {
         ddp__req *r = mp->sq_head;
-        struct iovec iov[2];
-        int cnt = 0;
-        if (p->tx_hdr_off < HDR_LEN)
-            iov[cnt++] = (struct iovec){p->tx_hdr + p->tx_hdr_off, HDR_LEN - p->tx_hdr_off};
-        if (r->done < r->len)
-            iov[cnt++] = (struct iovec){(uint8_t *)r->buf + r->done, r->len - r->done};
-        ssize_t n = 0;
-        if (cnt > 0) {
-            struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
-            n = sendmsg(p->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    p->want_out = 1;
-                    update_events(t, p);
-                    return;
-                }
-                /* A peer that gave up sent ABORT (its reason) before closing:
-                 * read it, so that the error names the cause, not the pipe. */
-                int err = errno;
-                rx_progress(t, p);
-                ddp__match_down(&t->m, mp, DDP__PEER_DEAD, "send: %s", strerror(err));
-                return;
-            }
+        int rc = ddp__tcp_send_part(p->fd, p->tx_hdr, &p->tx_hdr_off, r->buf, &p->tx_off0,
+                                    p->tx_hi0);
+        if (rc < 0) {
+            ddp__tcp_tx_failed(t, p, errno);
+            return;
         }
-        size_t k = (size_t)n, h = HDR_LEN - p->tx_hdr_off;
-        if (h > k)
-            h = k;
-        p->tx_hdr_off += h;
-        r->done += k - h;
-        if (p->tx_hdr_off == HDR_LEN && r->done == r->len) {
-            r->status = 1;
-            mp->sq_head = r->next;
-            if (!mp->sq_head)
-                mp->sq_tail = NULL;
-            r->next = NULL;
-            if (mp->sq_head) {
-                build_header(p->tx_hdr, OP_DATA, mp->sq_head->tag, mp->sq_head->len);
-                p->tx_hdr_off = 0;
-            }
+        p->want_out = rc == 0;
+        int busy = rc == 0;
+        if (t->streams > 1 && ddp__tcp_tx_stripes(t, p, &busy) < 0)
+            return;
+        r->done = t->streams > 1 ? ddp__tcp_tx_done(t, p) : p->tx_off0;
+        if (busy) {
+            ddp__tcp_update_events(t, p);
+            return;
         }
+        r->status = 1;
+        mp->sq_head = r->next;
+        if (!mp->sq_head)
+            mp->sq_tail = NULL;
+        r->next = NULL;
+        if (mp->sq_head)
+            ddp__tcp_tx_start(t, p);
     }
-    if (p->want_out) {
-        p->want_out = 0;
-        update_events(t, p);
-    }
+    ddp__tcp_update_events(t, p);
 }
 
 /* ------------------------------------------------------------------ */
@@ -344,9 +403,8 @@ static int tcp_isend(ddp__tp *tp, ddp__req *r)
     if (first <= 0)
         return first;
     peer *p = &t->peers[r->peer];
-    build_header(p->tx_hdr, OP_DATA, r->tag, r->len);
-    p->tx_hdr_off = 0;
-    tx_progress(t, p); /* eager: most small sends finish here */
+    ddp__tcp_tx_start(t, p);
+    ddp__tcp_tx_progress(t, p); /* eager: most small sends finish here */
     if (r->status < 0)
         return ddp__match_fail_all(&t->m, ddp__match_peer_error(&p->m));
     return 0;
@@ -358,7 +416,7 @@ static int tcp_irecv(ddp__tp *tp, ddp__req *r)
     int held = r->peer >= 0 && r->peer < t->base.size && t->peers[r->peer].m.rx == DDP__RX_HELD;
     int rc = ddp__match_irecv(&t->m, r);
     if (rc == 0 && held) /* read the held frame now, into r or out of the way */
-        update_events(t, &t->peers[r->peer]);
+        ddp__tcp_rx_setup(t, &t->peers[r->peer]);
     return rc;
 }
 
@@ -409,22 +467,33 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
                                        DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_wait"));
         }
         for (int i = 0; i < nev; i++) {
-            peer *p = evs[i].data.ptr;
+            uint64_t key = evs[i].data.u64;
+            peer *p = &t->peers[key >> 8];
+            int s = (int)(key & 0xff);
             uint32_t ev = evs[i].events;
             if (p->m.state != DDP__PEER_LIVE)
                 continue;
+            if (s > 0) {
+                ddp__tcp_stripe_event(t, p, s, ev);
+                continue;
+            }
             if (ev & EPOLLOUT)
-                tx_progress(t, p);
+                ddp__tcp_tx_progress(t, p);
             /* A closed or failed socket with a held frame: read it all now,
              * to learn whether the peer said goodbye. */
             if ((ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && p->m.rx == DDP__RX_HELD &&
                 p->m.state == DDP__PEER_LIVE) {
                 if (ddp__match_buffer(&t->m, &p->m) < 0)
                     continue;
-                update_events(t, p);
+                ddp__tcp_rx_setup(t, p);
+            }
+            /* Stream 0 waits for the stripes, but its socket failed. */
+            if ((ev & (EPOLLHUP | EPOLLERR)) && p->rx_striped && p->rx_pos0 == p->rx_hi0) {
+                ddp__tcp_idle_broken(t, p, p->fd, 0);
+                continue;
             }
             if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-                rx_progress(t, p);
+                ddp__tcp_rx_progress(t, p);
         }
     }
 }

@@ -22,6 +22,18 @@
 #include "transport/handshake.h"
 #include "transport/rendezvous.h"
 
+/* Shuts a stream down for writing, then drains what is unread so that
+ * close sends FIN, not RST (an RST could destroy our BYE before the peer
+ * reads it). */
+static void close_quietly(int fd)
+{
+    char sink[4096];
+    shutdown(fd, SHUT_WR);
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+    close(fd);
+}
+
 void ddp__tcp_destroy(ddp__tp *tp)
 {
     tcp *t = (tcp *)tp;
@@ -29,21 +41,20 @@ void ddp__tcp_destroy(ddp__tp *tp)
         return;
     for (int r = 0; t->peers && r < t->base.size; r++) {
         peer *p = &t->peers[r];
-        if (p->fd >= 0) {
-            /* Goodbye, unless a frame is half-written (the stream is no
-             * longer in step then, and the peer must see a failure). */
-            if (p->m.state == DDP__PEER_LIVE && !p->m.sq_head) {
-                uint8_t h[HDR_LEN];
-                build_header(h, OP_BYE, 0, 0);
-                (void)ddp__sock_send_all(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
-                shutdown(p->fd, SHUT_WR);
-                /* Drain what is unread so that close sends FIN, not RST
-                 * (an RST could destroy our BYE before the peer reads it). */
-                char sink[4096];
-                while (recv(p->fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-                }
-            }
-            close(p->fd);
+        /* Goodbye, unless a frame is half-written (the stream is no longer
+         * in step then, and the peer must see a failure). */
+        int bye = p->fd >= 0 && p->m.state == DDP__PEER_LIVE && !p->m.sq_head;
+        if (bye) {
+            uint8_t h[HDR_LEN];
+            build_header(h, OP_BYE, 0, 0);
+            (void)ddp__sock_send_all(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
+        }
+        for (int s = 0; s < t->streams; s++) {
+            int fd = s == 0 ? p->fd : p->xs[s - 1].fd;
+            if (fd >= 0 && bye)
+                close_quietly(fd);
+            else if (fd >= 0)
+                close(fd);
         }
     }
     ddp__match_destroy(&t->m);
@@ -52,13 +63,13 @@ void ddp__tcp_destroy(ddp__tp *tp)
     free(t);
 }
 
-
 /* ------------------------------------------------------------------ */
 /* Setup: rendezvous, connect, accept                                   */
 /* ------------------------------------------------------------------ */
 
-/* Record: "host port nonce" */
-static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen, int *port)
+/* Record: "host port nonce streams" */
+static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen, int *port,
+                        int *streams)
 {
     char buf[300];
     size_t n = rec->len < sizeof buf - 1 ? rec->len : sizeof buf - 1;
@@ -72,39 +83,74 @@ static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen
     *port = atoi(sp + 1);
     DDP_FAIL_IF(*port <= 0 || *port > 65535, DDP_ERR_FORMAT,
                 "malformed address record of rank %d: '%s'", r, buf);
+    const char *last = strrchr(buf, ' ');
+    *streams = last && last > sp ? atoi(last + 1) : 0;
+    DDP_FAIL_IF(*streams < 1 || *streams > MAX_STREAMS, DDP_ERR_FORMAT,
+                "malformed address record of rank %d: '%s'", r, buf);
     return 0;
 }
 
-static int add_peer(tcp *t, int r, int fd)
+/* Every rank must open as many connections per pair: a difference is a
+ * configuration error, named before anyone dials. */
+static int check_streams(const tcp *t, const ddp__rdzv_rec *recs)
+{
+    for (int r = 0; r < t->base.size; r++) {
+        char host[256];
+        int port = 0, streams = 0;
+        if (r == t->base.rank)
+            continue;
+        DDP_TRY(parse_record(&recs[r], r, host, sizeof host, &port, &streams));
+        DDP_FAIL_IF(streams != t->streams, DDP_ERR_INVALID_ARG,
+                    "rank %d has DDP_SOCKET_NUM_STREAMS=%d where rank %d has %d: every rank "
+                    "must set the same",
+                    r, streams, t->base.rank, t->streams);
+    }
+    return 0;
+}
+
+/* Takes fd as stream s of rank r (the peer is live once every stream is). */
+static int add_stream(tcp *t, int r, int s, int fd)
 {
     peer *p = &t->peers[r];
     DDP_TRY(ddp__sock_tune(fd, 1));
-    p->fd = fd;
-    p->ev = EPOLLIN | EPOLLRDHUP;
-    struct epoll_event e = {.events = p->ev, .data.ptr = p};
+    uint32_t ev = s == 0 ? EPOLLIN | EPOLLRDHUP : 0; /* a stripe stream reads when due */
+    struct epoll_event e = {.events = ev, .data.u64 = ev_key(r, s)};
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_ctl(ADD) for %s", p->m.what);
-    p->m.state = DDP__PEER_LIVE;
+    if (s == 0) {
+        p->fd = fd;
+        p->ev = ev;
+    } else {
+        p->xs[s - 1].fd = fd;
+        p->xs[s - 1].ev = ev;
+    }
+    if (s == t->streams - 1)
+        p->m.state = DDP__PEER_LIVE;
     return 0;
 }
+
+static int stream_fd(const peer *p, int s) { return s == 0 ? p->fd : p->xs[s - 1].fd; }
 
 static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, double deadline)
 {
     for (int r = t->base.rank + 1; r < t->base.size; r++) {
         char host[256];
-        int port = 0, fd = -1;
-        DDP_TRY(parse_record(&recs[r], r, host, sizeof host, &port));
+        int port = 0, streams = 0;
+        DDP_TRY(parse_record(&recs[r], r, host, sizeof host, &port, &streams));
         peer *p = &t->peers[r];
         snprintf(p->m.what, sizeof p->m.what, "rank %d (%s:%d)", r, host, port);
-        int rc = ddp__sock_connect(host, port, deadline, p->m.what, &fd);
-        if (rc == 0)
-            rc = ddp__hs_client(fd, hs, r, deadline, p->m.what);
-        if (rc == 0)
-            rc = add_peer(t, r, fd);
-        if (rc < 0) {
-            if (fd >= 0 && p->fd != fd)
-                close(fd);
-            return ddp__error_context(rc, "rank %d connecting to rank %d", t->base.rank, r);
+        for (int s = 0; s < t->streams; s++) {
+            int fd = -1;
+            int rc = ddp__sock_connect(host, port, deadline, p->m.what, &fd);
+            if (rc == 0)
+                rc = ddp__hs_client(fd, hs, r, s, deadline, p->m.what);
+            if (rc == 0)
+                rc = add_stream(t, r, s, fd);
+            if (rc < 0) {
+                if (fd >= 0 && stream_fd(p, s) != fd)
+                    close(fd);
+                return ddp__error_context(rc, "rank %d connecting to rank %d", t->base.rank, r);
+            }
         }
     }
     return 0;
@@ -115,19 +161,22 @@ static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, 
 static int accept_down(tcp *t, const ddp__hs_ctx *hs, int lfd, double deadline,
                        double timeout_s)
 {
-    int rc = 0, rank = t->base.rank;
+    int rc = 0, rank = t->base.rank, ns = t->streams;
     if (rank == 0)
         return 0;
-    int *fds = calloc((size_t)rank, sizeof *fds);
+    int *fds = calloc((size_t)rank * (size_t)ns, sizeof *fds);
     char(*addrs)[DDP__ACCEPT_ADDR] = calloc((size_t)rank, sizeof *addrs);
     DDP_FAIL_OUT(!fds || !addrs, DDP_ERR_NOMEM, "out of memory");
     DDP_TRY_OUT(ddp__hs_accept(lfd, hs, deadline, timeout_s, fds, addrs));
     for (int r = 0; r < rank; r++) {
         snprintf(t->peers[r].m.what, sizeof t->peers[r].m.what, "rank %d (%s)", r, addrs[r]);
-        if (rc == 0)
-            rc = add_peer(t, r, fds[r]);
-        if (t->peers[r].fd != fds[r])
-            close(fds[r]); /* not handed over: add_peer failed here or before */
+        for (int s = 0; s < ns; s++) {
+            int fd = fds[r * ns + s];
+            if (rc == 0)
+                rc = add_stream(t, r, s, fd);
+            if (stream_fd(&t->peers[r], s) != fd)
+                close(fd); /* not handed over: add_stream failed here or before */
+        }
     }
 out:
     free(fds);
@@ -157,11 +206,14 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     DDP_TRY_OUT(ddp__env_usec("DDP_TCP_SPIN_US", &spin_us));
     t->spin_max = spin_us * 1e-6;
     t->spin_s = t->spin_max;
+    DDP_TRY_OUT(ddp__env_int("DDP_SOCKET_NUM_STREAMS", &t->streams)); /* 1 to MAX_STREAMS */
     DDP_TRY_OUT(ddp__match_init(&t->m, &ddp__tcp_match_ops, rank, size, sizeof(peer)));
     t->peers = t->m.peers;
     for (int r = 0; r < size; r++) {
         peer *p = &t->peers[r];
         p->fd = -1;
+        for (int s = 1; s < MAX_STREAMS; s++)
+            p->xs[s - 1].fd = -1;
         if (r != rank) { /* until add_peer */
             p->m.state = DDP__PEER_DEAD;
             snprintf(p->m.why, sizeof p->m.why, "rank %d: not connected", r);
@@ -182,13 +234,19 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     int n = snprintf(rec, sizeof rec, "%s %d ", host, port);
     for (int i = 0; i < 16; i++)
         n += snprintf(rec + n, sizeof rec - (size_t)n, "%02x", nonce[i]);
+    n += snprintf(rec + n, sizeof rec - (size_t)n, " %d", t->streams);
     recs = calloc((size_t)size, sizeof *recs);
     DDP_FAIL_OUT(!recs, DDP_ERR_NOMEM, "out of memory");
     DDP_TRY_OUT(ddp__rdzv_exchange(store, prefix, rank, size, rec, (size_t)n, timeout_s, recs));
 
     /* The group's identity: a digest of every record (each has a fresh
      * nonce), so connections from another job or group never match. */
-    ddp__hs_ctx hs = {.rank = rank, .size = size, .secret = secret, .secret_len = secret_len};
+    DDP_TRY_OUT(check_streams(t, recs));
+    ddp__hs_ctx hs = {.rank = rank,
+                      .size = size,
+                      .streams = t->streams,
+                      .secret = secret,
+                      .secret_len = secret_len};
     ddp__sha256_ctx sc;
     ddp__sha256_init(&sc);
     ddp__sha256_update(&sc, prefix, strlen(prefix) + 1);
@@ -224,6 +282,15 @@ int ddp__tcp_debug_stats(ddp__tp *tp, ddp__tcp_stats *out)
     if (!tp || tp->vt != &ddp__tcp_vtable)
         return -1;
     *out = ((tcp *)tp)->m.stats;
+    return 0;
+}
+
+int ddp__tcp_debug_streams(ddp__tp *tp, int *streams, uint64_t *striped_rx)
+{
+    if (!tp || tp->vt != &ddp__tcp_vtable)
+        return -1;
+    *streams = ((tcp *)tp)->streams;
+    *striped_rx = ((tcp *)tp)->striped_rx;
     return 0;
 }
 
