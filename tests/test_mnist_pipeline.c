@@ -46,8 +46,13 @@ static void test_2x2_pipeline_equals_ddp(void **state)
     /* 60000 / 2 replicas / 64 = 469 steps: 4 lines, printed by one rank */
     assert_int_equal(na, 4);
     assert_int_equal(nb, 4);
+    /* The pipeline sums each replica's micro-batch gradients in another
+     * order than DDP's one batch: float rounding parts the two trajectories
+     * slowly (ReLU and tie flips, as test_cnn measures), 5e-4 in a loss line
+     * by step 300 on an AVX-512 machine.  The 1e-5 equivalence after 20
+     * steps is test_pipeline's; this end-to-end run allows 2e-3. */
     for (int i = 0; i < na; i++)
-        if (fabs(a[i] - b[i]) > 2e-4)
+        if (fabs(a[i] - b[i]) > 2e-3)
             fail_msg("line %d: pipeline %.4f, DDP %.4f\n%s\n%s", i, a[i], b[i], pp.out, dp.out);
     assert_non_null(strstr(pp.out, "Throughput: "));
     double acc_pp = accuracy(pp.out), acc_dp = accuracy(dp.out);
