@@ -158,24 +158,30 @@ static float *conv_wino_filters(ddp_tape_t *tape, const conv_ctx *c, const float
     return u;
 }
 
-/* y = conv(x, w) + b per sample and group by Winograd F(2x2, 3x3): no
- * im2col, the bias added in the output transform. */
-static int conv_forward_wino(ddp_tape_t *tape, const conv_ctx *c, const ddp_var_t *x,
-                             const ddp_var_t *w, const ddp_var_t *b, ddp_var_t *v)
+/* One Winograd F(2x2, 3x3) convolution per sample and group.  flip 0: the
+ * forward, out = y (+ the bias in the output transform), in = x; flip 1: the
+ * input gradient, out = dx (=|+= by acc), in = dy, with the filters rotated
+ * by 180 degrees and their channels swapped, padding 2 - p. */
+static int conv_wino_run(ddp_tape_t *tape, const conv_ctx *c, int flip, float *out,
+                         const float *in, const float *w, const float *bias, int acc)
 {
     ddp__wino_plan pl;
-    ddp__wino_plan_init(&pl, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
-    float *u = conv_wino_filters(tape, c, w->t.data, 0);
+    if (flip)
+        ddp__wino_plan_init(&pl, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph, 2 - c->g.pw);
+    else
+        ddp__wino_plan_init(&pl, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+    float *u = conv_wino_filters(tape, c, w, flip);
     float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
     if (!u || !scratch)
         return DDP_ERR_NOMEM;
     size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
     size_t ys = (size_t)c->og * (size_t)conv_p(c), us = 16 * (size_t)c->og * (size_t)c->g.c;
+    size_t os = flip ? xs : ys, is = flip ? ys : xs;
     for (int s = 0; s < c->n; s++)
         for (int gi = 0; gi < c->groups; gi++) {
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
-            ddp__wino_conv(&pl, v->t.data + sg * ys, x->t.data + sg * xs, u + (size_t)gi * us,
-                           b ? b->t.data + (size_t)gi * (size_t)c->og : NULL, 0, scratch);
+            ddp__wino_conv(&pl, out + sg * os, in + sg * is, u + (size_t)gi * us,
+                           bias ? bias + (size_t)gi * (size_t)c->og : NULL, acc, scratch);
         }
     return 0;
 }
@@ -201,8 +207,11 @@ int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
         return DDP_ERR_NOMEM;
     *saved = c;
     v->ctx = saved;
-    DDP_TRY(c.wino ? conv_forward_wino(tape, &c, x, w, b, v)
-                   : conv_forward_gemm(tape, &c, x, w, b, v));
+    if (c.wino)
+        DDP_TRY(conv_wino_run(tape, &c, 0, v->t.data, x->t.data, w->t.data, b ? b->t.data : NULL,
+                              0));
+    else
+        DDP_TRY(conv_forward_gemm(tape, &c, x, w, b, v));
     *y = v;
     return 0;
 }
@@ -220,28 +229,6 @@ static int conv_bias_backward(ddp_tape_t *tape, float *db, const float *dy, cons
     for (int n = 0; n < c->n; n++)
         ddp_sgemm(0, 0, cout, 1, p, 1.0f, dy + (size_t)n * (size_t)cout * (size_t)p, p, ones, 1,
                   acc || n > 0 ? 1.0f : 0.0f, db, 1);
-    return 0;
-}
-
-/* dx (=|+=) the input gradient by Winograd: dx = conv(dy, w rotated by 180
- * degrees, its channels swapped) with padding 2 - p, per sample and group. */
-static int conv_dx_wino(ddp_tape_t *tape, const conv_ctx *c, float *dx, const float *dy,
-                        const float *w, int acc)
-{
-    ddp__wino_plan pl;
-    ddp__wino_plan_init(&pl, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph, 2 - c->g.pw);
-    float *u = conv_wino_filters(tape, c, w, 1);
-    float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
-    if (!u || !scratch)
-        return DDP_ERR_NOMEM;
-    size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
-    size_t ys = (size_t)c->og * (size_t)conv_p(c), us = 16 * (size_t)c->og * (size_t)c->g.c;
-    for (int s = 0; s < c->n; s++)
-        for (int gi = 0; gi < c->groups; gi++) {
-            size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
-            ddp__wino_conv(&pl, dx + sg * xs, dy + sg * ys, u + (size_t)gi * us, NULL, acc,
-                           scratch);
-        }
     return 0;
 }
 
@@ -268,7 +255,7 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
         DDP_GRAD_TARGET(g, x);
         dx = g, acc_x = acc;
         if (c->wino) { /* dx by Winograd; the loop below makes dw alone */
-            DDP_TRY(conv_dx_wino(tape, c, dx, v->grad, w->t.data, acc_x));
+            DDP_TRY(conv_wino_run(tape, c, 1, dx, v->grad, w->t.data, NULL, acc_x));
             dx = NULL;
         } else if (!pw && !(dcols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *dcols)))
             return DDP_ERR_NOMEM;
