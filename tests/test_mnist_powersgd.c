@@ -20,6 +20,7 @@
 #include "data_fixture.h"
 #include "ddp.h"
 #include "mnist_output.h"
+#include "mnist_model.h"
 #include "scratch_dir.h"
 
 static char bin[1024];
@@ -46,47 +47,6 @@ static int run_ranks(int world, const char *flags, const char *out, char **log)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* The MLP 784-h...-10 built here, independently of examples/mnist. */
-static ddp_model_t *mlp(const int *hidden, int nh)
-{
-    ddp_module_t *mods[16], *seq;
-    int n = 0, in = 784;
-    for (int i = 0; i < nh; i++) {
-        assert_int_equal(ddp_linear_create(in, hidden[i], 1, 0, &mods[n++]), 0);
-        assert_int_equal(ddp_relu_create(&mods[n++]), 0);
-        in = hidden[i];
-    }
-    assert_int_equal(ddp_linear_create(in, 10, 1, 0, &mods[n++]), 0);
-    assert_int_equal(ddp_sequential_create(mods, n, &seq), 0);
-    ddp_model_t *m;
-    assert_int_equal(ddp_model_from_module(seq, &m), 0);
-    return m;
-}
-
-static ddp_model_t *load(const int *hidden, int nh, const char *name)
-{
-    ddp_model_t *m = mlp(hidden, nh);
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (ddp_model_load_safetensors(m, path) != 0)
-        fail_msg("%s: %s", path, ddp_last_error());
-    return m;
-}
-
-/* max |a - b| / max |a| over the two models' parameters. */
-static double rel_diff(ddp_model_t *ma, ddp_model_t *mb)
-{
-    size_t n, nb;
-    const float *pa = ddp_model_param_block(ma, &n), *pb = ddp_model_param_block(mb, &nb);
-    assert_int_equal(n, nb);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)pa[i] - pb[i]));
-        den = fmax(den, fabs((double)pa[i]));
-    }
-    return den > 0 ? num / den : INFINITY;
-}
-
 static void write_data(void)
 {
     fx_write_split(dir, "train", 0, 960, 28, 28, 10);
@@ -107,11 +67,11 @@ static void test_hidden_layers(void **state)
     assert_non_null(strstr(l1, "Test accuracy: "));
     /* the shapes are those of 784-32-16-10 (a load of any other fails) and
      * the initial values those of the library's init from seed 3 */
-    ddp_model_t *ref = mlp(h, 2), *init = load(h, 2, "init.safetensors"),
-                *trained = load(h, 2, "trained.safetensors");
+    ddp_model_t *ref = mnist_mlp(h, 2), *init = mnist_mlp_load(dir, h, 2, "init.safetensors"),
+                *trained = mnist_mlp_load(dir, h, 2, "trained.safetensors");
     assert_int_equal(ddp_model_reset_parameters(ref, 3), 0);
-    assert_true(rel_diff(ref, init) == 0);
-    double moved = rel_diff(init, trained);
+    assert_true(mnist_rel_diff(ref, init) == 0);
+    double moved = mnist_rel_diff(init, trained);
     if (!(moved > 1e-3))
         fail_msg("training moved the weights by only %.3g", moved);
     ddp_model_destroy(ref);
@@ -160,9 +120,9 @@ static void test_powersgd_two_ranks(void **state)
     if (!strstr(lp, want))
         fail_msg("want '%s' in: %s", want, lp);
     assert_non_null(strstr(ll, "PowerSGD: 0 compressed steps, 0 of 0 gradient floats sent"));
-    ddp_model_t *md = load(h, 1, "ddp.safetensors"), *mp = load(h, 1, "psgd.safetensors"),
-                *ml = load(h, 1, "late.safetensors");
-    double late = rel_diff(md, ml), comp = rel_diff(md, mp);
+    ddp_model_t *md = mnist_mlp_load(dir, h, 1, "ddp.safetensors"), *mp = mnist_mlp_load(dir, h, 1, "psgd.safetensors"),
+                *ml = mnist_mlp_load(dir, h, 1, "late.safetensors");
+    double late = mnist_rel_diff(md, ml), comp = mnist_rel_diff(md, mp);
     print_message("plain DDP against start 1000: %.3g, against PowerSGD rank 2: %.3g\n", late,
                   comp);
     if (late > 1e-6)
@@ -192,16 +152,7 @@ static void test_bad_flags(void **state)
         {"--powersgd 4 --zero 1", "--powersgd does not go with --zero yet"},
         {"--powersgd 4 --checkpoint-dir /tmp", "--powersgd does not go with --checkpoint-dir yet"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char cmd[2048], path[256];
-        snprintf(path, sizeof path, "%s/log", dir);
-        snprintf(cmd, sizeof cmd, "%s --epochs 0 %s >%s 2>&1", bin, cases[i][0], path);
-        int st = system(cmd);
-        char *out = slurp(path);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, cases[i][1]))
-            fail_msg("'%s': status %d, output '%s'", cases[i][0], st, out);
-        free(out);
-    }
+    mnist_bad_flags(bin, dir, cases, sizeof cases / sizeof *cases);
 }
 
 int main(void)
