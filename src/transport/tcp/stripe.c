@@ -72,10 +72,13 @@ int ddp__tcp_tx_stripes(tcp *t, peer *p, int *busy)
     return 0;
 }
 
-/* Bytes of the send in progress that every stream has sent. */
+/* Bytes of the send in progress that every stream has sent (the other
+ * streams' offsets are those of the last striped send until the next). */
 size_t ddp__tcp_tx_done(const tcp *t, const peer *p)
 {
     size_t done = p->tx_off0;
+    if (!p->m.sq_head || !is_striped(t, p->m.sq_head->len))
+        return done;
     for (int s = 1; s < t->streams; s++)
         done += p->xs[s - 1].tx_off - p->xs[s - 1].tx_lo;
     return done;
