@@ -346,8 +346,13 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
         pi += (size_t)t[i].rows * (size_t)r;
         qi += (size_t)t[i].cols * (size_t)r;
     }
-    if (k->nq)
-        DDP_TRY(ddp_pg_all_reduce(pg, k->q, k->nq, DDP_FLOAT32, DDP_SUM));
+    if (k->nq) {
+        int rc = ddp_pg_all_reduce(pg, k->q, k->nq, DDP_FLOAT32, DDP_SUM);
+        if (rc != 0) { /* the error buffer holds M now, not the error: start afresh */
+            k->n = 0;
+            return rc;
+        }
+    }
     for (size_t e = 0; e < k->nq; e++)
         k->q[e] /= ws;
     pi = qi = 0;
