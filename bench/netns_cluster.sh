@@ -49,6 +49,7 @@ if [ -n "$why" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'cluster_down; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 
 # ---- all-reduce: libddp and Open MPI ------------------------------------
 

@@ -25,25 +25,25 @@ cluster_check() {
 
 cluster_addr() { echo "10.215.$id.$1"; }
 
-# cluster_up N RATE
+# cluster_up N RATE: 1 (with the command's own message) when a step fails
 cluster_up() {
-    ip link add "$br" type bridge
-    ip addr add "10.215.$id.254/24" dev "$br"
-    ip link set "$br" up
+    ip link add "$br" type bridge || return 1
+    ip addr add "10.215.$id.254/24" dev "$br" || return 1
+    ip link set "$br" up || return 1
     i=1
     while [ "$i" -le "$1" ]; do
-        ip netns add "$pfx$i"
-        ip link add "c$$v$i" type veth peer name "c$$p$i"
-        ip link set "c$$v$i" netns "$pfx$i"
-        ip link set "c$$p$i" master "$br" up
-        ip -n "$pfx$i" addr add "$(cluster_addr "$i")/24" dev "c$$v$i"
-        ip -n "$pfx$i" link set "c$$v$i" up
-        ip -n "$pfx$i" link set lo up
-        ip -n "$pfx$i" route add default via "10.215.$id.254"
-        hosts_up=$i
+        ip netns add "$pfx$i" || return 1
+        hosts_up=$i # cluster_down removes it even when a later step fails
+        ip link add "c$$v$i" type veth peer name "c$$p$i" || return 1
+        ip link set "c$$v$i" netns "$pfx$i" || return 1
+        ip link set "c$$p$i" master "$br" up || return 1
+        ip -n "$pfx$i" addr add "$(cluster_addr "$i")/24" dev "c$$v$i" || return 1
+        ip -n "$pfx$i" link set "c$$v$i" up || return 1
+        ip -n "$pfx$i" link set lo up || return 1
+        ip -n "$pfx$i" route add default via "10.215.$id.254" || return 1
         i=$((i + 1))
     done
-    cluster_shape "$2"
+    cluster_shape "$2" || return 1
 }
 
 # burst_of RATE (100mbit, 1gbit, 10gbit): tbf's bucket, 2 ms at RATE
@@ -62,8 +62,8 @@ cluster_shape() {
         tc qdisc del dev "c$$p$i" root 2>/dev/null || true
         if [ "$1" != none ]; then
             b=$(burst_of "$1")
-            tc -n "$pfx$i" qdisc add dev "c$$v$i" root tbf rate "$1" burst "$b" latency 20ms
-            tc qdisc add dev "c$$p$i" root tbf rate "$1" burst "$b" latency 20ms
+            tc -n "$pfx$i" qdisc add dev "c$$v$i" root tbf rate "$1" burst "$b" latency 20ms || return 1
+            tc qdisc add dev "c$$p$i" root tbf rate "$1" burst "$b" latency 20ms || return 1
         fi
         i=$((i + 1))
     done

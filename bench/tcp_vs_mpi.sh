@@ -19,6 +19,7 @@ FACTOR=${3:-4}
 ITERS=${4:-50}
 ROUNDS=${5:-7}
 BUILD=${BUILD:-build}
+command -v mpicc >/dev/null || { echo "skipped: no mpicc (Open MPI is installed by scripts/install-deps.sh)"; exit 0; }
 make -s -j2 "$BUILD/bin/ddp-bench-collectives" >/dev/null
 D=$(mktemp -d /tmp/ddp_tcpmpi.XXXXXX)
 trap 'rm -rf "$D"' EXIT

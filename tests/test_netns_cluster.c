@@ -58,7 +58,7 @@ static void test_four_hosts_match_one(void **state)
     /* 960 / 4 ranks / 32 = 7.5: 8 steps, the last one short */
     char script[6144];
     snprintf(script, sizeof script,
-             "trap cluster_down EXIT; cluster_up 4 1gbit; a=$(cluster_addr 1); "
+             "trap cluster_down EXIT INT TERM; cluster_up 4 1gbit || exit 1; a=$(cluster_addr 1); "
              "for i in 4 3 2 1; do ns_run $i %s --nnodes 4 --node-rank $((i - 1)) "
              "--master-addr $a --master-port %d %s --data %s --save %s/hosts.safetensors "
              FLAGS " >%s/node$i.log 2>&1 & p=\"$p $!\"; done; s=0; for x in $p; do "
