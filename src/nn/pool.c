@@ -285,9 +285,7 @@ static int max_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
            out = (size_t)c->oh * (size_t)c->ow;
     if (c->tiles2) {
         int acc;
-        float *dx = ddp__grad_target(tape, v->in[0], &acc);
-        if (!dx)
-            return tape->grad_target_rc;
+        DDP_GRAD_TARGET(dx, v->in[0]);
         for (size_t pl = 0; pl < planes; pl++)
             max_pool_backward_2x2(dx + pl * in, v->grad + pl * out, c->argmax + pl * out, c->oh,
                                   c->ow, acc);
