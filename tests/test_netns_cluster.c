@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "data_fixture.h"
 #include "free_port.h"
@@ -24,6 +23,7 @@
 #include "mnist_output.h"
 #include "mnist_model.h"
 #include "scratch_dir.h"
+#include "run_logged.h"
 
 static char bin[1024], ddprun[1024];
 
@@ -33,13 +33,9 @@ static char bin[1024], ddprun[1024];
  * exit status, output in *log. */
 static int cluster_sh(const char *script, char **log)
 {
-    char cmd[16384], path[256];
-    snprintf(path, sizeof path, "%s/log-cluster", dir);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 240 sh -c '. bench/netns_common.sh; %s' >%s 2>&1",
-             script, path);
-    int st = system(cmd);
-    *log = slurp(path);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    result r = sh_in(240, "log-cluster", ". bench/netns_common.sh; %s", script);
+    *log = r.out;
+    return r.status;
 }
 
 static void test_four_hosts_match_one(void **state)
@@ -76,13 +72,10 @@ static void test_four_hosts_match_one(void **state)
                      "done; s=0; for x in $p; do wait $x || s=1; done; exit $s",
                      bin, dir, dir, dir);
     assert_true(n > 0 && (size_t)n < sizeof one);
-    char cmd[16384], path[256];
-    snprintf(path, sizeof path, "%s/log-one", dir);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 120 sh -c '%s' >%s 2>&1", one, path);
-    st = system(cmd);
-    log = slurp(path);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fail_msg("one host: status %d: %s", st, log);
+    result r = sh_in(120, "log-one", "%s", one);
+    if (r.status != 0)
+        fail_msg("one host: exit %d: %s", r.status, r.out);
+    log = r.out;
     free(log);
     const int hidden[1] = {32}; /* FLAGS' --hidden */
     ddp_model_t *ma = mnist_mlp_load(dir, hidden, 1, "hosts.safetensors"),
