@@ -59,6 +59,23 @@ static void start_ranks(rank_group *g, int threads, int n, int (*fn)(int rank, v
     }
 }
 
+/* Waits for child pid until the ddp_time_now() deadline: 1 when it exited
+ * (its status in *status), 0 when it still ran (then it is killed and
+ * reaped, and *status says so). */
+static int reap_by(pid_t pid, double deadline, int *status)
+{
+    for (;;) {
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return 1;
+        if (ddp_time_now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, status, 0);
+            return 0;
+        }
+        sleep_s(0.002);
+    }
+}
+
 /* Waits for the group; returns how many ranks failed.  Processes still
  * running after limit_s are killed and count as failed; threads cannot be,
  * so their functions must bound their own waits. */
@@ -74,21 +91,12 @@ static int join_ranks(rank_group *g, double limit_s)
             continue;
         }
         int status = 0;
-        for (;;) {
-            pid_t r = waitpid(g->pids[i], &status, WNOHANG);
-            if (r == g->pids[i])
-                break;
-            if (ddp_time_now() > deadline) {
-                fprintf(stderr, "rank %d still running after %.1f s: killed\n", i, limit_s);
-                kill(g->pids[i], SIGKILL);
-                waitpid(g->pids[i], &status, 0);
-                status = 1;
-                break;
-            }
-            sleep_s(0.002);
-        }
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        if (!reap_by(g->pids[i], deadline, &status)) {
+            fprintf(stderr, "rank %d still running after %.1f s: killed\n", i, limit_s);
             failed++;
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            failed++;
+        }
     }
     return failed;
 }

@@ -400,11 +400,7 @@ static void kill_during_all_reduce(int victim)
     for (int r = 0; r < n; r++) {
         if (r == victim)
             continue;
-        double deadline = ddp_time_now() + 10;
-        pid_t got;
-        while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 && ddp_time_now() < deadline)
-            sleep_s(0.005);
-        if (got == 0) {
+        if (!reap_by(pids[r], ddp_time_now() + 10, &status)) {
             for (int q = 0; q < n; q++)
                 kill(pids[q], SIGKILL);
             fail_msg("rank %d hangs after rank %d was killed", r, victim);

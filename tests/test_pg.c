@@ -425,15 +425,8 @@ static void test_peer_killed_mid_all_reduce(void **state)
     int status;
     waitpid(pids[2], &status, 0);
     for (int r = 0; r < 2; r++) {
-        double deadline = ddp_time_now() + 10;
-        pid_t got;
-        while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 && ddp_time_now() < deadline)
-            sleep_s(0.01);
-        if (got == 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status, 0);
+        if (!reap_by(pids[r], ddp_time_now() + 10, &status))
             fail_msg("rank %d hangs after rank 2 was killed", r);
-        }
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
         assert_int_equal(rep->rc[r], DDP_ERR_PEER);

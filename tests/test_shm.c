@@ -360,15 +360,8 @@ static void kill9_during_all_reduce(const char *algo)
     for (int r = 0; r < n; r++) {
         if (r == victim)
             continue;
-        double deadline = ddp_time_now() + 10;
-        pid_t got;
-        while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 && ddp_time_now() < deadline)
-            sleep_s(0.005);
-        if (got == 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status, 0);
+        if (!reap_by(pids[r], ddp_time_now() + 10, &status))
             fail_msg("rank %d hangs after rank %d was killed", r, victim);
-        }
         fprintf(stderr, "%s: rank %d failed %.3f s after the kill: %s\n", algo, r,
                 rep->err_time[r] - killed, rep->msg[r]);
         assert_true(WIFEXITED(status));
