@@ -21,6 +21,7 @@
 #define FRAME_VERSION 1
 enum { OP_DATA = 1, OP_BYE = 2, OP_ABORT = 3, OP_STRIPE = 4 };
 #define MAX_ABORT 1024 /* bytes of reason in an ABORT frame */
+#define ABORT_WAIT_S 0.5 /* how long a giver-up sends its ABORT, and a peer looks for one */
 #define STAGE_LEN 4096
 #define MAX_FRAME ((uint64_t)1 << 40)  /* sanity bound on a frame's length */
 #define MAX_STREAMS 8                  /* DDP_SOCKET_NUM_STREAMS's upper bound (base/env.c) */

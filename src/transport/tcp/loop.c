@@ -118,7 +118,7 @@ static int raw_write(int fd, const void *buf, size_t len, double deadline)
 static void send_abort(peer *p, const char *why)
 {
     static const uint8_t zeros[4096];
-    double deadline = ddp_time_now() + 0.5;
+    double deadline = ddp_time_now() + ABORT_WAIT_S;
     ddp__req *r = p->m.sq_head;
     conn *c0 = &p->conn[0];
     /* (Stream 0's share whole: it is at a frame boundary, stripes or not.) */
@@ -204,6 +204,64 @@ static int parse_header(tcp *t, peer *p)
     return 0;
 }
 
+/* Reads into the staging buffer (after moving what is left to its start). */
+static ssize_t fill_stage(peer *p)
+{
+    if (p->st_lo > 0) {
+        memmove(p->stage, p->stage + p->st_lo, p->st_hi - p->st_lo);
+        p->st_hi -= p->st_lo;
+        p->st_lo = 0;
+    }
+    return recv(p->conn[0].fd, p->stage + p->st_hi, STAGE_LEN - p->st_hi, MSG_DONTWAIT);
+}
+
+/* A stream broke while stream 0 was not being read: it waited for the
+ * other streams' shares of a striped message, or sat between frames.  A
+ * peer that gives up sends its reason (ABORT) on stream 0 before it closes
+ * any stream, behind what is left of stream 0's share (which it completes
+ * with zeros): look for it there, for at most ABORT_WAIT_S, so that the
+ * error names the cause and not the stream that closed.  The share's bytes
+ * are dropped (the message fails either way).  1 when the reason was found
+ * (the peer is down with it). */
+static int reason_on_stream0(tcp *t, peer *p)
+{
+    conn *c0 = &p->conn[0];
+    size_t skip = 0;
+    if (p->rx_striped)
+        skip = c0->rx_hi - c0->rx_off;
+    else if (p->m.rx != DDP__RX_HDR)
+        return 0; /* in the middle of a frame: nowhere to look */
+    double deadline = ddp_time_now() + ABORT_WAIT_S;
+    for (;;) {
+        size_t avail = p->st_hi - p->st_lo, k = skip < avail ? skip : avail;
+        p->st_lo += k;
+        skip -= k;
+        avail -= k;
+        if (skip == 0 && avail >= HDR_LEN) {
+            const uint8_t *h = p->stage + p->st_lo;
+            uint64_t w = get64(h), len = get64(h + 16);
+            if (((w >> 40) & 0xff) != OP_ABORT || len > MAX_ABORT)
+                return 0;
+            if (avail >= HDR_LEN + len) {
+                (void)parse_header(t, p); /* takes the peer down with the reason */
+                return 1;
+            }
+        }
+        ssize_t n = fill_stage(p);
+        if (n > 0) {
+            p->st_hi += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        double left = deadline - ddp_time_now();
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0)
+            return 0;
+        struct pollfd pf = {.fd = c0->fd, .events = POLLIN};
+        (void)poll(&pf, 1, ddp__sock_poll_ms(left));
+    }
+}
+
 /* After a recv on stream (of p) that moved nothing: 1 to retry, 0 to stop
  * (would block or the peer is gone). */
 int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
@@ -212,6 +270,8 @@ int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
     if (n < 0 && err == EINTR)
         return 1;
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
+        return 0;
+    if ((stream > 0 || p->rx_striped) && reason_on_stream0(t, p))
         return 0;
     /* Which message it broke off in tells a crash from a lying header. */
     char in[128] = "";
@@ -227,17 +287,6 @@ int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
     else
         ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "recv: %s%s", strerror(err), in);
     return 0;
-}
-
-/* Reads into the staging buffer (after moving what is left to its start). */
-static ssize_t fill_stage(peer *p)
-{
-    if (p->st_lo > 0) {
-        memmove(p->stage, p->stage + p->st_lo, p->st_hi - p->st_lo);
-        p->st_hi -= p->st_lo;
-        p->st_lo = 0;
-    }
-    return recv(p->conn[0].fd, p->stage + p->st_hi, STAGE_LEN - p->st_hi, MSG_DONTWAIT);
 }
 
 void ddp__tcp_rx_progress(tcp *t, peer *p)

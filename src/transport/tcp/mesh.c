@@ -287,10 +287,13 @@ int ddp__tcp_debug_streams(ddp__tp *tp, int *streams, uint64_t *striped_rx)
     return 0;
 }
 
-int ddp__tcp_debug_fd(ddp__tp *tp, int rank)
+int ddp__tcp_debug_stream_fd(ddp__tp *tp, int rank, int stream)
 {
     tcp *t = (tcp *)tp;
-    if (!tp || tp->vt != &ddp__tcp_vtable || rank < 0 || rank >= t->base.size)
+    if (!tp || tp->vt != &ddp__tcp_vtable || rank < 0 || rank >= t->base.size || stream < 0 ||
+        stream >= t->streams)
         return -1;
-    return t->peers[rank].conn[0].fd;
+    return t->peers[rank].conn[stream].fd;
 }
+
+int ddp__tcp_debug_fd(ddp__tp *tp, int rank) { return ddp__tcp_debug_stream_fd(tp, rank, 0); }
