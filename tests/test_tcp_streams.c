@@ -9,7 +9,9 @@
  * gives up (ABORT) while a striped receive waits for the other streams,
  * also when its reason comes after the other stream closed (the survivor's
  * error names the reason); a hostile peer's share frame of another tag;
- * ranks that disagree on the stream count, and a bad value.  Payloads are checked
+ * ranks that disagree on the stream count (each names both), a bad value,
+ * a rendezvous record whose connection count (or another field) does not
+ * parse.  Payloads are checked
  * byte for byte against a pattern computed from (sender, tag, index).
  * Ranks are forked processes.  (The whole collective matrix runs over
  * several streams in test_tcp_streams_coll.) */
@@ -70,14 +72,21 @@ typedef struct case_arg {
     rank_fn fn;
 } case_arg;
 
+static const char *Streams; /* the case's list, for the checks of its ranks */
+
+/* Rank r's entry of a list "2,3" (the last one for ranks beyond it). */
+static int streams_at(const char *list, int rank)
+{
+    for (int r = 0; r < rank && strchr(list, ','); r++)
+        list = strchr(list, ',') + 1;
+    return atoi(list);
+}
+
 static int run_rank(int rank, void *arg)
 {
     case_arg *a = arg;
     char v[8] = "";
-    const char *s = a->streams;
-    for (int r = 0; r < rank && strchr(s, ','); r++)
-        s = strchr(s, ',') + 1;
-    snprintf(v, sizeof v, "%.*s", (int)strcspn(s, ","), s);
+    snprintf(v, sizeof v, "%d", streams_at(a->streams, rank));
     setenv("DDP_SOCKET_NUM_STREAMS", v, 1);
     ddp_store_t *st = NULL;
     ddp__tp *tp = NULL;
@@ -95,6 +104,7 @@ static int run_rank(int rank, void *arg)
 static void run_case(const char *streams, int n, rank_fn fn)
 {
     case_arg a = {streams, n, fn};
+    Streams = streams;
     job_init(&J);
     assert_int_equal(run_children(n, run_rank, &a, 60), 0);
     job_cleanup(&J);
@@ -278,12 +288,21 @@ static void test_striped_length_mismatch(void **state)
 
 /* ---- ranks that disagree; a bad value ---------------------------------- */
 
+/* Each rank names the first other rank whose record differs, and itself. */
 static int disagree_rank(int rank, ddp__tp *tp)
 {
-    (void)rank;
     CHILD_CHECK(tp == NULL);
-    CHILD_CHECK(contains(ddp_last_error(), "DDP_SOCKET_NUM_STREAMS="));
-    CHILD_CHECK(contains(ddp_last_error(), "every rank must set the same"));
+    int mine = streams_at(Streams, rank), other = 0;
+    while (other == rank || streams_at(Streams, other) == mine)
+        other++;
+    char want[200];
+    snprintf(want, sizeof want,
+             "rank %d has DDP_SOCKET_NUM_STREAMS=%d where rank %d has %d: every rank must set "
+             "the same",
+             other, streams_at(Streams, other), rank, mine);
+    if (!contains(ddp_last_error(), want))
+        fprintf(stderr, "rank %d: %s\n", rank, ddp_last_error());
+    CHILD_CHECK(contains(ddp_last_error(), want));
     return 0;
 }
 
@@ -473,6 +492,53 @@ static void test_malformed_share(void **state)
                         "connection dropped");
 }
 
+/* ---- a rendezvous record that does not parse --------------------------- */
+
+/* Rank 1's record is written into the store by hand; rank 0 (this
+ * process) refuses it before it dials anyone. */
+static void bad_record(const char *rec)
+{
+    job_init(&J);
+    ddp_store_t *st = NULL;
+    ddp__tp *tp = NULL;
+    int64_t joins = 0;
+    char val[300];
+    snprintf(val, sizeof val, "2\n%s", rec);
+    assert_int_equal(ddp_store_file_create(J.path, 2, &st), 0);
+    assert_int_equal(ddp_store_add(st, "s/join/1", 1, &joins), 0);
+    assert_int_equal(ddp_store_set(st, "s/rank/1", val, strlen(val)), 0);
+    setenv("DDP_SOCKET_NUM_STREAMS", "2", 1);
+    int rc = ddp__tcp_create(st, "s", 0, 2, 5.0, &tp);
+    unsetenv("DDP_SOCKET_NUM_STREAMS");
+    char want[300];
+    snprintf(want, sizeof want,
+             "malformed address record of rank 1: '%s' (want \"host port nonce connections\")",
+             rec);
+    if (rc != DDP_ERR_FORMAT || !contains(ddp_last_error(), want))
+        fail_msg("'%s': rc %d: %s", rec, rc, ddp_last_error());
+    assert_null(tp);
+    ddp_store_destroy(st);
+    job_cleanup(&J);
+}
+
+static void test_malformed_record(void **state)
+{
+    (void)state;
+#define NONCE "00112233445566778899aabbccddeeff"
+    static const char *const recs[] = {
+        "127.0.0.1 40000 " NONCE,        /* no connection count (a version before streams) */
+        "127.0.0.1 40000 " NONCE " 0",   /* out of range */
+        "127.0.0.1 40000 " NONCE " 9",
+        "127.0.0.1 40000 " NONCE " 2x",  /* not a number */
+        "127.0.0.1 40000 " NONCE " 2 7", /* a field too many */
+        "127.0.0.1 70000 " NONCE " 2",   /* port */
+        "127.0.0.1 -4 " NONCE " 2",
+        "127.0.0.1 40000 0011223344 2",  /* a short nonce */
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof *recs; i++)
+        bad_record(recs[i]);
+}
+
 /* ---- a peer killed with SIGKILL mid-run -------------------------------- */
 
 typedef struct kill_report {
@@ -568,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_killed_peer_2_streams),   cmocka_unit_test(test_killed_peer_4_streams),
         cmocka_unit_test(test_abort_reason_2_streams),  cmocka_unit_test(test_abort_reason_4_streams),
         cmocka_unit_test(test_abort_reason_behind_a_share), cmocka_unit_test(test_malformed_share),
+        cmocka_unit_test(test_malformed_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

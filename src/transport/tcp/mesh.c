@@ -68,26 +68,41 @@ void ddp__tcp_destroy(ddp__tp *tp)
 /* Setup: rendezvous, connect, accept                                   */
 /* ------------------------------------------------------------------ */
 
-/* Record: "host port nonce streams" */
+/* A decimal field within [lo, hi], digits only. */
+static int field_int(const char *f, long lo, long hi, int *out)
+{
+    char *end;
+    if (*f < '0' || *f > '9')
+        return -1;
+    long v = strtol(f, &end, 10);
+    if (*end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Record: "host port nonce streams" (docs/wire-format.md), exactly those
+ * four fields. */
 static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen, int *port,
                         int *streams)
 {
-    char buf[300];
+    char buf[300], tok[300];
     size_t n = rec->len < sizeof buf - 1 ? rec->len : sizeof buf - 1;
     memcpy(buf, rec->data, n);
     buf[n] = '\0';
-    char *sp = strchr(buf, ' ');
-    DDP_FAIL_IF(!sp || sp - buf >= (long)hlen, DDP_ERR_FORMAT,
-                "malformed address record of rank %d: '%s'", r, buf);
-    memcpy(host, buf, (size_t)(sp - buf));
-    host[sp - buf] = '\0';
-    *port = atoi(sp + 1);
-    DDP_FAIL_IF(*port <= 0 || *port > 65535, DDP_ERR_FORMAT,
-                "malformed address record of rank %d: '%s'", r, buf);
-    const char *last = strrchr(buf, ' ');
-    *streams = last && last > sp ? atoi(last + 1) : 0;
-    DDP_FAIL_IF(*streams < 1 || *streams > MAX_STREAMS, DDP_ERR_FORMAT,
-                "malformed address record of rank %d: '%s'", r, buf);
+    memcpy(tok, buf, n + 1);
+    char *f[5] = {NULL}, *save = NULL;
+    int k = 0;
+    for (char *w = strtok_r(tok, " ", &save); w && k < 5; w = strtok_r(NULL, " ", &save))
+        f[k++] = w;
+    int ok = k == 4 && strlen(f[0]) < hlen && field_int(f[1], 1, 65535, port) == 0 &&
+             strlen(f[2]) == 32 && strspn(f[2], "0123456789abcdef") == 32 &&
+             field_int(f[3], 1, MAX_STREAMS, streams) == 0;
+    DDP_FAIL_IF(!ok, DDP_ERR_FORMAT,
+                "malformed address record of rank %d: '%s' (want \"host port nonce "
+                "connections\")",
+                r, buf);
+    snprintf(host, hlen, "%s", f[0]);
     return 0;
 }
 
