@@ -3,8 +3,9 @@
  * trains; --powersgd on 2 ranks sends the floats PowerSGD's arithmetic
  * says ((rows + cols) x rank per compressed matrix, the rest as it is) and
  * ends with other weights than plain DDP, while a --powersgd-start beyond
- * the last step is plain DDP to 1e-6; bad values of the flags are refused
- * with their messages. */
+ * the last step is plain DDP to 1e-6; a run restarted from a checkpoint
+ * (PowerSGD's state in it) ends bitwise as the uninterrupted run; bad
+ * values of the flags are refused with their messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,8 +23,9 @@
 #include "mnist_output.h"
 #include "mnist_model.h"
 #include "scratch_dir.h"
+#include "run_logged.h"
 
-static char bin[1024];
+static char bin[1024], ddprun[1024];
 
 /* Runs world ranks of ddp-mnist by hand (file:// rendezvous; 1: alone)
  * with flags, rank 0 saving to dir/out; the exit status, output in *log. */
@@ -138,6 +140,74 @@ static void test_powersgd_two_ranks(void **state)
     free(ll);
 }
 
+/* A resume from dir/cb that must fail. */
+static result failed_resume(const char *common)
+{
+    result r = sh("%s --standalone --nproc-per-node 2 %s %s --checkpoint-dir %s/cb --resume",
+                  ddprun, bin, common, dir);
+    assert_int_not_equal(r.status, 0);
+    return r;
+}
+
+/* Checkpoints carry every rank's PowerSGD state (its error feedback, Q,
+ * the iteration, the generator): under ddprun, rank 1 killed at global
+ * step 22 of 30 and the group restarted resumes from step 20 (epoch 2,
+ * step 5; compressed since step 4) and ends with the uninterrupted run's
+ * weights, bitwise.  A checkpoint without a rank's state is refused with
+ * a message naming the file. */
+static void test_powersgd_restart_resumes_bitwise(void **state)
+{
+    (void)state;
+    write_data();
+    char common[512];
+    snprintf(common, sizeof common,
+             "--data %s --no-progress --hidden 64 --epochs 2 --batch-size 32 --lr 0.05 --seed 7 "
+             "--powersgd 2 --powersgd-start 4 --checkpoint-every 4",
+             dir);
+    result a = sh("%s --standalone --nproc-per-node 2 %s %s --checkpoint-dir %s/ca "
+                  "--save %s/a.safetensors",
+                  ddprun, bin, common, dir, dir);
+    if (a.status != 0)
+        fail_msg("uninterrupted: exit %d: %s", a.status, a.out);
+    result b = sh("%s --standalone --nproc-per-node 2 --max-restarts 1 %s %s --checkpoint-dir "
+                  "%s/cb --crash-at-step 22 --save %s/b.safetensors",
+                  ddprun, bin, common, dir, dir);
+    if (b.status != 0)
+        fail_msg("restarted: exit %d: %s", b.status, b.out);
+    assert_non_null(strstr(b.out, "was killed by signal 9 (Killed); restarting the group"));
+    if (!strstr(b.out, "/checkpoint.safetensors: epoch 2, step 5"))
+        fail_msg("no resume from step 20: %s", b.out);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/a.safetensors %s/b.safetensors", dir, dir);
+    if (system(cmd) != 0) {
+        const int h[] = {64};
+        ddp_model_t *ma = mnist_mlp_load(dir, h, 1, "a.safetensors"),
+                    *mb = mnist_mlp_load(dir, h, 1, "b.safetensors");
+        fail_msg("the resumed run's weights differ from the uninterrupted run's by %.3g",
+                 mnist_rel_diff(ma, mb));
+    }
+    /* rank 0's state cut short, rank 1's gone: the resume stops, naming them */
+    snprintf(cmd, sizeof cmd, "truncate -s 10 %s/cb/checkpoint.safetensors.powersgd.rank0", dir);
+    assert_int_equal(system(cmd), 0);
+    result t = failed_resume(common);
+    if (!strstr(t.out, "rank 0: ") ||
+        !strstr(t.out, "/cb/checkpoint.safetensors.powersgd.rank0: ") ||
+        !strstr(t.out, "powersgd state: not a PowerSGD state (10 bytes)") ||
+        !strstr(t.out, "rank 1: another rank could not load its PowerSGD state: stopping"))
+        fail_msg("want the damaged state named: %s", t.out);
+    free(t.out);
+    snprintf(cmd, sizeof cmd, "rm %s/cb/checkpoint.safetensors.powersgd.rank1", dir);
+    assert_int_equal(system(cmd), 0);
+    result c = failed_resume(common);
+    if (!strstr(c.out, "rank 1: the checkpoint ") ||
+        !strstr(c.out, "has no PowerSGD state for this rank: ") ||
+        !strstr(c.out, "/cb/checkpoint.safetensors.powersgd.rank1: No such file or directory"))
+        fail_msg("want the missing state named: %s", c.out);
+    free(a.out);
+    free(b.out);
+    free(c.out);
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -150,7 +220,6 @@ static void test_bad_flags(void **state)
         {"--powersgd 4 --powersgd-start 1", "--powersgd-start: expected an integer in 2.."},
         {"--powersgd-start 10", "--powersgd-start needs --powersgd"},
         {"--powersgd 4 --zero 1", "--powersgd does not go with --zero yet"},
-        {"--powersgd 4 --checkpoint-dir /tmp", "--powersgd does not go with --checkpoint-dir yet"},
     };
     mnist_bad_flags(bin, dir, cases, sizeof cases / sizeof *cases);
 }
@@ -160,9 +229,11 @@ int main(void)
     const char *build = getenv("DDP_TEST_BUILD");
     build = build && *build ? build : "build";
     snprintf(bin, sizeof bin, "%s/bin/ddp-mnist", build);
+    snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
     const struct CMUnitTest tests[] = {
         IN_SCRATCH(test_hidden_layers),
         IN_SCRATCH(test_powersgd_two_ranks),
+        IN_SCRATCH(test_powersgd_restart_resumes_bitwise),
         IN_SCRATCH(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

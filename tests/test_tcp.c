@@ -383,10 +383,12 @@ static void test_poll_timeout_of_long_waits(void **state)
 
 /* ---- the handshake alone, over a socket pair ------------------------- */
 
-/* Runs the server side in a child; returns the client's result and puts
- * the server's (0, or the negative code) in *server_rc. */
-static int handshake_pair(const char *server_secret, const char *client_secret, int *server_rc,
-                          char *server_msg, size_t msg_len)
+/* Runs the server side (taking `streams` connections per pair) in a child
+ * and the client (as connection `stream`) here; returns the client's result
+ * and puts the server's (0, or the negative code) in *server_rc. */
+static int handshake_streams(int streams, int stream, const char *server_secret,
+                             const char *client_secret, int *server_rc, char *server_msg,
+                             size_t msg_len)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
@@ -398,13 +400,13 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
     if (pid == 0) {
         close(sv[0]);
         close(pipefd[0]);
-        ddp__hs_ctx hs = {.rank = 1, .size = 2};
+        ddp__hs_ctx hs = {.rank = 1, .size = 2, .streams = streams};
         memset(hs.group_id, 7, sizeof hs.group_id);
         hs.secret = (const uint8_t *)server_secret;
         hs.secret_len = server_secret ? strlen(server_secret) : 0;
-        unsigned char connected[2] = {0, 0};
-        int peer = -1, stream = -1;
-        int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "client", &peer, &stream);
+        unsigned char connected[2 * 8] = {0};
+        int peer = -1, got = -1;
+        int rc = ddp__hs_server(sv[1], &hs, connected, ddp_time_now() + 5, "client", &peer, &got);
         char out[300];
         snprintf(out, sizeof out, "%d %d %s", rc, peer, rc ? ddp_last_error() : "");
         (void)!write(pipefd[1], out, strlen(out) + 1);
@@ -412,11 +414,11 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
     }
     close(sv[1]);
     close(pipefd[1]);
-    ddp__hs_ctx hs = {.rank = 0, .size = 2};
+    ddp__hs_ctx hs = {.rank = 0, .size = 2, .streams = stream + 1};
     memset(hs.group_id, 7, sizeof hs.group_id);
     hs.secret = (const uint8_t *)client_secret;
     hs.secret_len = client_secret ? strlen(client_secret) : 0;
-    int rc = ddp__hs_client(sv[0], &hs, 1, 0, ddp_time_now() + 5, "server");
+    int rc = ddp__hs_client(sv[0], &hs, 1, stream, ddp_time_now() + 5, "server");
     close(sv[0]); /* a client that gave up hangs up: the server sees it at once */
     char in[300] = "";
     ssize_t n = read(pipefd[0], in, sizeof in - 1);
@@ -427,6 +429,36 @@ static int handshake_pair(const char *server_secret, const char *client_secret, 
     waitpid(pid, NULL, 0);
     close(pipefd[0]);
     return rc;
+}
+
+static int handshake_pair(const char *server_secret, const char *client_secret, int *server_rc,
+                          char *server_msg, size_t msg_len)
+{
+    return handshake_streams(1, 0, server_secret, client_secret, server_rc, server_msg, msg_len);
+}
+
+/* A client opening more connections per pair than the server takes
+ * (DDP_SOCKET_NUM_STREAMS differs) is refused, and both ends say why. */
+static void test_handshake_refuses_extra_connections(void **state)
+{
+    (void)state;
+    int src = 1;
+    char smsg[300];
+    assert_int_equal(handshake_streams(2, 1, NULL, NULL, &src, smsg, sizeof smsg), 0);
+    assert_int_equal(src, 0);
+    assert_int_equal(handshake_streams(2, 2, NULL, NULL, &src, smsg, sizeof smsg),
+                     DDP_ERR_PROTOCOL);
+    if (!contains(ddp_last_error(), "server refused the connection: more connections per pair "
+                                    "than it takes (is DDP_SOCKET_NUM_STREAMS the same "
+                                    "everywhere?)"))
+        fail_msg("client: %s", ddp_last_error());
+    assert_int_equal(src, DDP_ERR_PROTOCOL);
+    if (!contains(smsg, "client: rank 0 opened connection 3 of the pair where this rank takes 2"))
+        fail_msg("server: %s", smsg);
+    /* One stream (0 reads as 1): a second connection is refused the same way. */
+    assert_int_equal(handshake_streams(0, 1, NULL, NULL, &src, smsg, sizeof smsg),
+                     DDP_ERR_PROTOCOL);
+    assert_true(contains(smsg, "opened connection 2 of the pair where this rank takes 1"));
 }
 
 static void test_handshake_secret_check(void **state)
@@ -498,6 +530,7 @@ int main(void)
     setenv("DDP_TRANSPORT", "tcp", 1); /* one host would pick shm */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handshake_secret_check),
+        cmocka_unit_test(test_handshake_refuses_extra_connections),
         cmocka_unit_test(test_server_refuses_a_forged_proof),
         cmocka_unit_test(test_strangers_are_rejected),
         cmocka_unit_test(test_wrong_secret_cannot_join),

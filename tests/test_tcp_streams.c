@@ -5,8 +5,13 @@
  * into its receive); messages that come before their receives, out of tag
  * order (held, then copied share after share into a growing buffer); a
  * length mismatch on a striped message; a peer killed with SIGKILL in the
- * middle of striped all-reduces (named within the timeout); ranks that
- * disagree on the stream count, and a bad value.  Payloads are checked
+ * middle of striped all-reduces (named within the timeout); a peer that
+ * gives up (ABORT) while a striped receive waits for the other streams,
+ * also when its reason comes after the other stream closed (the survivor's
+ * error names the reason); a hostile peer's share frame of another tag;
+ * ranks that disagree on the stream count (each names both), a bad value,
+ * a rendezvous record whose connection count (or another field) does not
+ * parse.  Payloads are checked
  * byte for byte against a pattern computed from (sender, tag, index).
  * Ranks are forked processes.  (The whole collective matrix runs over
  * several streams in test_tcp_streams_coll.) */
@@ -16,11 +21,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,14 +72,21 @@ typedef struct case_arg {
     rank_fn fn;
 } case_arg;
 
+static const char *Streams; /* the case's list, for the checks of its ranks */
+
+/* Rank r's entry of a list "2,3" (the last one for ranks beyond it). */
+static int streams_at(const char *list, int rank)
+{
+    for (int r = 0; r < rank && strchr(list, ','); r++)
+        list = strchr(list, ',') + 1;
+    return atoi(list);
+}
+
 static int run_rank(int rank, void *arg)
 {
     case_arg *a = arg;
     char v[8] = "";
-    const char *s = a->streams;
-    for (int r = 0; r < rank && strchr(s, ','); r++)
-        s = strchr(s, ',') + 1;
-    snprintf(v, sizeof v, "%.*s", (int)strcspn(s, ","), s);
+    snprintf(v, sizeof v, "%d", streams_at(a->streams, rank));
     setenv("DDP_SOCKET_NUM_STREAMS", v, 1);
     ddp_store_t *st = NULL;
     ddp__tp *tp = NULL;
@@ -89,6 +104,7 @@ static int run_rank(int rank, void *arg)
 static void run_case(const char *streams, int n, rank_fn fn)
 {
     case_arg a = {streams, n, fn};
+    Streams = streams;
     job_init(&J);
     assert_int_equal(run_children(n, run_rank, &a, 60), 0);
     job_cleanup(&J);
@@ -272,12 +288,21 @@ static void test_striped_length_mismatch(void **state)
 
 /* ---- ranks that disagree; a bad value ---------------------------------- */
 
+/* Each rank names the first other rank whose record differs, and itself. */
 static int disagree_rank(int rank, ddp__tp *tp)
 {
-    (void)rank;
     CHILD_CHECK(tp == NULL);
-    CHILD_CHECK(contains(ddp_last_error(), "DDP_SOCKET_NUM_STREAMS="));
-    CHILD_CHECK(contains(ddp_last_error(), "every rank must set the same"));
+    int mine = streams_at(Streams, rank), other = 0;
+    while (other == rank || streams_at(Streams, other) == mine)
+        other++;
+    char want[200];
+    snprintf(want, sizeof want,
+             "rank %d has DDP_SOCKET_NUM_STREAMS=%d where rank %d has %d: every rank must set "
+             "the same",
+             other, streams_at(Streams, other), rank, mine);
+    if (!contains(ddp_last_error(), want))
+        fprintf(stderr, "rank %d: %s\n", rank, ddp_last_error());
+    CHILD_CHECK(contains(ddp_last_error(), want));
     return 0;
 }
 
@@ -301,6 +326,217 @@ static void test_bad_stream_count(void **state)
 {
     (void)state;
     run_case("9", 1, bad_value_rank);
+}
+
+/* ---- a peer that gives up while a striped receive waits ---------------- */
+
+/* Rank 1 starts a striped 8 MiB send through small socket buffers (so its
+ * shares are still in flight) and then gives up with a reason; rank 0 waits
+ * on the receive.  The reason travels on stream 0, behind stream 0's share,
+ * while rank 0 waits for the other streams: rank 0's error must name it,
+ * not just the connection that closed. */
+#define REASON "out of patience (test reason 42)"
+
+static int abort_rank(int rank, ddp__tp *tp)
+{
+    CHILD_CHECK(tp != NULL);
+    size_t len = 8u << 20;
+    uint8_t *b = calloc(1, len), go = 1;
+    ddp__req q, g;
+    ddp__req *both[2] = {&q, &g}, *one = &g;
+    int rc;
+    if (rank == 0) { /* the receive is posted before rank 1 sends */
+        CHILD_CHECK(ddp__tp_irecv(tp, &q, 1, 1, b, len) == 0);
+        CHILD_CHECK(ddp__tp_isend(tp, &g, 1, 2, &go, 1) == 0);
+        rc = ddp__tp_wait(tp, both, 2, ddp_time_now() + 10, 0);
+        if (!contains(ddp_last_error(), "gave up: " REASON))
+            fprintf(stderr, "rank 0 (%s streams): rc %d: %s\n", getenv("DDP_SOCKET_NUM_STREAMS"),
+                    rc, ddp_last_error());
+        CHILD_CHECK(rc == DDP_ERR_PEER && contains(ddp_last_error(), "gave up: " REASON));
+    } else {
+        CHILD_CHECK(ddp__tp_irecv(tp, &g, 0, 2, &go, 1) == 0);
+        CHILD_CHECK(ddp__tp_wait(tp, &one, 1, ddp_time_now() + 10, 0) == 0);
+        CHILD_CHECK(ddp__tp_isend(tp, &q, 0, 1, b, len) == 0);
+        CHILD_CHECK(q.status == 0); /* still in flight */
+        ddp__tp_abort(tp, DDP_ERR_STATE, REASON);
+    }
+    free(b);
+    return 0;
+}
+
+static void abort_case(const char *streams)
+{
+    setenv("DDP_TCP_SOCKBUF", "65536", 1);
+    run_case(streams, 2, abort_rank);
+    unsetenv("DDP_TCP_SOCKBUF");
+}
+
+static void test_abort_reason_2_streams(void **state)
+{
+    (void)state;
+    abort_case("2");
+}
+
+static void test_abort_reason_4_streams(void **state)
+{
+    (void)state;
+    abort_case("4");
+}
+
+/* ---- a hostile rank 1 writing frames by hand --------------------------- */
+
+/* Writes all of buf on the transport's (non-blocking) socket. */
+static int raw_send(int fd, const void *buf, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, (const char *)buf + off, len - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+        } else if (n < 0 && errno == EAGAIN) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            poll(&pf, 1, 1000);
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A frame header as docs/wire-format.md gives it. */
+static void frame_header(uint8_t *h, unsigned op, uint64_t tag, uint64_t len)
+{
+    uint64_t w[3] = {0x46504444u | (uint64_t)1 << 32 | (uint64_t)op << 40, tag, len};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 8; i++)
+            h[8 * k + i] = (uint8_t)(w[k] >> (8 * i));
+}
+
+#define HDR_BYTES 24
+#define RAW_LEN (1u << 20) /* with 2 streams: shares of 512 KiB */
+#define RAW_SHARE (RAW_LEN / 2)
+
+/* Rank 0 waits on a striped receive of RAW_LEN bytes (tag 7) from rank 1;
+ * rank 1 runs hostile(stream 0's socket, stream 1's socket). */
+typedef int (*hostile_fn)(int fd0, int fd1);
+static hostile_fn Hostile;
+static const char *Expect;
+
+static int raw_rank(int rank, ddp__tp *tp)
+{
+    CHILD_CHECK(tp != NULL);
+    if (rank == 1)
+        return Hostile(ddp__tcp_debug_stream_fd(tp, 0, 0), ddp__tcp_debug_stream_fd(tp, 0, 1));
+    uint8_t *b = calloc(1, RAW_LEN);
+    ddp__req q;
+    ddp__req *one = &q;
+    CHILD_CHECK(ddp__tp_irecv(tp, &q, 1, 7, b, RAW_LEN) == 0);
+    int rc = ddp__tp_wait(tp, &one, 1, ddp_time_now() + 10, 0);
+    if (!contains(ddp_last_error(), Expect))
+        fprintf(stderr, "rank 0: rc %d: %s\n", rc, ddp_last_error());
+    CHILD_CHECK(rc == DDP_ERR_PEER && contains(ddp_last_error(), Expect));
+    free(b);
+    return 0;
+}
+
+static void raw_case(hostile_fn fn, const char *expect)
+{
+    Hostile = fn;
+    Expect = expect;
+    run_case("2", 2, raw_rank);
+}
+
+/* Stream 1 closes while stream 0's share is half in; stream 0's rest
+ * (zeros, as a giver-up completes it) and the ABORT come 50 ms later, as
+ * when the other connection's FIN overtakes them on a network. */
+static int late_reason(int fd0, int fd1)
+{
+    static uint8_t buf[HDR_BYTES + RAW_SHARE];
+    const char why[] = "rank 1: disk full (test reason 43)";
+    frame_header(buf, 1, 7, RAW_LEN);
+    CHILD_CHECK(raw_send(fd0, buf, HDR_BYTES + RAW_SHARE / 2) == 0);
+    sleep_s(0.05);
+    CHILD_CHECK(shutdown(fd1, SHUT_WR) == 0);
+    sleep_s(0.05);
+    CHILD_CHECK(raw_send(fd0, buf + HDR_BYTES + RAW_SHARE / 2, RAW_SHARE / 2) == 0);
+    frame_header(buf, 3, 0, sizeof why - 1);
+    memcpy(buf + HDR_BYTES, why, sizeof why - 1);
+    CHILD_CHECK(raw_send(fd0, buf, HDR_BYTES + sizeof why - 1) == 0);
+    sleep_s(0.5); /* rank 0 reads it before this rank's streams close */
+    return 0;
+}
+
+static void test_abort_reason_behind_a_share(void **state)
+{
+    (void)state;
+    raw_case(late_reason, "gave up: rank 1: disk full (test reason 43)");
+}
+
+/* Stream 1 brings a share frame of another tag. */
+static int bad_share(int fd0, int fd1)
+{
+    static uint8_t buf[HDR_BYTES + RAW_SHARE];
+    frame_header(buf, 1, 7, RAW_LEN);
+    CHILD_CHECK(raw_send(fd0, buf, HDR_BYTES + RAW_SHARE) == 0);
+    frame_header(buf, 4, 99, RAW_SHARE);
+    CHILD_CHECK(raw_send(fd1, buf, HDR_BYTES) == 0);
+    sleep_s(0.5);
+    return 0;
+}
+
+static void test_malformed_share(void **state)
+{
+    (void)state;
+    raw_case(bad_share, "malformed share on connection 2 of 2 (header 0x0000040146504444, tag "
+                        "99, length 524288 where a share of 524288 bytes of tag 7 was due); "
+                        "connection dropped");
+}
+
+/* ---- a rendezvous record that does not parse --------------------------- */
+
+/* Rank 1's record is written into the store by hand; rank 0 (this
+ * process) refuses it before it dials anyone. */
+static void bad_record(const char *rec)
+{
+    job_init(&J);
+    ddp_store_t *st = NULL;
+    ddp__tp *tp = NULL;
+    int64_t joins = 0;
+    char val[300];
+    snprintf(val, sizeof val, "2\n%s", rec);
+    assert_int_equal(ddp_store_file_create(J.path, 2, &st), 0);
+    assert_int_equal(ddp_store_add(st, "s/join/1", 1, &joins), 0);
+    assert_int_equal(ddp_store_set(st, "s/rank/1", val, strlen(val)), 0);
+    setenv("DDP_SOCKET_NUM_STREAMS", "2", 1);
+    int rc = ddp__tcp_create(st, "s", 0, 2, 5.0, &tp);
+    unsetenv("DDP_SOCKET_NUM_STREAMS");
+    char want[300];
+    snprintf(want, sizeof want,
+             "malformed address record of rank 1: '%s' (want \"host port nonce connections\")",
+             rec);
+    if (rc != DDP_ERR_FORMAT || !contains(ddp_last_error(), want))
+        fail_msg("'%s': rc %d: %s", rec, rc, ddp_last_error());
+    assert_null(tp);
+    ddp_store_destroy(st);
+    job_cleanup(&J);
+}
+
+static void test_malformed_record(void **state)
+{
+    (void)state;
+#define NONCE "00112233445566778899aabbccddeeff"
+    static const char *const recs[] = {
+        "127.0.0.1 40000 " NONCE,        /* no connection count (a version before streams) */
+        "127.0.0.1 40000 " NONCE " 0",   /* out of range */
+        "127.0.0.1 40000 " NONCE " 9",
+        "127.0.0.1 40000 " NONCE " 2x",  /* not a number */
+        "127.0.0.1 40000 " NONCE " 2 7", /* a field too many */
+        "127.0.0.1 70000 " NONCE " 2",   /* port */
+        "127.0.0.1 -4 " NONCE " 2",
+        "127.0.0.1 40000 0011223344 2",  /* a short nonce */
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof *recs; i++)
+        bad_record(recs[i]);
 }
 
 /* ---- a peer killed with SIGKILL mid-run -------------------------------- */
@@ -396,6 +632,9 @@ int main(void)
         cmocka_unit_test(test_late_receives_4_streams), cmocka_unit_test(test_striped_length_mismatch),
         cmocka_unit_test(test_streams_must_agree),      cmocka_unit_test(test_bad_stream_count),
         cmocka_unit_test(test_killed_peer_2_streams),   cmocka_unit_test(test_killed_peer_4_streams),
+        cmocka_unit_test(test_abort_reason_2_streams),  cmocka_unit_test(test_abort_reason_4_streams),
+        cmocka_unit_test(test_abort_reason_behind_a_share), cmocka_unit_test(test_malformed_share),
+        cmocka_unit_test(test_malformed_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

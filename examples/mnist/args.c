@@ -123,7 +123,8 @@ static int parse_hidden(const char *s, args *a)
 }
 
 /* --powersgd is a DDP communication hook: ZeRO-2 and the pipeline go
- * without DDP, ZeRO-1 and the checkpoints do not carry its state yet. */
+ * without DDP, ZeRO-1 does not carry its state yet (checkpoints do:
+ * checkpoint.c). */
 static int check_powersgd_args(args *a)
 {
     if (!a->powersgd) {
@@ -131,8 +132,7 @@ static int check_powersgd_args(args *a)
             return bad_usage("--powersgd-start needs --powersgd");
         return 0;
     }
-    const char *bad = a->zero ? "--zero" : a->pipeline_stages ? "--pipeline-stages"
-                    : a->ckpt_dir ? "--checkpoint-dir" : NULL;
+    const char *bad = a->zero ? "--zero" : a->pipeline_stages ? "--pipeline-stages" : NULL;
     if (bad)
         return bad_usage("--powersgd does not go with %s yet", bad);
     if (a->powersgd_start < 0)

@@ -153,6 +153,10 @@ int main(int argc, char **argv)
         po.start_powersgd_iter = a.powersgd_start;
         if ((rc = ddp_data_parallel_register_powersgd(j.dm, &po, &j.psgd)) < 0)
             goto out;
+        if ((prc = resume_powersgd(&j)) != 0) {
+            status = prc; /* reported */
+            goto out;
+        }
     }
 
     if (train_ds) {

@@ -65,6 +65,7 @@ typedef struct job {
     ddp_zero_t *zero;     /* --zero on several ranks, else NULL */
     ddp_powersgd_t *psgd; /* --powersgd on several ranks, else NULL */
     ddp_train_state st;   /* where training starts (after a resume) */
+    int resumed;          /* every rank: training goes on from a checkpoint */
     char ckpt[4096];      /* checkpoint path, "" without --checkpoint-dir */
     int profile;          /* DDP_MNIST_PROFILE=1 */
     int timestamps;       /* DDP_MNIST_TIMESTAMPS=1 */
@@ -132,5 +133,6 @@ int check_outputs(job *j);
 int save_checkpoint(job *j, int64_t epoch, int64_t step);
 int load_checkpoint(job *j);
 int share_checkpoint(job *j, int loaded);
+int resume_powersgd(job *j);
 
 #endif

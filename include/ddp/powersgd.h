@@ -92,6 +92,16 @@ DDP_API void ddp_powersgd_stats(const ddp_powersgd_t *s, double *before, double 
 DDP_API int ddp_powersgd_num_states(const ddp_powersgd_t *s);
 DDP_API int ddp_powersgd_state(ddp_powersgd_t *s, int i, const char **name, float **data,
                                size_t *count);
+/* The whole state of this rank (the iteration, the generator of Q's random
+ * starts, every bucket's error, Q and warm-start flag, with its layout) as
+ * bytes in a malloc'ed *blob (caller frees), for a per-rank checkpoint
+ * file; error feedback differs from rank to rank.  Native byte order. */
+DDP_API int ddp_powersgd_state_save(const ddp_powersgd_t *s, void **blob, size_t *len);
+/* Restores what ddp_powersgd_state_save wrote (borrows blob), replacing
+ * the state; a bucket whose layout turns out to differ at its next
+ * iteration starts afresh, as after a bucket rebuild.  A damaged blob
+ * fails with DDP_ERR_FORMAT and changes nothing. */
+DDP_API int ddp_powersgd_state_load(ddp_powersgd_t *s, const void *blob, size_t len);
 
 #ifdef __cplusplus
 }

@@ -395,3 +395,133 @@ int ddp_powersgd_state(ddp_powersgd_t *s, int i, const char **name, float **data
     *count = i % 2 ? k->nq : k->n;
     return 0;
 }
+
+/* ---- the whole state as bytes (a rank's part of a checkpoint) --------- */
+
+/* "PSGD", version 1, then (native byte order: a rank reads back what it
+ * wrote) iter, the generator's 4 words, the bucket count, and per bucket
+ * its sizes (n, np, nq, nu), layout digest, warm-start flag, error (n
+ * floats) and Q (nq floats). */
+#define BLOB_MAGIC 0x44475350u
+#define BLOB_HEAD (4 + 4 + 8 + 32 + 4)
+#define BUCKET_HEAD (5 * 8 + 4)
+
+static uint8_t *put(uint8_t *p, const void *v, size_t n)
+{
+    memcpy(p, v, n);
+    return p + n;
+}
+
+int ddp_powersgd_state_save(const ddp_powersgd_t *s, void **blob, size_t *len)
+{
+    *blob = NULL;
+    *len = 0;
+    DDP_FAIL_IF(!s, DDP_ERR_INVALID_ARG, "powersgd: no state to save");
+    int nb = live_buckets(s);
+    size_t total = BLOB_HEAD;
+    for (int b = 0; b < nb; b++)
+        total += BUCKET_HEAD + (s->b[b].n + s->b[b].nq) * sizeof(float);
+    uint8_t *out = malloc(total), *p = out;
+    DDP_FAIL_IF(!out, DDP_ERR_NOMEM, "powersgd: out of memory");
+    uint32_t head[2] = {BLOB_MAGIC, 1};
+    int32_t nb32 = nb;
+    p = put(p, head, sizeof head);
+    p = put(p, &s->iter, 8);
+    p = put(p, s->rng.s, 32);
+    p = put(p, &nb32, 4);
+    for (int b = 0; b < nb; b++) {
+        const bucket *k = &s->b[b];
+        uint64_t v[5] = {k->n, k->np, k->nq, k->nu, k->sig};
+        int32_t have_q = k->have_q;
+        p = put(p, v, sizeof v);
+        p = put(p, &have_q, 4);
+        p = put(p, k->error, k->n * sizeof(float));
+        p = put(p, k->q, k->nq * sizeof(float));
+    }
+    *blob = out;
+    *len = total;
+    return 0;
+}
+
+/* The blob's bucket b at *p (len bytes left): checked, then made. */
+static int load_bucket(ddp_powersgd_t *s, int b, const uint8_t **p, size_t *left)
+{
+    uint64_t v[5];
+    int32_t have_q;
+    DDP_FAIL_IF(*left < BUCKET_HEAD, DDP_ERR_FORMAT, "powersgd state: bucket %d cut short", b);
+    memcpy(v, *p, sizeof v);
+    memcpy(&have_q, *p + sizeof v, 4);
+    *p += BUCKET_HEAD;
+    *left -= BUCKET_HEAD;
+    DDP_FAIL_IF(v[0] > (1ull << 40) || v[1] > v[0] || v[2] > (1ull << 40) || v[3] > v[0] ||
+                    (v[0] + v[2]) * sizeof(float) > *left,
+                DDP_ERR_FORMAT, "powersgd state: bucket %d's sizes (%llu, %llu, %llu, %llu) do "
+                                "not fit the %zu bytes left",
+                b, (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2],
+                (unsigned long long)v[3], *left);
+    bucket *k = &s->b[b];
+    DDP_TRY(grow(&k->error, v[0]));
+    DDP_TRY(grow(&k->u, v[3] + v[1]));
+    DDP_TRY(grow(&k->q, v[2]));
+    DDP_TRY(grow(&k->qt, v[2]));
+    k->n = v[0];
+    k->np = v[1];
+    k->nq = v[2];
+    k->nu = v[3];
+    k->sig = v[4];
+    k->have_q = have_q != 0;
+    k->p = k->u + k->nu;
+    memcpy(k->error, *p, k->n * sizeof(float));
+    memcpy(k->q, *p + k->n * sizeof(float), k->nq * sizeof(float));
+    *p += (k->n + k->nq) * sizeof(float);
+    *left -= (k->n + k->nq) * sizeof(float);
+    snprintf(k->name[0], sizeof k->name[0], "powersgd.error.%d", b);
+    snprintf(k->name[1], sizeof k->name[1], "powersgd.q.%d", b);
+    return 0;
+}
+
+int ddp_powersgd_state_load(ddp_powersgd_t *s, const void *blob, size_t len)
+{
+    const uint8_t *p = blob;
+    uint32_t head[2] = {0, 0};
+    int64_t iter;
+    uint64_t rng[4];
+    int32_t nb = -1;
+    DDP_FAIL_IF(!s || !blob, DDP_ERR_INVALID_ARG, "powersgd: no state to load into");
+    if (len >= BLOB_HEAD) {
+        memcpy(head, p, 8);
+        memcpy(&iter, p + 8, 8);
+        memcpy(rng, p + 16, 32);
+        memcpy(&nb, p + 48, 4);
+    }
+    DDP_FAIL_IF(len < BLOB_HEAD || head[0] != BLOB_MAGIC || head[1] != 1 || nb < 0 ||
+                    nb > 1 << 20 || iter < 0,
+                DDP_ERR_FORMAT, "powersgd state: not a PowerSGD state (%zu bytes)", len);
+    bucket *nbk = calloc((size_t)nb + 1, sizeof *nbk); /* built aside: a failure changes nothing */
+    DDP_FAIL_IF(!nbk, DDP_ERR_NOMEM, "powersgd: out of memory");
+    ddp_powersgd_t tmp = *s;
+    tmp.b = nbk;
+    tmp.nb = nb;
+    const uint8_t *q = p + BLOB_HEAD;
+    size_t left = len - BLOB_HEAD;
+    int rc = 0;
+    for (int b = 0; rc == 0 && b < nb; b++)
+        rc = load_bucket(&tmp, b, &q, &left);
+    if (rc == 0 && left != 0)
+        rc = DDP_ERROR(DDP_ERR_FORMAT, "powersgd state: %zu bytes after the last bucket", left);
+    if (rc < 0) {
+        for (int b = 0; b < nb; b++)
+            bucket_free(&nbk[b]);
+        free(nbk);
+        return rc;
+    }
+    for (int b = 0; b < s->nb; b++)
+        bucket_free(&s->b[b]);
+    free(s->b);
+    s->b = nbk;
+    s->nb = nb;
+    s->nbuckets = nb;
+    s->iter = iter;
+    memcpy(s->rng.s, rng, sizeof rng);
+    return 0;
+}

@@ -40,5 +40,7 @@ int ddp__tcp_debug_streams(ddp__tp *tp, int *streams, uint64_t *striped_rx);
 
 /* Tests only: the socket connected to peer (stream 0; to inject bad frames). */
 int ddp__tcp_debug_fd(ddp__tp *tp, int rank);
+/* Tests only: the socket of connection `stream` (0 .. streams - 1) to peer. */
+int ddp__tcp_debug_stream_fd(ddp__tp *tp, int rank, int stream);
 
 #endif

@@ -21,46 +21,42 @@
 #define FRAME_VERSION 1
 enum { OP_DATA = 1, OP_BYE = 2, OP_ABORT = 3, OP_STRIPE = 4 };
 #define MAX_ABORT 1024 /* bytes of reason in an ABORT frame */
+#define ABORT_WAIT_S 0.5 /* how long a giver-up sends its ABORT, and a peer looks for one */
 #define STAGE_LEN 4096
 #define MAX_FRAME ((uint64_t)1 << 40)  /* sanity bound on a frame's length */
 #define MAX_STREAMS 8                  /* DDP_SOCKET_NUM_STREAMS's upper bound (base/env.c) */
 #define STRIPE_MIN (256u << 10)        /* with several streams, messages from this size are striped */
 
-/* Streams 1.. of a pair (DDP_SOCKET_NUM_STREAMS > 1; tcp/stripe.c).  Each
- * carries, for a striped message, one share of its bytes as a frame of its
- * own (OP_STRIPE, the message's tag, the share's length); stream 0 carries
- * every DATA frame's header and the first share, so that the matching
- * engine still sees one ordered stream of messages per peer. */
-typedef struct stripe {
+/* One connection of a pair (DDP_SOCKET_NUM_STREAMS of them; tcp/stripe.c).
+ * Stream 0 carries every frame's header and, of a striped message, the
+ * first share; stream s > 0 carries share s as a frame of its own
+ * (OP_STRIPE, the message's tag, the share's length), so that the matching
+ * engine still sees one ordered stream of messages per peer.  Without
+ * striping stream 0's share is the whole message. */
+typedef struct conn {
     int fd;
     uint32_t ev;   /* events registered with epoll */
     int want_out;
-    /* send side: the share [tx_lo, tx_hi) of m.sq_head, tx_off sent so far */
-    int tx_busy;
+    /* send side: the share [tx_lo, tx_hi) of m.sq_head, up to tx_off sent,
+     * after the frame's header (tx_hdr, tx_hdr_off of it sent) */
+    int tx_busy;   /* streams > 0: a share is in progress */
     uint8_t tx_hdr[HDR_LEN];
     size_t tx_hdr_off, tx_lo, tx_off, tx_hi;
-    /* receive side: the share [rx_lo, rx_hi) of the message in progress */
+    /* receive side of a striped message: the share [rx_lo, rx_hi), up to
+     * rx_off in; streams > 0 read their frame's header into rx_hdr (stream
+     * 0's headers come through the peer's stage) */
     int rx_busy;
     uint8_t rx_hdr[HDR_LEN];
     size_t rx_hdr_off, rx_lo, rx_off, rx_hi;
-} stripe;
+} conn;
 
 typedef struct peer {
     ddp__match_peer m; /* first: the engine's part (queues, receive state, failure) */
-    int fd;
-    uint32_t ev;         /* events registered with epoll */
-    int want_out;
-    /* send side: the head of m.sq has its header in tx_hdr; stream 0 sends
-     * its bytes [0, tx_hi0) (all of them unless striped), tx_off0 so far */
-    uint8_t tx_hdr[HDR_LEN];
-    size_t tx_hdr_off, tx_off0, tx_hi0;
-    /* receive side of a striped message: stream 0 brings [0, rx_hi0) */
-    int rx_striped;
-    size_t rx_pos0, rx_hi0;
-    /* receive side: headers (and small bodies) come through stage */
+    conn conn[MAX_STREAMS]; /* the pair's streams, 0 .. streams - 1 */
+    int rx_striped;         /* the message in progress comes in shares */
+    /* receive side: stream 0's headers (and small bodies) come through stage */
     uint8_t stage[STAGE_LEN];
     size_t st_lo, st_hi;
-    stripe xs[MAX_STREAMS - 1]; /* streams 1 .. streams - 1 */
 } peer;
 
 typedef struct tcp {
@@ -126,9 +122,9 @@ void ddp__tcp_tx_start(tcp *t, peer *p);
 int ddp__tcp_tx_stripes(tcp *t, peer *p, int *busy);
 size_t ddp__tcp_tx_done(const tcp *t, const peer *p);
 void ddp__tcp_rx_setup(tcp *t, peer *p);
-int ddp__tcp_stripe_ready(const peer *p, const stripe *x);
+int ddp__tcp_stripe_ready(const peer *p, const conn *x);
 void ddp__tcp_stripe_event(tcp *t, peer *p, int s, uint32_t ev);
-int ddp__tcp_idle_broken(tcp *t, peer *p, int fd, int stream);
+int ddp__tcp_idle_broken(tcp *t, peer *p, int stream);
 extern const ddp__match_ops ddp__tcp_match_ops;
 void ddp__tcp_destroy(ddp__tp *tp);           /* tcp/mesh.c */
 

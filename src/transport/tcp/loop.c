@@ -51,12 +51,13 @@ static void set_events(tcp *t, int fd, uint32_t *cur, uint32_t ev, uint64_t key)
  * streams bring the rest); a stripe stream reads while its share is due. */
 void ddp__tcp_update_events(tcp *t, peer *p)
 {
-    int idle0 = p->m.rx == DDP__RX_HELD || (p->rx_striped && p->rx_pos0 == p->rx_hi0);
+    conn *c0 = &p->conn[0];
+    int idle0 = p->m.rx == DDP__RX_HELD || (p->rx_striped && c0->rx_off == c0->rx_hi);
     uint32_t ev = (p->rx_striped && idle0 ? 0u : EPOLLRDHUP) | (!idle0 ? EPOLLIN : 0u) |
-                  (p->want_out ? EPOLLOUT : 0u);
-    set_events(t, p->fd, &p->ev, ev, ev_key(p->m.rank, 0));
+                  (c0->want_out ? EPOLLOUT : 0u);
+    set_events(t, c0->fd, &c0->ev, ev, ev_key(p->m.rank, 0));
     for (int s = 1; s < t->streams; s++) {
-        stripe *x = &p->xs[s - 1];
+        conn *x = &p->conn[s];
         ev = (ddp__tcp_stripe_ready(p, x) ? EPOLLIN | EPOLLRDHUP : 0u) |
              (x->want_out ? EPOLLOUT : 0u);
         set_events(t, x->fd, &x->ev, ev, ev_key(p->m.rank, s));
@@ -83,9 +84,8 @@ static void conn_down(ddp__match *m, ddp__match_peer *mp)
 {
     peer *p = (peer *)mp;
     tcp *t = tcp_of(m);
-    close_fd(t, &p->fd);
-    for (int s = 1; s < t->streams; s++)
-        close_fd(t, &p->xs[s - 1].fd);
+    for (int s = 0; s < t->streams; s++)
+        close_fd(t, &p->conn[s].fd);
 }
 
 /* Writes all of buf before deadline, without touching the last error (the
@@ -118,17 +118,18 @@ static int raw_write(int fd, const void *buf, size_t len, double deadline)
 static void send_abort(peer *p, const char *why)
 {
     static const uint8_t zeros[4096];
-    double deadline = ddp_time_now() + 0.5;
+    double deadline = ddp_time_now() + ABORT_WAIT_S;
     ddp__req *r = p->m.sq_head;
+    conn *c0 = &p->conn[0];
     /* (Stream 0's share whole: it is at a frame boundary, stripes or not.) */
-    if (r && p->tx_hdr_off > 0 && (p->tx_hdr_off < HDR_LEN || p->tx_off0 < p->tx_hi0)) {
-        size_t left = p->tx_hi0 - p->tx_off0;
+    if (r && c0->tx_hdr_off > 0 && (c0->tx_hdr_off < HDR_LEN || c0->tx_off < c0->tx_hi)) {
+        size_t left = c0->tx_hi - c0->tx_off;
         if (left > (8u << 20) ||
-            raw_write(p->fd, p->tx_hdr + p->tx_hdr_off, HDR_LEN - p->tx_hdr_off, deadline) < 0)
+            raw_write(c0->fd, c0->tx_hdr + c0->tx_hdr_off, HDR_LEN - c0->tx_hdr_off, deadline) < 0)
             return;
         while (left > 0) {
             size_t k = left < sizeof zeros ? left : sizeof zeros;
-            if (raw_write(p->fd, zeros, k, deadline) < 0)
+            if (raw_write(c0->fd, zeros, k, deadline) < 0)
                 return;
             left -= k;
         }
@@ -139,7 +140,7 @@ static void send_abort(peer *p, const char *why)
         len = MAX_ABORT;
     build_header(frame, OP_ABORT, 0, len);
     memcpy(frame + HDR_LEN, why, len);
-    (void)raw_write(p->fd, frame, HDR_LEN + len, deadline);
+    (void)raw_write(c0->fd, frame, HDR_LEN + len, deadline);
 }
 
 /* This rank gives up: every live peer is told why (the engine then
@@ -203,6 +204,64 @@ static int parse_header(tcp *t, peer *p)
     return 0;
 }
 
+/* Reads into the staging buffer (after moving what is left to its start). */
+static ssize_t fill_stage(peer *p)
+{
+    if (p->st_lo > 0) {
+        memmove(p->stage, p->stage + p->st_lo, p->st_hi - p->st_lo);
+        p->st_hi -= p->st_lo;
+        p->st_lo = 0;
+    }
+    return recv(p->conn[0].fd, p->stage + p->st_hi, STAGE_LEN - p->st_hi, MSG_DONTWAIT);
+}
+
+/* A stream broke while stream 0 was not being read: it waited for the
+ * other streams' shares of a striped message, or sat between frames.  A
+ * peer that gives up sends its reason (ABORT) on stream 0 before it closes
+ * any stream, behind what is left of stream 0's share (which it completes
+ * with zeros): look for it there, for at most ABORT_WAIT_S, so that the
+ * error names the cause and not the stream that closed.  The share's bytes
+ * are dropped (the message fails either way).  1 when the reason was found
+ * (the peer is down with it). */
+static int reason_on_stream0(tcp *t, peer *p)
+{
+    conn *c0 = &p->conn[0];
+    size_t skip = 0;
+    if (p->rx_striped)
+        skip = c0->rx_hi - c0->rx_off;
+    else if (p->m.rx != DDP__RX_HDR)
+        return 0; /* in the middle of a frame: nowhere to look */
+    double deadline = ddp_time_now() + ABORT_WAIT_S;
+    for (;;) {
+        size_t avail = p->st_hi - p->st_lo, k = skip < avail ? skip : avail;
+        p->st_lo += k;
+        skip -= k;
+        avail -= k;
+        if (skip == 0 && avail >= HDR_LEN) {
+            const uint8_t *h = p->stage + p->st_lo;
+            uint64_t w = get64(h), len = get64(h + 16);
+            if (((w >> 40) & 0xff) != OP_ABORT || len > MAX_ABORT)
+                return 0;
+            if (avail >= HDR_LEN + len) {
+                (void)parse_header(t, p); /* takes the peer down with the reason */
+                return 1;
+            }
+        }
+        ssize_t n = fill_stage(p);
+        if (n > 0) {
+            p->st_hi += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        double left = deadline - ddp_time_now();
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0)
+            return 0;
+        struct pollfd pf = {.fd = c0->fd, .events = POLLIN};
+        (void)poll(&pf, 1, ddp__sock_poll_ms(left));
+    }
+}
+
 /* After a recv on stream (of p) that moved nothing: 1 to retry, 0 to stop
  * (would block or the peer is gone). */
 int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
@@ -211,6 +270,8 @@ int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
     if (n < 0 && err == EINTR)
         return 1;
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
+        return 0;
+    if ((stream > 0 || p->rx_striped) && reason_on_stream0(t, p))
         return 0;
     /* Which message it broke off in tells a crash from a lying header. */
     char in[128] = "";
@@ -226,17 +287,6 @@ int ddp__tcp_rx_stalled(tcp *t, peer *p, ssize_t n, int stream)
     else
         ddp__match_down(&t->m, &p->m, DDP__PEER_DEAD, "recv: %s%s", strerror(err), in);
     return 0;
-}
-
-/* Reads into the staging buffer (after moving what is left to its start). */
-static ssize_t fill_stage(peer *p)
-{
-    if (p->st_lo > 0) {
-        memmove(p->stage, p->stage + p->st_lo, p->st_hi - p->st_lo);
-        p->st_hi -= p->st_lo;
-        p->st_lo = 0;
-    }
-    return recv(p->fd, p->stage + p->st_hi, STAGE_LEN - p->st_hi, MSG_DONTWAIT);
 }
 
 void ddp__tcp_rx_progress(tcp *t, peer *p)
@@ -269,8 +319,8 @@ void ddp__tcp_rx_progress(tcp *t, peer *p)
         }
         /* Stream 0's position: the message's, unless it is striped (then
          * rx_off counts the bytes of every stream). */
-        size_t *pos = p->rx_striped ? &p->rx_pos0 : &mp->rx_off;
-        size_t end = p->rx_striped ? p->rx_hi0 : mp->rx_len;
+        size_t *pos = p->rx_striped ? &p->conn[0].rx_off : &mp->rx_off;
+        size_t end = p->rx_striped ? p->conn[0].rx_hi : mp->rx_len;
         size_t cap = mp->rx_cap < end ? mp->rx_cap : end;
         uint8_t *dst = ddp__match_dst(mp);
         size_t need = cap - *pos;
@@ -302,7 +352,7 @@ void ddp__tcp_rx_progress(tcp *t, peer *p)
             /* Small remainders go through the stage, which also picks up the
              * next header; large ones straight into place. */
             ssize_t n = need < STAGE_LEN / 2 ? fill_stage(p)
-                                             : recv(p->fd, dst + *pos, need, MSG_DONTWAIT);
+                                             : recv(p->conn[0].fd, dst + *pos, need, MSG_DONTWAIT);
             if (n <= 0) {
                 if (!ddp__tcp_rx_stalled(t, p, n, 0))
                     return;
@@ -366,17 +416,18 @@ void ddp__tcp_tx_progress(tcp *t, peer *p)
     ddp__match_peer *mp = &p->m;
     while (mp->sq_head && mp->state == DDP__PEER_LIVE) {
         ddp__req *r = mp->sq_head;
-        int rc = ddp__tcp_send_part(p->fd, p->tx_hdr, &p->tx_hdr_off, r->buf, &p->tx_off0,
-                                    p->tx_hi0);
+        conn *c0 = &p->conn[0];
+        int rc = ddp__tcp_send_part(c0->fd, c0->tx_hdr, &c0->tx_hdr_off, r->buf, &c0->tx_off,
+                                    c0->tx_hi);
         if (rc < 0) {
             ddp__tcp_tx_failed(t, p, errno);
             return;
         }
-        p->want_out = rc == 0;
+        c0->want_out = rc == 0;
         int busy = rc == 0;
         if (t->streams > 1 && ddp__tcp_tx_stripes(t, p, &busy) < 0)
             return;
-        r->done = t->streams > 1 ? ddp__tcp_tx_done(t, p) : p->tx_off0;
+        r->done = ddp__tcp_tx_done(t, p);
         if (busy) {
             ddp__tcp_update_events(t, p);
             return;
@@ -488,8 +539,9 @@ static int tcp_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
                 ddp__tcp_rx_setup(t, p);
             }
             /* Stream 0 waits for the stripes, but its socket failed. */
-            if ((ev & (EPOLLHUP | EPOLLERR)) && p->rx_striped && p->rx_pos0 == p->rx_hi0) {
-                ddp__tcp_idle_broken(t, p, p->fd, 0);
+            if ((ev & (EPOLLHUP | EPOLLERR)) && p->rx_striped &&
+                p->conn[0].rx_off == p->conn[0].rx_hi) {
+                ddp__tcp_idle_broken(t, p, 0);
                 continue;
             }
             if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))

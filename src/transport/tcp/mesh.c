@@ -43,14 +43,15 @@ void ddp__tcp_destroy(ddp__tp *tp)
         peer *p = &t->peers[r];
         /* Goodbye, unless a frame is half-written (the stream is no longer
          * in step then, and the peer must see a failure). */
-        int bye = p->fd >= 0 && p->m.state == DDP__PEER_LIVE && !p->m.sq_head;
+        int bye = p->conn[0].fd >= 0 && p->m.state == DDP__PEER_LIVE && !p->m.sq_head;
         if (bye) {
             uint8_t h[HDR_LEN];
             build_header(h, OP_BYE, 0, 0);
-            (void)ddp__sock_send_all(p->fd, h, HDR_LEN, ddp_time_now() + 1.0, p->m.what);
+            (void)ddp__sock_send_all(p->conn[0].fd, h, HDR_LEN, ddp_time_now() + 1.0,
+                                     p->m.what);
         }
         for (int s = 0; s < t->streams; s++) {
-            int fd = s == 0 ? p->fd : p->xs[s - 1].fd;
+            int fd = p->conn[s].fd;
             if (fd >= 0 && bye)
                 close_quietly(fd);
             else if (fd >= 0)
@@ -67,26 +68,41 @@ void ddp__tcp_destroy(ddp__tp *tp)
 /* Setup: rendezvous, connect, accept                                   */
 /* ------------------------------------------------------------------ */
 
-/* Record: "host port nonce streams" */
+/* A decimal field within [lo, hi], digits only. */
+static int field_int(const char *f, long lo, long hi, int *out)
+{
+    char *end;
+    if (*f < '0' || *f > '9')
+        return -1;
+    long v = strtol(f, &end, 10);
+    if (*end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Record: "host port nonce streams" (docs/wire-format.md), exactly those
+ * four fields. */
 static int parse_record(const ddp__rdzv_rec *rec, int r, char *host, size_t hlen, int *port,
                         int *streams)
 {
-    char buf[300];
+    char buf[300], tok[300];
     size_t n = rec->len < sizeof buf - 1 ? rec->len : sizeof buf - 1;
     memcpy(buf, rec->data, n);
     buf[n] = '\0';
-    char *sp = strchr(buf, ' ');
-    DDP_FAIL_IF(!sp || sp - buf >= (long)hlen, DDP_ERR_FORMAT,
-                "malformed address record of rank %d: '%s'", r, buf);
-    memcpy(host, buf, (size_t)(sp - buf));
-    host[sp - buf] = '\0';
-    *port = atoi(sp + 1);
-    DDP_FAIL_IF(*port <= 0 || *port > 65535, DDP_ERR_FORMAT,
-                "malformed address record of rank %d: '%s'", r, buf);
-    const char *last = strrchr(buf, ' ');
-    *streams = last && last > sp ? atoi(last + 1) : 0;
-    DDP_FAIL_IF(*streams < 1 || *streams > MAX_STREAMS, DDP_ERR_FORMAT,
-                "malformed address record of rank %d: '%s'", r, buf);
+    memcpy(tok, buf, n + 1);
+    char *f[5] = {NULL}, *save = NULL;
+    int k = 0;
+    for (char *w = strtok_r(tok, " ", &save); w && k < 5; w = strtok_r(NULL, " ", &save))
+        f[k++] = w;
+    int ok = k == 4 && strlen(f[0]) < hlen && field_int(f[1], 1, 65535, port) == 0 &&
+             strlen(f[2]) == 32 && strspn(f[2], "0123456789abcdef") == 32 &&
+             field_int(f[3], 1, MAX_STREAMS, streams) == 0;
+    DDP_FAIL_IF(!ok, DDP_ERR_FORMAT,
+                "malformed address record of rank %d: '%s' (want \"host port nonce "
+                "connections\")",
+                r, buf);
+    snprintf(host, hlen, "%s", f[0]);
     return 0;
 }
 
@@ -117,19 +133,12 @@ static int add_stream(tcp *t, int r, int s, int fd)
     struct epoll_event e = {.events = ev, .data.u64 = ev_key(r, s)};
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
         return DDP_ERROR_ERRNO(DDP_ERR_SYSTEM, errno, "epoll_ctl(ADD) for %s", p->m.what);
-    if (s == 0) {
-        p->fd = fd;
-        p->ev = ev;
-    } else {
-        p->xs[s - 1].fd = fd;
-        p->xs[s - 1].ev = ev;
-    }
+    p->conn[s].fd = fd;
+    p->conn[s].ev = ev;
     if (s == t->streams - 1)
         p->m.state = DDP__PEER_LIVE;
     return 0;
 }
-
-static int stream_fd(const peer *p, int s) { return s == 0 ? p->fd : p->xs[s - 1].fd; }
 
 static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, double deadline)
 {
@@ -147,7 +156,7 @@ static int connect_up(tcp *t, const ddp__hs_ctx *hs, const ddp__rdzv_rec *recs, 
             if (rc == 0)
                 rc = add_stream(t, r, s, fd);
             if (rc < 0) {
-                if (fd >= 0 && stream_fd(p, s) != fd)
+                if (fd >= 0 && p->conn[s].fd != fd)
                     close(fd);
                 return ddp__error_context(rc, "rank %d connecting to rank %d", t->base.rank, r);
             }
@@ -174,7 +183,7 @@ static int accept_down(tcp *t, const ddp__hs_ctx *hs, int lfd, double deadline,
             int fd = fds[r * ns + s];
             if (rc == 0)
                 rc = add_stream(t, r, s, fd);
-            if (stream_fd(&t->peers[r], s) != fd)
+            if (t->peers[r].conn[s].fd != fd)
                 close(fd); /* not handed over: add_stream failed here or before */
         }
     }
@@ -211,9 +220,8 @@ int ddp__tcp_create(ddp_store_t *store, const char *prefix, int rank, int size,
     t->peers = t->m.peers;
     for (int r = 0; r < size; r++) {
         peer *p = &t->peers[r];
-        p->fd = -1;
-        for (int s = 1; s < MAX_STREAMS; s++)
-            p->xs[s - 1].fd = -1;
+        for (int s = 0; s < MAX_STREAMS; s++)
+            p->conn[s].fd = -1;
         if (r != rank) { /* until add_peer */
             p->m.state = DDP__PEER_DEAD;
             snprintf(p->m.why, sizeof p->m.why, "rank %d: not connected", r);
@@ -294,10 +302,13 @@ int ddp__tcp_debug_streams(ddp__tp *tp, int *streams, uint64_t *striped_rx)
     return 0;
 }
 
-int ddp__tcp_debug_fd(ddp__tp *tp, int rank)
+int ddp__tcp_debug_stream_fd(ddp__tp *tp, int rank, int stream)
 {
     tcp *t = (tcp *)tp;
-    if (!tp || tp->vt != &ddp__tcp_vtable || rank < 0 || rank >= t->base.size)
+    if (!tp || tp->vt != &ddp__tcp_vtable || rank < 0 || rank >= t->base.size || stream < 0 ||
+        stream >= t->streams)
         return -1;
-    return t->peers[rank].fd;
+    return t->peers[rank].conn[stream].fd;
 }
+
+int ddp__tcp_debug_fd(ddp__tp *tp, int rank) { return ddp__tcp_debug_stream_fd(tp, rank, 0); }

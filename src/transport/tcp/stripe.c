@@ -34,20 +34,17 @@
 void ddp__tcp_tx_start(tcp *t, peer *p)
 {
     ddp__req *r = p->m.sq_head;
-    size_t lo;
-    build_header(p->tx_hdr, OP_DATA, r->tag, r->len);
-    p->tx_hdr_off = 0;
-    p->tx_off0 = 0;
-    share_of(t, r->len, 0, &lo, &p->tx_hi0);
-    if (!is_striped(t, r->len))
-        return;
-    for (int s = 1; s < t->streams; s++) {
-        stripe *x = &p->xs[s - 1];
+    int n = is_striped(t, r->len) ? t->streams : 1;
+    for (int s = 0; s < n; s++) {
+        conn *x = &p->conn[s];
         share_of(t, r->len, s, &x->tx_lo, &x->tx_hi);
         x->tx_off = x->tx_lo;
-        build_header(x->tx_hdr, OP_STRIPE, r->tag, x->tx_hi - x->tx_lo);
+        if (s == 0)
+            build_header(x->tx_hdr, OP_DATA, r->tag, r->len);
+        else
+            build_header(x->tx_hdr, OP_STRIPE, r->tag, x->tx_hi - x->tx_lo);
         x->tx_hdr_off = 0;
-        x->tx_busy = 1;
+        x->tx_busy = s > 0;
     }
 }
 
@@ -57,7 +54,7 @@ int ddp__tcp_tx_stripes(tcp *t, peer *p, int *busy)
 {
     const void *buf = p->m.sq_head->buf;
     for (int s = 1; s < t->streams; s++) {
-        stripe *x = &p->xs[s - 1];
+        conn *x = &p->conn[s];
         x->want_out = 0;
         if (!x->tx_busy)
             continue;
@@ -76,11 +73,10 @@ int ddp__tcp_tx_stripes(tcp *t, peer *p, int *busy)
  * streams' offsets are those of the last striped send until the next). */
 size_t ddp__tcp_tx_done(const tcp *t, const peer *p)
 {
-    size_t done = p->tx_off0;
-    if (!p->m.sq_head || !is_striped(t, p->m.sq_head->len))
-        return done;
-    for (int s = 1; s < t->streams; s++)
-        done += p->xs[s - 1].tx_off - p->xs[s - 1].tx_lo;
+    int n = p->m.sq_head && is_striped(t, p->m.sq_head->len) ? t->streams : 1;
+    size_t done = 0;
+    for (int s = 0; s < n; s++)
+        done += p->conn[s].tx_off - p->conn[s].tx_lo;
     return done;
 }
 
@@ -95,16 +91,13 @@ void ddp__tcp_rx_setup(tcp *t, peer *p)
     ddp__match_peer *mp = &p->m;
     p->rx_striped = mp->rx == DDP__RX_BODY && is_striped(t, mp->rx_len);
     if (p->rx_striped) {
-        size_t lo;
         t->striped_rx++;
-        p->rx_pos0 = 0;
-        share_of(t, mp->rx_len, 0, &lo, &p->rx_hi0);
-        for (int s = 1; s < t->streams; s++) {
-            stripe *x = &p->xs[s - 1];
+        for (int s = 0; s < t->streams; s++) {
+            conn *x = &p->conn[s];
             share_of(t, mp->rx_len, s, &x->rx_lo, &x->rx_hi);
             x->rx_off = x->rx_lo;
             x->rx_hdr_off = 0;
-            x->rx_busy = 1;
+            x->rx_busy = s > 0; /* stream 0's share: ddp__tcp_rx_progress */
         }
     }
     ddp__tcp_update_events(t, p);
@@ -112,13 +105,13 @@ void ddp__tcp_rx_setup(tcp *t, peer *p)
 
 /* 1 when x's share may be read now: due, and (into an unexpected buffer)
  * every share before it is in. */
-int ddp__tcp_stripe_ready(const peer *p, const stripe *x)
+int ddp__tcp_stripe_ready(const peer *p, const conn *x)
 {
     return p->rx_striped && x->rx_busy && (p->m.rx_req || p->m.rx_off == x->rx_off);
 }
 
 /* x's frame header is whole: the share the message's split says, nothing else. */
-static int check_stripe_header(tcp *t, peer *p, const stripe *x, int s)
+static int check_stripe_header(tcp *t, peer *p, const conn *x, int s)
 {
     uint64_t w = get64(x->rx_hdr), tag = get64(x->rx_hdr + 8), len = get64(x->rx_hdr + 16);
     if ((uint32_t)w == FRAME_MAGIC && ((w >> 32) & 0xff) == FRAME_VERSION &&
@@ -134,7 +127,7 @@ static int check_stripe_header(tcp *t, peer *p, const stripe *x, int s)
 }
 
 /* Reads x's share (stream s) as far as the socket has it. */
-static void stripe_rx(tcp *t, peer *p, stripe *x, int s)
+static void stripe_rx(tcp *t, peer *p, conn *x, int s)
 {
     ddp__match_peer *mp = &p->m;
     while (mp->state == DDP__PEER_LIVE && ddp__tcp_stripe_ready(p, x)) {
@@ -180,10 +173,10 @@ static void stripe_rx(tcp *t, peer *p, stripe *x, int s)
 /* A stream with nothing due reported a hang-up or an error (epoll reports
  * those whatever it was asked): when the socket is at its end, the peer is
  * gone.  Bytes still unread there belong to a later message and stay. */
-int ddp__tcp_idle_broken(tcp *t, peer *p, int fd, int stream)
+int ddp__tcp_idle_broken(tcp *t, peer *p, int stream)
 {
     char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t n = recv(p->conn[stream].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0)
         return 0;
     (void)ddp__tcp_rx_stalled(t, p, n, stream);
@@ -193,7 +186,7 @@ int ddp__tcp_idle_broken(tcp *t, peer *p, int fd, int stream)
 /* epoll's events ev on stream s (> 0) of p. */
 void ddp__tcp_stripe_event(tcp *t, peer *p, int s, uint32_t ev)
 {
-    stripe *x = &p->xs[s - 1];
+    conn *x = &p->conn[s];
     if (ev & EPOLLOUT)
         ddp__tcp_tx_progress(t, p);
     if (p->m.state != DDP__PEER_LIVE || !(ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
@@ -201,5 +194,5 @@ void ddp__tcp_stripe_event(tcp *t, peer *p, int s, uint32_t ev)
     if (ddp__tcp_stripe_ready(p, x))
         stripe_rx(t, p, x, s);
     else if (ev & (EPOLLHUP | EPOLLERR))
-        ddp__tcp_idle_broken(t, p, x->fd, s);
+        ddp__tcp_idle_broken(t, p, s);
 }
