@@ -21,7 +21,7 @@
  *
  *   build/bin/ddprun --standalone --nproc-per-node 2 build/bench/zero_mem \
  *       --mode ddp|zero1|zero2|zero2p1 [--hidden H] [--layers L] [--batch B] [--steps N]
- *       [--warmup W] [--save-dir DIR] [--export FILE]
+ *       [--warmup W] [--batchnorm 0|1] [--save-dir DIR] [--export FILE]
  *
  * --save-dir writes a sharded checkpoint of the trained model at the end
  * (ZeRO modes), --export then writes its consolidated file from rank 0,
@@ -36,6 +36,7 @@
 
 #include "ddp.h"
 #include "ddp/ext.h"
+#include "ddp/nn_module.h"
 
 #define IN 784
 #define OUT 10
@@ -49,12 +50,18 @@ static void check(int rc, const char *what)
     }
 }
 
-static ddp_model_t *make_model(int hidden, int layers)
+/* batchnorm: a BatchNorm1d after each hidden Linear (module buffers in the
+ * checkpoints: the export check). */
+static ddp_model_t *make_model(int hidden, int layers, int batchnorm)
 {
-    ddp_module_t *mods[2 * MAX_LAYERS + 1], *seq;
+    ddp_module_t *mods[3 * MAX_LAYERS + 1], *seq;
     int n = 0, in = IN;
     for (int l = 0; l < layers; l++) {
         check(ddp_linear_create(in, hidden, 1, (uint64_t)l + 1, &mods[n++]), "linear");
+        if (batchnorm) {
+            ddp_batchnorm_options bo = ddp_batchnorm_defaults(hidden);
+            check(ddp_batchnorm1d_create(&bo, &mods[n++]), "batchnorm");
+        }
         check(ddp_relu_create(&mods[n++]), "relu");
         in = hidden;
     }
@@ -98,7 +105,7 @@ static int cmp_double(const void *a, const void *b)
 typedef struct {
     const char *mode, *save_dir, *export_path;
     char save_path[4096]; /* EXPORT.direct: the model saved directly */
-    int hidden, layers, batch, steps, warmup, stage, pool;
+    int hidden, layers, batch, steps, warmup, stage, pool, batchnorm;
 } opts;
 
 static void parse(int argc, char **argv, opts *o)
@@ -118,6 +125,8 @@ static void parse(int argc, char **argv, opts *o)
             o->steps = atoi(v);
         else if (!strcmp(k, "--warmup"))
             o->warmup = atoi(v);
+        else if (!strcmp(k, "--batchnorm"))
+            o->batchnorm = atoi(v);
         else if (!strcmp(k, "--save-dir"))
             o->save_dir = v;
         else if (!strcmp(k, "--export")) {
@@ -150,7 +159,7 @@ int main(int argc, char **argv)
     check(ddp_launch_info_from_env(&li), "launcher environment");
     ddp_pg_t *pg;
     check(ddp_init_process_group("tcp", "env://", li.rank, li.world_size, 300, &pg), "init");
-    ddp_model_t *m = make_model(o.hidden, o.layers);
+    ddp_model_t *m = make_model(o.hidden, o.layers, o.batchnorm);
     ddp_tape_t *tape;
     check(ddp_tape_create(&tape), "tape");
     ddp_data_parallel_t *dm = NULL; /* stage 2 reduces the gradients itself */
