@@ -17,7 +17,7 @@
 # parameter and gradient), train RSS the training steps' own high-water mark.
 #   sh bench/zero_mem.sh [BUILD] [ROUNDS] [STEPS] [BATCH]
 # Defaults 5 rounds of 15 timed steps (after 2 warm-up steps) at batch 32
-# per rank: about 8 minutes on a quiet 2-vCPU host.  MODES="ddp zero2"
+# per rank: about 9-10 minutes on a quiet 2-vCPU host.  MODES="ddp zero2"
 # picks the modes (ddp first: the ratios are against it).
 build=${1:-build}
 rounds=${2:-5}
