@@ -116,9 +116,10 @@ DDP_API size_t ddp_zero_state_bytes(const ddp_zero_t *z, const ddp_optim_t *opt)
  * "optimizer.<state>.<name>", with the training position in __metadata__),
  * for a model with module buffers rank 0's buffers whole in
  * buffers.safetensors, and index.json, written by rank 0 once every shard
- * is on disk (docs/zero.md gives the format).  Every file is written to a temporary name, fsynced and
- * renamed: a crash leaves the previous index (and its shards) whole, as long
- * as successive checkpoints go to different folders. */
+ * is on disk (docs/zero.md gives the format).  Every file is written to a
+ * temporary name, fsynced and renamed: a crash leaves the previous index
+ * (and its shards) whole, as long as successive checkpoints go to
+ * different folders. */
 
 /* Collective: every rank of z's group calls it.  Writes this rank's shard
  * of z's model and of opt (may be NULL) with st, then rank 0 writes the
