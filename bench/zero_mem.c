@@ -4,18 +4,24 @@
  * one line:
  *
  *   zero_mem mode=ddp world=2 params=36818954 state_bytes=294551632 \
- *       peak_rss=883986432 train_rss=800000000 samples_per_s=19.0
+ *       peak_rss=883986432 train_rss=800000000 samples_per_s=19.0 \
+ *       samples_per_s_med=19.4 cpu_ms_per_step=700.0
  *
  * state_bytes, peak_rss and train_rss are the largest over the ranks (peak
  * RSS: each rank's VmHWM from /proc/self/status, the whole run's high-water
  * mark, setup included; train_rss: the high-water mark of the training
  * steps alone, VmHWM reset through /proc/self/clear_refs after the setup,
  * 0 where the kernel cannot); samples/s over the timed steps (after
- * --warmup untimed ones), all ranks' samples over the slowest rank's time.
+ * --warmup untimed ones), all ranks' samples over the slowest rank's time;
+ * samples_per_s_med the same from the median step (the slowest rank's
+ * median), which a burst of load on a shared machine moves less;
+ * cpu_ms_per_step the CPU time (user + system, every thread) of all ranks
+ * together per timed step: what the mode costs the machine, which load
+ * changes much less than wall time.
  *
  *   build/bin/ddprun --standalone --nproc-per-node 2 build/bench/zero_mem \
  *       --mode ddp|zero1|zero2|zero2p1 [--hidden H] [--layers L] [--batch B] [--steps N]
- *       [--warmup W] [--save-dir DIR] [--export FILE]
+ *       [--warmup W] [--batchnorm 0|1] [--save-dir DIR] [--export FILE]
  *
  * --save-dir writes a sharded checkpoint of the trained model at the end
  * (ZeRO modes), --export then writes its consolidated file from rank 0,
@@ -24,11 +30,13 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ddp.h"
 #include "ddp/ext.h"
+#include "ddp/nn_module.h"
 
 #define IN 784
 #define OUT 10
@@ -42,12 +50,18 @@ static void check(int rc, const char *what)
     }
 }
 
-static ddp_model_t *make_model(int hidden, int layers)
+/* batchnorm: a BatchNorm1d after each hidden Linear (module buffers in the
+ * checkpoints: the export check). */
+static ddp_model_t *make_model(int hidden, int layers, int batchnorm)
 {
-    ddp_module_t *mods[2 * MAX_LAYERS + 1], *seq;
+    ddp_module_t *mods[3 * MAX_LAYERS + 1], *seq;
     int n = 0, in = IN;
     for (int l = 0; l < layers; l++) {
         check(ddp_linear_create(in, hidden, 1, (uint64_t)l + 1, &mods[n++]), "linear");
+        if (batchnorm) {
+            ddp_batchnorm_options bo = ddp_batchnorm_defaults(hidden);
+            check(ddp_batchnorm1d_create(&bo, &mods[n++]), "batchnorm");
+        }
         check(ddp_relu_create(&mods[n++]), "relu");
         in = hidden;
     }
@@ -72,10 +86,26 @@ static double peak_rss(void)
     return kb * 1024;
 }
 
+/* This process's CPU time (user + system, all threads) in seconds. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 typedef struct {
     const char *mode, *save_dir, *export_path;
     char save_path[4096]; /* EXPORT.direct: the model saved directly */
-    int hidden, layers, batch, steps, warmup, stage, pool;
+    int hidden, layers, batch, steps, warmup, stage, pool, batchnorm;
 } opts;
 
 static void parse(int argc, char **argv, opts *o)
@@ -95,6 +125,8 @@ static void parse(int argc, char **argv, opts *o)
             o->steps = atoi(v);
         else if (!strcmp(k, "--warmup"))
             o->warmup = atoi(v);
+        else if (!strcmp(k, "--batchnorm"))
+            o->batchnorm = atoi(v);
         else if (!strcmp(k, "--save-dir"))
             o->save_dir = v;
         else if (!strcmp(k, "--export")) {
@@ -127,7 +159,7 @@ int main(int argc, char **argv)
     check(ddp_launch_info_from_env(&li), "launcher environment");
     ddp_pg_t *pg;
     check(ddp_init_process_group("tcp", "env://", li.rank, li.world_size, 300, &pg), "init");
-    ddp_model_t *m = make_model(o.hidden, o.layers);
+    ddp_model_t *m = make_model(o.hidden, o.layers, o.batchnorm);
     ddp_tape_t *tape;
     check(ddp_tape_create(&tape), "tape");
     ddp_data_parallel_t *dm = NULL; /* stage 2 reduces the gradients itself */
@@ -158,11 +190,17 @@ int main(int argc, char **argv)
     int64_t *labels = malloc((size_t)o.batch * sizeof *labels);
     ddp_tensor x;
     check(ddp_tensor_wrap(&x, xs, 2, (int64_t[]){o.batch, IN}), "wrap");
-    double t0 = 0;
+    /* Per timed step: its wall time on this rank (the ranks are coupled
+     * by the collectives, so every rank's step lasts about as long); the
+     * median of those resists a burst of load on a shared machine better
+     * than the total does. */
+    double *step_s = calloc((size_t)o.steps, sizeof *step_s);
+    double t0 = 0, ts = 0, c0 = 0;
     for (int s = 0; s < o.warmup + o.steps; s++) {
         if (s == o.warmup) {
             check(ddp_pg_barrier(pg), "barrier");
-            t0 = ddp_time_now();
+            t0 = ts = ddp_time_now();
+            c0 = cpu_seconds();
         }
         for (int i = 0; i < o.batch * IN; i++)
             xs[i] = (float)sin(0.01 * i + 0.7 * s + li.rank);
@@ -181,20 +219,31 @@ int main(int argc, char **argv)
         check(dm ? ddp_data_parallel_backward(dm, tape, loss) : ddp_zero_backward(z, tape, loss),
               "backward");
         check(z ? ddp_zero_step(z, opt) : ddp_optim_step(opt), "step");
+        if (s >= o.warmup) {
+            double now = ddp_time_now();
+            step_s[s - o.warmup] = now - ts;
+            ts = now;
+        }
     }
-    double dt = ddp_time_now() - t0;
+    double dt = ddp_time_now() - t0, cpu = cpu_seconds() - c0;
+    qsort(step_s, (size_t)o.steps, sizeof *step_s, cmp_double);
+    double med = o.steps % 2 ? step_s[o.steps / 2]
+                             : 0.5 * (step_s[o.steps / 2 - 1] + step_s[o.steps / 2]);
+    free(step_s);
     size_t total;
     ddp_model_param_block(m, &total);
     double train_rss = peak_rss();
-    double v[4] = {z ? (double)ddp_zero_state_bytes(z, opt)
+    double v[5] = {z ? (double)ddp_zero_state_bytes(z, opt)
                      : (double)ddp_optim_num_states(opt) * (double)total * sizeof(float),
-                   setup_rss > train_rss ? setup_rss : train_rss, reset ? train_rss : 0, dt};
-    check(ddp_pg_all_reduce(pg, v, 4, DDP_FLOAT64, DDP_MAX), "all-reduce");
+                   setup_rss > train_rss ? setup_rss : train_rss, reset ? train_rss : 0, dt, med};
+    check(ddp_pg_all_reduce(pg, v, 5, DDP_FLOAT64, DDP_MAX), "all-reduce");
+    check(ddp_pg_all_reduce(pg, &cpu, 1, DDP_FLOAT64, DDP_SUM), "all-reduce");
     if (li.rank == 0)
         printf("zero_mem mode=%s world=%d params=%zu state_bytes=%.0f peak_rss=%.0f "
-               "train_rss=%.0f samples_per_s=%.1f\n",
+               "train_rss=%.0f samples_per_s=%.1f samples_per_s_med=%.1f cpu_ms_per_step=%.1f\n",
                o.mode, li.world_size, total, v[0], v[1], v[2],
-               (double)o.steps * o.batch * li.world_size / v[3]);
+               (double)o.steps * o.batch * li.world_size / v[3],
+               (double)o.batch * li.world_size / v[4], 1e3 * cpu / o.steps);
     if (o.save_dir && z) {
         ddp_train_state st = {.global_step = o.warmup + o.steps};
         check(ddp_zero_checkpoint_save(o.save_dir, z, opt, &st), "checkpoint save");

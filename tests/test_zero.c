@@ -3,7 +3,7 @@
  * AdamW; 2, 3 and 4 ranks: the in-place all-gather and, on 3, the short
  * last shard's broadcasts), bitwise; stage 2 (no DDP: the reducer's
  * reduce-scatter) against DDP, bitwise on 2 ranks and within 1e-6 on 3
- * and 4; the state per rank; sharded checkpoints saved on 4 ranks and
+ * and 4; a failed stage-2 create losing nothing; the state per rank; sharded checkpoints saved on 4 ranks and
  * loaded on 1, 2 and 3 (and on 2 at stage 2) with the optimizer state
  * bitwise the saved one; the consolidated export read back by
  * ddp_model_load_safetensors; missing, damaged, foreign and mismatched
@@ -380,6 +380,43 @@ static void test_bad_use(void **state)
     ddp_destroy_process_group(pg);
 }
 
+/* A stage-2 create that fails (here: the ranks hold different models) loses
+ * nothing: every rank's gradients and parameters are as they were (the
+ * gradient block, handed back to the kernel by a create that succeeds,
+ * would read as zeros). */
+static int mismatched_rank(int rank, void *arg)
+{
+    (void)arg;
+    char url[256];
+    snprintf(url, sizeof url, "file://%s/store-mismatch", dir);
+    ddp_pg_t *pg;
+    ddp_model_t *m;
+    CHILD_CHECK(ddp_init_process_group("tcp", url, rank, 2, 20.0, &pg) == 0);
+    CHILD_CHECK(make_model(2000 + rank, &m) == 0); /* gradients over many whole pages */
+    size_t n;
+    float *g = ddp_model_grad_block(m, &n), *p = ddp_model_param_block(m, NULL);
+    float *before = malloc(n * sizeof *before);
+    for (size_t i = 0; i < n; i++)
+        g[i] = 1.5f + (float)i;
+    memcpy(before, p, n * sizeof *p);
+    ddp_zero_options o = {.stage = 2};
+    ddp_zero_t *z = NULL;
+    CHILD_CHECK(ddp_zero_create(m, pg, &o, &z) == DDP_ERR_MISMATCH && !z);
+    for (size_t i = 0; i < n; i++)
+        CHILD_CHECK(g[i] == 1.5f + (float)i);
+    CHILD_CHECK(memcmp(before, p, n * sizeof *p) == 0);
+    free(before);
+    ddp_model_destroy(m);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_stage2_failed_create(void **state)
+{
+    (void)state;
+    assert_int_equal(run_children(2, mismatched_rank, NULL, 60), 0);
+}
+
 /* ==== sharded checkpoints ================================================= */
 
 static void save_on_4(const char *sub, int steps)
@@ -517,6 +554,7 @@ int main(void)
         IN_SCRATCH(test_stage2_equals_ddp),
         IN_SCRATCH(test_stage2_pool_of_one),
         IN_SCRATCH(test_bad_use),
+        IN_SCRATCH(test_stage2_failed_create),
         IN_SCRATCH(test_reshard),
         IN_SCRATCH(test_bad_checkpoints),
     };

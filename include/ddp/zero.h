@@ -70,6 +70,10 @@ DDP_API ddp_zero_options ddp_zero_defaults(void);
  * that; stage 2's create is collective and checks it itself (below, at
  * ddp_zero_backward).  opts NULL: defaults (stage 1).  A stage other than
  * 1 or 2, or a negative pool_buffers, fails with DDP_ERR_INVALID_ARG.
+ * A failed create leaves the model's parameters and gradients as they
+ * were (ranks with different models: DDP_ERR_MISMATCH), save a broadcast
+ * that fails midway (a dead peer: the job must stop) and, at stage 2, out
+ * of memory for the shard model after the gradient block was handed back.
  * Caller destroys. */
 DDP_API int ddp_zero_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_zero_options *opts,
                             ddp_zero_t **out);
@@ -109,11 +113,13 @@ DDP_API size_t ddp_zero_state_bytes(const ddp_zero_t *z, const ddp_optim_t *opt)
 /* ==== sharded checkpoints ================================================
  * A folder dir holding one safetensors file per rank (rank r's pieces of the
  * parameters under their names, and of each optimizer state buffer under
- * "optimizer.<state>.<name>", with the training position in __metadata__)
- * and index.json, written by rank 0 once every shard is on disk (docs/zero.md
- * gives the format).  Every file is written to a temporary name, fsynced and
- * renamed: a crash leaves the previous index (and its shards) whole, as long
- * as successive checkpoints go to different folders. */
+ * "optimizer.<state>.<name>", with the training position in __metadata__),
+ * for a model with module buffers rank 0's buffers whole in
+ * buffers.safetensors, and index.json, written by rank 0 once every shard
+ * is on disk (docs/zero.md gives the format).  Every file is written to a
+ * temporary name, fsynced and renamed: a crash leaves the previous index
+ * (and its shards) whole, as long as successive checkpoints go to
+ * different folders. */
 
 /* Collective: every rank of z's group calls it.  Writes this rank's shard
  * of z's model and of opt (may be NULL) with st, then rank 0 writes the
@@ -123,9 +129,10 @@ DDP_API int ddp_zero_checkpoint_save(const char *dir, ddp_zero_t *z, ddp_optim_t
 /* Collective: loads a checkpoint saved by any number of ranks into z's
  * model (every rank gets the whole parameters), opt (may be NULL: the
  * state of this rank's shard, resharded from the saved partition) and *st
- * (may be NULL; world_size is the saving run's).  Every rank checks the
- * index and every shard it needs (names, shapes, ranges, the step of each
- * shard against the index's) before anything is changed, and the ranks agree
+ * (may be NULL; world_size is the saving run's), and the saved buffers into
+ * every rank's model.  Every rank checks the index, the buffers and every
+ * shard it needs (names, shapes, ranges, the step of each shard against
+ * the index's) before anything is changed, and the ranks agree
  * on the outcome: a missing or damaged file, an index naming a shard that is
  * not there, shards of different steps or a model that does not match fail
  * every rank and change nothing (DDP_ERR_NOT_FOUND, DDP_ERR_FORMAT,
@@ -133,9 +140,11 @@ DDP_API int ddp_zero_checkpoint_save(const char *dir, ddp_zero_t *z, ddp_optim_t
 DDP_API int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
                                      ddp_train_state *st);
 /* Not collective (any one process, no group): writes the parameters of the
- * checkpoint in dir as one ordinary safetensors file at path, full shapes
- * and PyTorch's state_dict names (what ddp_model_load_safetensors and
- * safetensors.torch.load_file read).  The same checks as a load. */
+ * checkpoint in dir, then its module buffers (rank 0's: BatchNorm's
+ * running statistics, num_batches_tracked as I64), as one ordinary
+ * safetensors file at path, full shapes and PyTorch's state_dict names
+ * (what ddp_model_load_safetensors, safetensors.torch.load_file and
+ * load_state_dict(strict=True) read).  The same checks as a load. */
 DDP_API int ddp_zero_checkpoint_export(const char *dir, const char *path);
 
 #ifdef __cplusplus

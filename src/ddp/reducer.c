@@ -286,11 +286,12 @@ int ddp__reducer_create(ddp_pg_t *pg, const ddp_grad_region *regions, int nregio
     }
     r->relayout = relayout;
     r->relayout_user = relayout_user;
+    r->untouched = w && w->untouched_pool;
     DDP_TRY_OUT(apply_layout(r, order));
     if (o.mode == DDP_REDUCER_SCATTER)
         DDP_TRY_OUT(ddp__scatter_init(r));
     ddp__reducer_debug_layout(r);
-    if (!w) /* DDP records its own "DDP create" */
+    if (!w || !w->who) /* DDP records its own "DDP create" */
         ddp__tl_end(t0, "reducer create", "buckets", r->layout.nbuckets);
     *out = r;
     r = NULL;

@@ -35,6 +35,11 @@ typedef struct ddp__reducer_words {
     const char *options_desc; /* the options line every rank must share (copied) */
     const char *const *entry_desc; /* (nregions) "name (shape)" per region, or NULL: "name (count)" */
     const char *unused_hint;  /* appended to the unused-regions error */
+    /* Scatter mode: the pool and the shard are allocated at create but not
+     * touched (zeroed) until ddp__scatter_touch, so that a caller can hand
+     * memory back between the two (ZeRO-2: the model's gradient block only
+     * once nothing can fail any more, without the two adding up). */
+    int untouched_pool;
 } ddp__reducer_words;
 
 /* Scatter mode's per-bucket state. */
@@ -103,6 +108,7 @@ struct ddp_reducer {
     int ninflight;
     ddp_reducer_stats stats;
     int warned_overflow;
+    int untouched;                /* the pool and shard not zeroed yet (ddp__scatter_touch) */
 };
 
 /* ---- reducer.c ----------------------------------------------------------- */
@@ -137,6 +143,9 @@ int ddp__reducer_wait_buckets(ddp_reducer_t *r, int finish);
 /* ---- reducer_scatter.c --------------------------------------------------- */
 int ddp__scatter_init(ddp_reducer_t *r);
 void ddp__scatter_free(ddp_reducer_t *r);
+/* Zeroes (first touch) the pool and the shard of a reducer created with
+ * untouched_pool; a no-op otherwise and the second time. */
+void ddp__scatter_touch(ddp_reducer_t *r);
 int ddp__scatter_grad_buffer(ddp_reducer_t *r, int i, float **grad);
 int ddp__scatter_launch(ddp_reducer_t *r, int b);
 /* Waits for every launched bucket, adds this rank's parts into the shard,

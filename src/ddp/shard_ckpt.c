@@ -85,7 +85,7 @@ out:
 
 /* ==== index.json ========================================================== */
 
-static void json_string(FILE *f, const char *s)
+void ddp__ckpt_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -109,7 +109,7 @@ static void put_tensors(FILE *f, ddp_zero_t *z)
     for (size_t i = 0; i < np; i++) {
         const ddp_param *p = ddp_model_param(z->model, i);
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
-        json_string(f, p->name);
+        ddp__ckpt_json_string(f, p->name);
         fputs(", \"shape\": [", f);
         for (int d = 0; d < p->ndim; d++)
             fprintf(f, "%s%" PRId64, d ? ", " : "", p->shape[d]);
@@ -150,7 +150,7 @@ static int write_index(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
         const char *sname = "";
         ddp_optim_state(opt, k, &sname, NULL, NULL);
         fputs(k ? ", " : "", f);
-        json_string(f, sname);
+        ddp__ckpt_json_string(f, sname);
     }
     fputs("],\n  \"shards\": [", f);
     for (int r = 0; r < z->world; r++) {
@@ -163,6 +163,7 @@ static int write_index(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
     }
     fputs("\n  ]", f);
     put_tensors(f, z);
+    ddp__ckpt_buffers_json(f, z->model);
     fputs("\n}\n", f);
     int bad = fclose(f) != 0;
     int rc = 0;
@@ -211,6 +212,8 @@ int ddp_zero_checkpoint_save(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
         DDP_TRY(ddp__random_bytes(&m.id, sizeof m.id));
     DDP_TRY(ddp_pg_broadcast(z->pg, &m.id, 1, DDP_INT64, 0));
     int rc = write_shard(dir, z, opt, &m);
+    if (rc == 0 && z->rank == 0)
+        rc = ddp__ckpt_buffers_write(dir, z->model, &m);
     DDP_TRY(ddp__shard_agree(z->pg, rc, "save", dir));
     rc = z->rank == 0 ? write_index(dir, z, opt, &m) : 0;
     int32_t r0 = rc;

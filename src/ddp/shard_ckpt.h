@@ -5,11 +5,13 @@
 #define DDP_DDP_SHARD_CKPT_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ddp/zero_internal.h"
 
 #define DDP__CKPT_FORMAT "libddp-zero-checkpoint"
 #define DDP__CKPT_INDEX "index.json"
+#define DDP__CKPT_BUFFERS "buffers.safetensors"
 #define DDP__CKPT_MAX_STATES 8
 #define DDP__CKPT_NAME_MAX (DDP_PARAM_NAME_MAX + 64)
 #define DDP__SHARD_NMETA 8
@@ -30,5 +32,13 @@ void ddp__shard_meta_strings(const ddp__shard_meta *m, char v[][32], const char 
  * failed returns that failure, naming the rank.  Returns rc, the agreed
  * failure, or the all-gather's error. */
 int ddp__shard_agree(ddp_pg_t *pg, int rc, const char *what, const char *dir);
+/* s as a JSON string literal. */
+void ddp__ckpt_json_string(FILE *f, const char *s);
+
+/* shard_ckpt_buffers.c, the writing side.  Rank 0: model's buffers (none:
+ * nothing written) into dir/buffers.safetensors with m's metadata. */
+int ddp__ckpt_buffers_write(const char *dir, ddp_model_t *model, const ddp__shard_meta *m);
+/* The index's "buffers_file" and "buffers" members (none without buffers). */
+void ddp__ckpt_buffers_json(FILE *f, ddp_model_t *model);
 
 #endif

@@ -182,7 +182,8 @@ static int parse_index(const char *path, const ddp__json *root, ddp__ckpt_index 
     DDP_TRY(get_array(path, root, "shards", &arr));
     DDP_TRY(parse_shards(path, arr, ix));
     DDP_TRY(get_array(path, root, "tensors", &arr));
-    return parse_tensors(path, arr, ix);
+    DDP_TRY(parse_tensors(path, arr, ix));
+    return ddp__ckpt_buffers_parse(path, root, ix);
 }
 
 int ddp__ckpt_index_read(const char *dir, ddp__ckpt_index *ix)
@@ -205,6 +206,7 @@ void ddp__ckpt_index_free(ddp__ckpt_index *ix)
 {
     free(ix->shards);
     free(ix->tensors);
+    free(ix->buffers);
     ddp__json_free(ix->root);
     memset(ix, 0, sizeof *ix);
 }
@@ -222,13 +224,14 @@ static int meta_check(const char *path, const ddp__st_file *f, const char *key,
     return 0;
 }
 
-int ddp__ckpt_shard_open(const char *dir, const ddp__ckpt_index *ix, int r, ddp__st_file *f)
+int ddp__ckpt_file_open(const char *dir, const ddp__ckpt_index *ix, const char *file, int r,
+                        const char *what, ddp__st_file *f)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, ix->shards[r].file);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
     int rc = ddp__st_read(path, f);
     if (rc < 0)
-        return ddp__error_context(rc, "shard %d of the index", r);
+        return ddp__error_context(rc, "%s", what);
     ddp__shard_meta m = {.st = ix->st, .opt_steps = ix->opt_steps, .rank = r,
                          .world = ix->world, .id = ix->id};
     char v[DDP__SHARD_NMETA][32];
@@ -239,6 +242,13 @@ int ddp__ckpt_shard_open(const char *dir, const ddp__ckpt_index *ix, int r, ddp_
     if (rc < 0)
         ddp__st_close(f);
     return rc;
+}
+
+int ddp__ckpt_shard_open(const char *dir, const ddp__ckpt_index *ix, int r, ddp__st_file *f)
+{
+    char what[64];
+    snprintf(what, sizeof what, "shard %d of the index", r);
+    return ddp__ckpt_file_open(dir, ix, ix->shards[r].file, r, what, f);
 }
 
 const float *ddp__ckpt_shard_piece(const char *dir, const ddp__ckpt_index *ix, int r,

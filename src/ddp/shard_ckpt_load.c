@@ -3,7 +3,8 @@
  * (tensor, saved shard) overlaps, the first only checking, the second
  * copying once every rank agreed that its checks passed.  The parameters
  * of this rank's new shard are read from the files, the rest come from the
- * other ranks through the step's gather. */
+ * other ranks through the step's gather; the module buffers
+ * (shard_ckpt_buffers.c) every rank reads whole. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ typedef struct walk_ctx {
     const char *dir;
     const ddp__ckpt_index *ix;
     ddp__st_file *files; /* per saved shard; data NULL when not opened */
+    ddp__st_file bufs;   /* the buffers file; zeroed when there is none */
     int copy;            /* 0: check only */
     /* load: */
     ddp_zero_t *z;
@@ -36,13 +38,14 @@ static int open_needed(walk_ctx *c, size_t b, size_t e)
 
 static void close_files(walk_ctx *c)
 {
-    if (!c->files)
-        return;
-    for (int r = 0; r < c->ix->world; r++)
+    for (int r = 0; c->files && r < c->ix->world; r++)
         if (c->files[r].entries || c->files[r].data)
             ddp__st_close(&c->files[r]);
     free(c->files);
     c->files = NULL;
+    if (c->bufs.entries || c->bufs.data)
+        ddp__st_close(&c->bufs);
+    memset(&c->bufs, 0, sizeof c->bufs);
 }
 
 /* One overlap: flat [x, y) of tensor t, held by saved shard r. */
@@ -131,6 +134,8 @@ static int check_model(const char *dir, const ddp__ckpt_index *ix, ddp_zero_t *z
 static int load_check(walk_ctx *c, ddp_zero_t *z, ddp_optim_t *opt)
 {
     DDP_TRY(check_model(c->dir, c->ix, z, opt));
+    DDP_TRY(ddp__ckpt_buffers_check_model(c->dir, c->ix, z->model));
+    DDP_TRY(ddp__ckpt_buffers_open(c->dir, c->ix, &c->bufs));
     c->files = calloc((size_t)c->ix->world, sizeof *c->files);
     DDP_FAIL_IF(!c->files, DDP_ERR_NOMEM, "ZeRO checkpoint: out of memory");
     DDP_TRY(open_needed(c, z->begin, z->end));
@@ -151,6 +156,8 @@ int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
     if (rc == 0) { /* phase 2: every rank's checks passed */
         c.copy = 1;
         rc = walk(&c, z->begin, z->end);
+        if (rc == 0)
+            ddp__ckpt_buffers_copy(&ix, &c.bufs, z->model);
     }
     close_files(&c);
     if (rc == 0) {
@@ -172,12 +179,13 @@ int ddp_zero_checkpoint_export(const char *dir, const char *path)
     ddp__ckpt_index ix;
     DDP_TRY(ddp__ckpt_index_read(dir, &ix));
     walk_ctx c = {.dir = dir, .ix = &ix};
-    ddp__st_out *t = calloc(ix.ntensors ? ix.ntensors : 1, sizeof *t);
+    ddp__st_out *t = calloc(ix.ntensors + ix.nbuffers + 1, sizeof *t);
     c.block = malloc((ix.total ? ix.total : 1) * sizeof(float));
     c.files = calloc((size_t)ix.world, sizeof *c.files);
     int rc = 0;
     DDP_FAIL_OUT(!t || !c.block || !c.files, DDP_ERR_NOMEM,
                  "ZeRO checkpoint export %s: out of memory for %zu values", dir, ix.total);
+    DDP_TRY_OUT(ddp__ckpt_buffers_open(dir, &ix, &c.bufs));
     DDP_TRY_OUT(open_needed(&c, 0, ix.total));
     DDP_TRY_OUT(walk(&c, 0, ix.total));
     c.copy = 1;
@@ -186,7 +194,8 @@ int ddp_zero_checkpoint_export(const char *dir, const char *path)
         const ddp__ckpt_tensor *x = &ix.tensors[i];
         t[i] = (ddp__st_out){x->name, x->ndim, x->shape, c.block + x->offset, DDP_FLOAT32};
     }
-    rc = ddp__st_write(path, t, ix.ntensors, NULL, 0);
+    ddp__ckpt_buffers_outputs(&ix, &c.bufs, t + ix.ntensors); /* after the parameters */
+    rc = ddp__st_write(path, t, ix.ntensors + ix.nbuffers, NULL, 0);
 out:
     close_files(&c);
     free(c.block);

@@ -43,7 +43,7 @@ void ddp__zero_release(void *p, size_t bytes)
  * [begin, end), named after it, in flat order, so that the shard model's
  * offset of a piece is its flat position minus begin (stage 2's shard
  * gradient is laid out that way). */
-static int build_shard(ddp_zero_t *z)
+int ddp__zero_build_shard(ddp_zero_t *z)
 {
     size_t np = ddp_model_num_params(z->model);
     z->pieces = calloc(np ? np : 1, sizeof *z->pieces);
@@ -100,20 +100,7 @@ int ddp_zero_create(ddp_model_t *model, ddp_pg_t *pg, const ddp_zero_options *op
     z->world = ddp_pg_size(pg);
     ddp_model_param_block(model, &z->total);
     ddp__zero_partition(z->total, z->world, z->rank, &z->begin, &z->end);
-    if (z->stage == 2) {
-        /* From now on the model's gradients live in the reducer's pool: its
-         * own grad block (a whole copy of the parameters' size) is read
-         * again only when destroy points the gradients back at it.
-         * Released first, before the shard model, the reducer and the
-         * broadcast take their own memory, so that they never add up into
-         * the run's peak. */
-        size_t n;
-        float *own = ddp_model_grad_block(model, &n);
-        ddp__zero_release(own, n * sizeof(float));
-    }
-    int rc = build_shard(z);
-    if (rc == 0 && z->stage == 2)
-        rc = ddp__zero_stage2_init(z);
+    int rc = z->stage == 2 ? ddp__zero_stage2_init(z) : ddp__zero_build_shard(z);
     if (rc < 0) {
         ddp_zero_destroy(z);
         return rc;

@@ -36,8 +36,11 @@ void ddp__zero_partition(size_t total, int world, int rank, size_t *begin, size_
  * again.  For blocks that nothing reads any more, allocated (and touched) by
  * another layer that ZeRO cannot ask not to. */
 void ddp__zero_release(void *p, size_t bytes);
-/* zero_stage2.c: the reducer in scatter mode and the model's hooks; undone
- * by destroy (a no-op at stage 1). */
+/* The shard model and z->pieces (zero.c). */
+int ddp__zero_build_shard(ddp_zero_t *z);
+/* zero_stage2.c: the reducer in scatter mode, the shard model (built there,
+ * in the order that keeps the peak low) and the model's hooks; undone by
+ * destroy (a no-op at stage 1). */
 int ddp__zero_stage2_init(ddp_zero_t *z);
 void ddp__zero_stage2_destroy(ddp_zero_t *z);
 /* Every rank's shard of the parameter block into every rank's block. */

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "ddp/ext.h"
 #include "ddp/reducer.h"
+#include "ddp/reducer_impl.h"
 #include "ddp/zero_internal.h"
 
 static int on_write(ddp_param *p, float **grad, void *user)
@@ -41,13 +42,11 @@ int ddp__zero_stage2_init(ddp_zero_t *z)
     o.mode = DDP_REDUCER_SCATTER;
     if (z->pool_buffers > 0)
         o.pool_buffers = z->pool_buffers;
-    int rc = ddp_reducer_create(z->pg, regs, (int)np, &o, &z->reducer); /* checks agreement */
-    free(regs);
+    /* The pool untouched for now: see the release below. */
+    ddp__reducer_words w = {.untouched_pool = 1};
+    int rc = ddp__reducer_create(z->pg, regs, (int)np, &o, &w, NULL, NULL, &z->reducer);
+    free(regs); /* the create checked that every rank has these regions */
     DDP_TRY(rc);
-    /* Every replica starts from rank 0's parameters, as DDP does. */
-    float *block = ddp_model_param_block(z->model, NULL);
-    if (z->total)
-        DDP_TRY(ddp_pg_broadcast(z->pg, block, z->total, DDP_FLOAT32, 0));
     float *grad;
     size_t begin, count;
     DDP_TRY(ddp_reducer_shard_grad(z->reducer, &grad, &begin, &count));
@@ -55,6 +54,26 @@ int ddp__zero_stage2_init(ddp_zero_t *z)
                 "ZeRO-2: the reducer's shard [%zu, %zu) is not ZeRO's [%zu, %zu)", begin,
                 begin + count, z->begin, z->end);
     z->shard_grad = grad;
+    /* Every replica starts from rank 0's parameters, as DDP does (a failure
+     * here is the group's: a dead peer, and the job stops). */
+    float *block = ddp_model_param_block(z->model, NULL);
+    if (z->total)
+        DDP_TRY(ddp_pg_broadcast(z->pg, block, z->total, DDP_FLOAT32, 0));
+    /* The model's gradients live in the reducer's pool from now on: its
+     * own grad block (a whole copy of the parameters' size) is read again
+     * only when destroy points the gradients back at it.  Handed back only
+     * now, once every check across the ranks passed, so that a failed
+     * create (a rank with another model, a bad option) leaves the caller's
+     * gradients as they were; and before the shard model's seal (which
+     * touches 2/N of the parameters' size for a moment), the pool and the
+     * shard are first touched, so that none of them adds up with it into
+     * the run's peak.  Only running out of memory for the shard model can
+     * still fail after it. */
+    size_t n;
+    float *own = ddp_model_grad_block(z->model, &n);
+    ddp__zero_release(own, n * sizeof(float));
+    DDP_TRY(ddp__zero_build_shard(z));
+    ddp__scatter_touch(z->reducer);
     for (size_t i = 0; i < z->npieces; i++)
         z->pieces[i].sp->grad = grad + z->pieces[i].sp->offset; /* a view, as in aim_grads */
     ddp_model_set_grad_write_hook(z->model, on_write, z);
