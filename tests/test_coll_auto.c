@@ -32,8 +32,7 @@ static int check(ddp_pg_t *pg, size_t count, int order, uint64_t id)
     int bad = ddp_pg_all_reduce(pg, x, count, DDP_FLOAT32, DDP_SUM) != 0;
     for (size_t i = 0; i < count && !bad; i += count / 97 + 1) {
         float want;
-        ref_reduce(&want, DDP_FLOAT32, DDP_SUM, id, n, i, order,
-                   order == ORDER_RING ? (int)ring_block_of(i, count, n) : 0);
+        ref_reduce(&want, DDP_FLOAT32, DDP_SUM, id, n, i, order, ref_where(order, i, count, n));
         if (memcmp(&want, &x[i], sizeof want) != 0) {
             fprintf(stderr, "rank %d of %d, %zu floats: element %zu is %a, order %d gives %a\n",
                     r, n, count, i, (double)x[i], order, (double)want);

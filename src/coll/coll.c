@@ -220,6 +220,8 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
         return ddp__allreduce_rd(c, buf, count, dt, op);
     case DDP__AR_RABENSEIFNER:
         return ddp__allreduce_rabenseifner(c, buf, count, dt, op);
+    case DDP__AR_TREE:
+        return ddp__allreduce_tree(c, buf, count, dt, op);
     case DDP__AR_SHARED:
         return ddp__allreduce_shared(c, buf, count, dt, op);
     default:
