@@ -186,9 +186,9 @@ int ddp__coll_check(const ddp__coll_args *a, int rank, int size)
 /* Dispatch                                                             */
 /* ------------------------------------------------------------------ */
 
-/* alpha / beta of this machine's tcp loopback as the all-reduces see it:
- * a step of 100-120 us against 0.4-0.5 ns per byte with 5-8 ranks on 2
- * cores (docs/algorithms.md, the tree's measurements). */
+/* alpha / beta in bytes, fitted to where the tree and the ring cross over
+ * tcp loopback here (between 64 and 256 KiB on 5 ranks, about 256 KiB on
+ * 6: docs/algorithms.md, the tree's measurements). */
 #define TREE_ALPHA_BYTES (256.0 * 1024)
 
 /* Up to how many bytes the tree beats the ring on n ranks: its 2 D steps
