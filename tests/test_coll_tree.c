@@ -20,7 +20,9 @@
 #include "coll_ref.h"
 #include "ddp/pg.h"
 #include "fork_children.h"
+#include "pg/internal.h"
 #include "pg_util.h"
+#include "transport/tcp.h"
 
 static job J;
 
@@ -83,6 +85,43 @@ static void test_every_size_dtype_op(void **state)
         double t0 = ddp_time_now();
         assert_int_equal(run_children(n, every_case_rank, &n, 300.0), 0);
         fprintf(stderr, "world size %d: every case in %.2f s\n", n, ddp_time_now() - t0);
+        job_cleanup(&J);
+    }
+}
+
+/* ---- no unit is copied ---------------------------------------------------- */
+
+/* Units above the transport's eager limit (64 KiB): a unit that arrives
+ * before its receive is held in the kernel, and copied only when a
+ * receive posted behind it on the same link needs the bytes after it.
+ * Each rank posts its receives in the order each peer sends on that link
+ * (both trees' traffic included), so none is ever copied. */
+static int no_copy_rank(int rank, void *arg)
+{
+    int n = *(int *)arg;
+    setenv("DDP_TRANSPORT", "tcp", 1);
+    setenv("DDP_ALLREDUCE_ALGO", "tree", 1);
+    setenv("DDP_CHUNK_BYTES", "131072", 1);
+    ddp_pg_t *pg = NULL;
+    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, n, 60.0, &pg) == 0);
+    size_t units = getenv("DDP_TEST_SANITIZER") ? 4 : 12; /* per half */
+    CHILD_CHECK(check_case(pg, DDP_FLOAT32, DDP_SUM, 2 * units * 32768, 7) == 0);
+    ddp__tcp_stats st;
+    CHILD_CHECK(ddp__tcp_debug_stats(ddp__pg_transport(pg), &st) == 0);
+    fprintf(stderr, "rank %d of %d: %llu frames (%llu bytes) copied, %llu held\n", rank, n,
+            (unsigned long long)st.copied_frames, (unsigned long long)st.copied_bytes,
+            (unsigned long long)st.held_frames);
+    CHILD_CHECK(st.copied_frames == 0);
+    ddp_destroy_process_group(pg);
+    return 0;
+}
+
+static void test_no_unit_copied(void **state)
+{
+    (void)state;
+    for (int n = 2; n <= 8; n++) {
+        job_init(&J);
+        assert_int_equal(run_children(n, no_copy_rank, &n, 120.0), 0);
         job_cleanup(&J);
     }
 }
@@ -187,6 +226,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_size_dtype_op),
+        cmocka_unit_test(test_no_unit_copied),
         cmocka_unit_test(test_killed_rank_fails_the_others),
         cmocka_unit_test(test_too_many_units),
     };

@@ -32,7 +32,6 @@
 #include "base/error.h"
 #include "coll/coll.h"
 
-#define SLOTS 4 /* units of each child's partials in flight (staging slots) */
 
 /* ---- the tree over positions ------------------------------------------- */
 
@@ -72,10 +71,12 @@ static int rank_of(int n, int t, int p)
 typedef struct tree {
     int parent, child[2]; /* ranks, -1 for none; child[0] precedes in the order */
     int lag;              /* units between an up step and the down step it waits for */
+    int height;           /* of the tree (its depth D) */
+    size_t slots;         /* staging slots per child: min(units, 2 height + 2) */
     size_t off, count, units; /* the half (elements) and its units */
     unsigned up_phase, down_phase;
-    uint8_t *slot;        /* [2][SLOTS] units of the children's partials */
-    ddp__req *rslot;      /* [2][SLOTS] their receives */
+    uint8_t *slot;        /* [2][slots] units of the children's partials */
+    ddp__req *rslot;      /* [2][slots] their receives */
     ddp__req *up_send, *down_recv; /* [units] to and from the parent */
     ddp__req *down_send;  /* [units][2] to the children */
 } tree;
@@ -121,6 +122,7 @@ static int tree_links(tree *tr, int n, int t, int r)
     tr->child[0] = rank_of(n, t, lc);
     tr->child[1] = rank_of(n, t, rc);
     tr->lag = height + depth[me] - (below[me] - depth[me]);
+    tr->height = height;
     free(parent);
     free(depth);
     free(below);
@@ -151,13 +153,13 @@ static uint8_t *unit_at(const run *u, const tree *tr, size_t k)
 
 static uint8_t *slot_at(const run *u, const tree *tr, int ch, size_t k)
 {
-    return tr->slot + ((size_t)ch * SLOTS + k % SLOTS) * u->unit_bytes;
+    return tr->slot + ((size_t)ch * tr->slots + k % tr->slots) * u->unit_bytes;
 }
 
 /* Posts the receive of child ch's partial of unit k into its slot. */
 static int post_child(const run *u, tree *tr, int ch, size_t k)
 {
-    return ddp__tp_irecv(u->c->tp, &tr->rslot[ch * SLOTS + (int)(k % SLOTS)], tr->child[ch],
+    return ddp__tp_irecv(u->c->tp, &tr->rslot[(size_t)ch * tr->slots + k % tr->slots], tr->child[ch],
                          ddp__tag(u->c, tr->up_phase, k), slot_at(u, tr, ch, k),
                          unit_len(u, tr, k) * u->es);
 }
@@ -183,13 +185,13 @@ static int up(const run *u, tree *tr, size_t k)
     for (int ch = 0; ch < 2; ch++) {
         if (tr->child[ch] < 0)
             continue;
-        DDP_TRY(ddp__coll_wait1(u->c, &tr->rslot[ch * SLOTS + (int)(k % SLOTS)]));
+        DDP_TRY(ddp__coll_wait1(u->c, &tr->rslot[(size_t)ch * tr->slots + k % tr->slots]));
         if (ch == 0) /* the left subtree comes first in the order */
             u->fn(mine, slot_at(u, tr, ch, k), mine, len);
         else
             u->fn(mine, mine, slot_at(u, tr, ch, k), len);
-        if (k + SLOTS < tr->units)
-            DDP_TRY(post_child(u, tr, ch, k + SLOTS));
+        if (k + tr->slots < tr->units)
+            DDP_TRY(post_child(u, tr, ch, k + tr->slots));
     }
     if (tr->parent < 0) {
         if (u->op == DDP_AVG)
@@ -215,7 +217,7 @@ static int down(const run *u, tree *tr, size_t k)
 
 static int tree_alloc(tree *tr)
 {
-    tr->rslot = calloc(2 * SLOTS, sizeof *tr->rslot);
+    tr->rslot = calloc(2 * tr->slots + 1, sizeof *tr->rslot);
     tr->up_send = calloc(tr->units + 1, sizeof *tr->up_send);
     tr->down_recv = calloc(tr->units + 1, sizeof *tr->down_recv);
     tr->down_send = calloc(2 * tr->units + 1, sizeof *tr->down_send);
@@ -232,33 +234,28 @@ static void tree_free(tree *tr)
     free(tr->down_send);
 }
 
-static int has_children(const tree *tr)
-{
-    return tr->child[0] >= 0 || tr->child[1] >= 0;
-}
-
-/* Both trees' steps, interleaved unit by unit: a rank that is a leaf in
- * one tree posts all its sends there first (nothing to wait for). */
+/* Both trees' steps, interleaved unit by unit, leaves too: a rank's up
+ * step of unit s comes after its wait for unit s - lag coming down, which
+ * needs its parent's up step of that unit, after which the parent has
+ * posted the receives of units up to s - lag + slots; lag <= 2 height, so
+ * with 2 height + 2 slots no unit arrives before its receive is posted
+ * (the transport would then copy it out whenever a receive posted later
+ * on the same link, of the other tree, needs the bytes behind it). */
 static int pipeline(const run *u, tree *trees)
 {
     size_t steps = 0;
     for (int t = 0; t < 2; t++) {
         tree *tr = &trees[t];
-        if (!tr->units)
-            continue;
         for (int ch = 0; ch < 2; ch++)
-            for (size_t k = 0; tr->child[ch] >= 0 && k < SLOTS && k < tr->units; k++)
+            for (size_t k = 0; tr->child[ch] >= 0 && k < tr->slots; k++)
                 DDP_TRY(post_child(u, tr, ch, k));
-        if (!has_children(tr))
-            for (size_t k = 0; k < tr->units; k++)
-                DDP_TRY(up(u, tr, k));
         size_t last = tr->units + (tr->parent >= 0 ? (size_t)tr->lag : 0);
-        steps = last > steps ? last : steps;
+        steps = tr->units && last > steps ? last : steps;
     }
     for (size_t s = 0; s < steps; s++)
         for (int t = 0; t < 2; t++) {
             tree *tr = &trees[t];
-            if (has_children(tr) && s < tr->units)
+            if (s < tr->units)
                 DDP_TRY(up(u, tr, s));
             size_t lag = (size_t)tr->lag;
             if (tr->parent >= 0 && s >= lag && s - lag < tr->units)
@@ -295,11 +292,14 @@ int ddp__allreduce_tree(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                      "tree all-reduce: %zu elements is too many for %zu-byte chunks", count,
                      c->chunk);
         DDP_TRY_OUT(tree_links(tr, n, t, c->rank));
+        tr->slots = 2 * (size_t)tr->height + 2;
+        tr->slots = tr->slots < tr->units ? tr->slots : tr->units;
         DDP_TRY_OUT(tree_alloc(tr));
     }
-    DDP_TRY_OUT(ddp__coll_scratch(c, 2 * 2 * SLOTS * u.unit_bytes, (void **)&scratch));
+    /* Both trees have the same height, and tree 0 at least as many units. */
+    DDP_TRY_OUT(ddp__coll_scratch(c, 2 * 2 * trees[0].slots * u.unit_bytes, (void **)&scratch));
     trees[0].slot = scratch;
-    trees[1].slot = scratch + 2 * SLOTS * u.unit_bytes;
+    trees[1].slot = scratch + 2 * trees[0].slots * u.unit_bytes;
     rc = pipeline(&u, trees);
 out:
     tree_free(&trees[0]);
