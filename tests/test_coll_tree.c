@@ -28,6 +28,22 @@ static job J;
 
 static const size_t counts[] = {0, 1, 2, 7, 999, 2503, 9001};
 
+/* Joins a group of n ranks over tcp that runs the tree, with pipeline
+ * units of chunk bytes (NULL: the default); NULL on failure. */
+static ddp_pg_t *tree_group(int rank, int n, const char *chunk)
+{
+    setenv("DDP_TRANSPORT", "tcp", 1);
+    setenv("DDP_ALLREDUCE_ALGO", "tree", 1);
+    if (chunk)
+        setenv("DDP_CHUNK_BYTES", chunk, 1);
+    ddp_pg_t *pg = NULL;
+    if (ddp_init_process_group("tcp", J.url, rank, n, 60.0, &pg) != 0) {
+        fprintf(stderr, "rank %d: init: %s\n", rank, ddp_last_error());
+        return NULL;
+    }
+    return pg;
+}
+
 /* One case: all-reduce of count elements, compared with the reference. */
 static int check_case(ddp_pg_t *pg, ddp_dtype dt, ddp_reduce_op op, size_t count, uint64_t id)
 {
@@ -61,11 +77,8 @@ static int check_case(ddp_pg_t *pg, ddp_dtype dt, ddp_reduce_op op, size_t count
 static int every_case_rank(int rank, void *arg)
 {
     int n = *(int *)arg;
-    setenv("DDP_TRANSPORT", "tcp", 1);
-    setenv("DDP_ALLREDUCE_ALGO", "tree", 1);
-    setenv("DDP_CHUNK_BYTES", "1000", 1);
-    ddp_pg_t *pg = NULL;
-    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, n, 60.0, &pg) == 0);
+    ddp_pg_t *pg = tree_group(rank, n, "1000");
+    CHILD_CHECK(pg != NULL);
     int failed = 0;
     uint64_t id = 100;
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++)
@@ -99,11 +112,8 @@ static void test_every_size_dtype_op(void **state)
 static int no_copy_rank(int rank, void *arg)
 {
     int n = *(int *)arg;
-    setenv("DDP_TRANSPORT", "tcp", 1);
-    setenv("DDP_ALLREDUCE_ALGO", "tree", 1);
-    setenv("DDP_CHUNK_BYTES", "131072", 1);
-    ddp_pg_t *pg = NULL;
-    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, n, 60.0, &pg) == 0);
+    ddp_pg_t *pg = tree_group(rank, n, "131072");
+    CHILD_CHECK(pg != NULL);
     size_t units = getenv("DDP_TEST_SANITIZER") ? 4 : 12; /* per half */
     CHILD_CHECK(check_case(pg, DDP_FLOAT32, DDP_SUM, 2 * units * 32768, 7) == 0);
     ddp__tcp_stats st;
@@ -143,10 +153,8 @@ static kill_report *rep;
 static int kill_rank(int rank, void *arg)
 {
     (void)arg;
-    setenv("DDP_TRANSPORT", "tcp", 1);
-    setenv("DDP_ALLREDUCE_ALGO", "tree", 1);
-    ddp_pg_t *pg = NULL;
-    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, KILL_N, 30.0, &pg) == 0);
+    ddp_pg_t *pg = tree_group(rank, KILL_N, NULL);
+    CHILD_CHECK(pg != NULL);
     size_t cnt = 1 << 20;
     float *x = calloc(cnt, sizeof *x);
     CHILD_CHECK(x != NULL);
@@ -197,11 +205,8 @@ static void test_killed_rank_fails_the_others(void **state)
 static int units_rank(int rank, void *arg)
 {
     (void)arg;
-    setenv("DDP_TRANSPORT", "tcp", 1);
-    setenv("DDP_ALLREDUCE_ALGO", "tree", 1);
-    setenv("DDP_CHUNK_BYTES", "1", 1);
-    ddp_pg_t *pg = NULL;
-    CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 30.0, &pg) == 0);
+    ddp_pg_t *pg = tree_group(rank, 2, "1");
+    CHILD_CHECK(pg != NULL);
     size_t cnt = 2 * ((size_t)1 << 24) + 4; /* each half: more than 2^24 - 1 units */
     uint8_t *x = calloc(cnt, 1);
     CHILD_CHECK(x != NULL);

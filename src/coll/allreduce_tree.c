@@ -156,10 +156,15 @@ static uint8_t *slot_at(const run *u, const tree *tr, int ch, size_t k)
     return tr->slot + ((size_t)ch * tr->slots + k % tr->slots) * u->unit_bytes;
 }
 
+static ddp__req *rslot_at(const tree *tr, int ch, size_t k)
+{
+    return &tr->rslot[(size_t)ch * tr->slots + k % tr->slots];
+}
+
 /* Posts the receive of child ch's partial of unit k into its slot. */
 static int post_child(const run *u, tree *tr, int ch, size_t k)
 {
-    return ddp__tp_irecv(u->c->tp, &tr->rslot[(size_t)ch * tr->slots + k % tr->slots], tr->child[ch],
+    return ddp__tp_irecv(u->c->tp, rslot_at(tr, ch, k), tr->child[ch],
                          ddp__tag(u->c, tr->up_phase, k), slot_at(u, tr, ch, k),
                          unit_len(u, tr, k) * u->es);
 }
@@ -185,7 +190,7 @@ static int up(const run *u, tree *tr, size_t k)
     for (int ch = 0; ch < 2; ch++) {
         if (tr->child[ch] < 0)
             continue;
-        DDP_TRY(ddp__coll_wait1(u->c, &tr->rslot[(size_t)ch * tr->slots + k % tr->slots]));
+        DDP_TRY(ddp__coll_wait1(u->c, rslot_at(tr, ch, k)));
         if (ch == 0) /* the left subtree comes first in the order */
             u->fn(mine, slot_at(u, tr, ch, k), mine, len);
         else
