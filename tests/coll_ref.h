@@ -154,10 +154,61 @@ static void ref_divide(void *acc, ddp_dtype dt, int n)
 }
 
 /* Reduction orders (docs/algorithms.md). */
-enum { ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RAB };
+enum { ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RAB, ORDER_TREE };
+
+/* The tree all-reduce's order, computed from its definition rather than
+ * from the links the library walks: the m values sit at positions 0..m-1
+ * (tree 0: rank r at r; tree 1: at m-1-r for even m, at r-1 mod m for odd
+ * m); the positions lo..hi form a subtree whose root is the one with the
+ * most trailing zeros (0 the most of all), folded as (left interval op
+ * root) op right interval. */
+static int ref_tree_tz(int p)
+{
+    int z = 0;
+    if (p == 0)
+        return 64;
+    while (!(p & 1)) {
+        p >>= 1;
+        z++;
+    }
+    return z;
+}
+
+static int ref_tree_rank(int m, int tree, int pos)
+{
+    return tree == 0 ? pos : m % 2 == 0 ? m - 1 - pos : (pos + 1) % m;
+}
+
+static void ref_tree_fold(uint8_t (*vals)[8], int m, int tree, int lo, int hi, ddp_dtype dt,
+                          ddp_reduce_op op, uint8_t *acc)
+{
+    int top = lo;
+    for (int p = lo + 1; p <= hi; p++)
+        if (ref_tree_tz(p) > ref_tree_tz(top))
+            top = p;
+    if (top > lo) {
+        ref_tree_fold(vals, m, tree, lo, top - 1, dt, op, acc);
+        ref_combine_any(acc, vals[ref_tree_rank(m, tree, top)], dt, op);
+    } else {
+        memcpy(acc, vals[ref_tree_rank(m, tree, top)], 8);
+    }
+    if (top < hi) {
+        uint8_t right[8];
+        ref_tree_fold(vals, m, tree, top + 1, hi, dt, op, right);
+        ref_combine_any(acc, right, dt, op);
+    }
+}
+
+/* The tree (half) of element i of count: tree 0 takes the first
+ * count - count/2 elements. */
+__attribute__((unused)) static int tree_of(size_t i, size_t count)
+{
+    return i < count - count / 2 ? 0 : 1;
+}
 
 /* Folds the m values vals[] (partials of ranks, or of hosts) in the given
- * order into acc (vals is clobbered).  AVG folds as SUM. */
+ * order into acc (vals is clobbered).  AVG folds as SUM.  ring_block: the
+ * ring block of the element (ORDER_RING) or its tree (ORDER_TREE). */
 static void ref_fold(uint8_t (*vals)[8], int m, ddp_dtype dt, ddp_reduce_op op, int order,
                      int ring_block, uint8_t *acc)
 {
@@ -176,6 +227,10 @@ static void ref_fold(uint8_t (*vals)[8], int m, ddp_dtype dt, ddp_reduce_op op, 
                 for (int j = 0; j < mask; j++)
                     ref_combine_any(vals[j], vals[j + mask], dt, op);
         memcpy(acc, vals[0], 8);
+        return;
+    }
+    if (order == ORDER_TREE) {
+        ref_tree_fold(vals, m, ring_block, 0, m - 1, dt, op, acc);
         return;
     }
     int first = order == ORDER_RING ? (ring_block + 1) % m : 0;
@@ -200,8 +255,18 @@ __attribute__((unused)) static size_t ring_block_of(size_t i, size_t count, int 
     return rem + (i - rem * (base + 1)) / base;
 }
 
+/* ref_reduce's ring_block argument for element i of count folded over m
+ * ranks (or hosts) in order. */
+__attribute__((unused)) static int ref_where(int order, size_t i, size_t count, int m)
+{
+    return order == ORDER_RING   ? (int)ring_block_of(i, count, m)
+           : order == ORDER_TREE ? tree_of(i, count)
+                                 : 0;
+}
+
 /* Element i of the reduction of case c over n ranks, into out.  ring_block
- * is the ring block holding i (ORDER_RING). */
+ * is the ring block holding i (ORDER_RING) or its tree (ORDER_TREE:
+ * tree_of). */
 __attribute__((unused)) static void ref_reduce(void *out, ddp_dtype dt, ddp_reduce_op op,
                                                uint64_t c, int n, size_t i, int order,
                                                int ring_block)

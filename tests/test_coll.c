@@ -86,7 +86,7 @@ static void want_hier_all_reduce(ddp_pg_t *pg, uint8_t *want, const ccase *c, si
 {
     const ddp__hier *h = ddp__pg_hier(pg);
     ref_reduce_hier(want, c->dt, c->op, c->id, ddp_pg_size(pg), i, h->host_of, h->nhosts, order,
-                    order == ORDER_RING ? (int)ring_block_of(i, c->count, h->nhosts) : 0);
+                    ref_where(order, i, c->count, h->nhosts));
 }
 
 /* Element i of a reduce's result at the root: rank order, or on a
@@ -145,13 +145,14 @@ static int compare(const uint8_t *got, const uint8_t *want, size_t count, size_t
 
 /* All-reduce algorithms the matrix runs, and the order each folds in.
  * test_shm_coll adds "shared" (the shared-window algorithm) by defining
- * COLL_NALGOS 5 before it includes this file. */
+ * COLL_NALGOS 6 before it includes this file. */
 #ifndef COLL_NALGOS
-#define COLL_NALGOS 4
+#define COLL_NALGOS 5
 #endif
-enum { ALGO_RING = 1, ALGO_SHARED = 4 };
-static const char *algo_names[] = {"direct", "ring", "rd", "rabenseifner", "shared"};
-static const int algo_order[] = {ORDER_RANK, ORDER_RING, ORDER_RD, ORDER_RAB, ORDER_RANK};
+enum { ALGO_RING = 1, ALGO_SHARED = 5 };
+static const char *algo_names[] = {"direct", "ring", "rd", "rabenseifner", "tree", "shared"};
+static const int algo_order[] = {ORDER_RANK, ORDER_RING, ORDER_RD,
+                                 ORDER_RAB,  ORDER_TREE, ORDER_RANK};
 
 /* Runs one case on this rank; 0 when the output matches. */
 static int run_case(ddp_pg_t *pg, const ccase *c)
@@ -177,7 +178,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
             if (sampled(i, cnt, n))
                 ref_reduce(want + i * es, c->dt, c->op, c->id, n, i,
                            n == 1 ? ORDER_RANK : algo_order[c->algo],
-                           c->algo == ALGO_RING ? (int)ring_block_of(i, cnt, n) : 0);
+                           ref_where(algo_order[c->algo], i, cnt, n));
             else
                 memcpy(want + i * es, out + i * es, es);
         if (ddp__pg_hier(pg)) /* two levels fold in another order */
@@ -439,7 +440,7 @@ static void test_reference_orders(void **state)
     assert_int_equal(ring_block_of(5, 7, 3), 2);
     assert_int_equal(ring_block_of(6, 7, 3), 2);
     /* int32 SUM is order-free: all orders agree with a plain sum. */
-    for (int order = 0; order < 3; order++) {
+    for (int order = 0; order <= ORDER_TREE; order++) {
         int32_t got, x;
         uint32_t sum = 0;
         for (int r = 0; r < 5; r++) {
@@ -457,6 +458,30 @@ static void test_reference_orders(void **state)
     ref_reduce(&got, DDP_FLOAT32, DDP_SUM, 3, 3, 1, ORDER_RING, 1);
     float want = (x2 + x0) + x1;
     assert_memory_equal(&got, &want, 4);
+    /* The tree's order, by hand: on 6 ranks position 0 has child 4, 4 has
+     * 2 and 5, 2 has 1 and 3; tree 1 mirrors the ranks (p = 5 - r); on 5
+     * ranks tree 1 shifts them (p = r - 1 mod 5: root rank 1). */
+    float x[6];
+    for (int r = 0; r < 6; r++)
+        ref_input(&x[r], DDP_FLOAT32, DDP_SUM, 4, r, 2);
+    ref_reduce(&got, DDP_FLOAT32, DDP_SUM, 4, 6, 2, ORDER_TREE, 0);
+    want = x[0] + ((((x[1] + x[2]) + x[3]) + x[4]) + x[5]);
+    assert_memory_equal(&got, &want, 4);
+    ref_reduce(&got, DDP_FLOAT32, DDP_SUM, 4, 6, 2, ORDER_TREE, 1);
+    want = x[5] + ((((x[4] + x[3]) + x[2]) + x[1]) + x[0]);
+    assert_memory_equal(&got, &want, 4);
+    ref_reduce(&got, DDP_FLOAT32, DDP_SUM, 4, 5, 2, ORDER_TREE, 1);
+    want = x[1] + (((x[2] + x[3]) + x[4]) + x[0]);
+    assert_memory_equal(&got, &want, 4);
+    /* 8 ranks, tree 0: 0 -> 4 -> (2 -> 1, 3), (6 -> 5, 7). */
+    float y[8];
+    for (int r = 0; r < 8; r++)
+        ref_input(&y[r], DDP_FLOAT32, DDP_SUM, 4, r, 2);
+    ref_reduce(&got, DDP_FLOAT32, DDP_SUM, 4, 8, 2, ORDER_TREE, 0);
+    want = y[0] + ((((y[1] + y[2]) + y[3]) + y[4]) + ((y[5] + y[6]) + y[7]));
+    assert_memory_equal(&got, &want, 4);
+    assert_int_equal(tree_of(3, 7), 0);
+    assert_int_equal(tree_of(4, 7), 1);
 }
 
 /* The library's half/bfloat16 conversions against the compiler's _Float16

@@ -3,7 +3,10 @@
  * (coll_ref.h), so the output tells which one ran.  4 ranks (a power of
  * two): recursive doubling up to 16 KiB, Rabenseifner up to 2 MiB, then the
  * ring; 3 ranks: recursive doubling, then the ring (a fold-in makes
- * Rabenseifner lose there).  Real processes. */
+ * Rabenseifner lose there, and the tree is a chain as long as the ring);
+ * 5 and 6 ranks: recursive doubling, the tree up to the size where the cost
+ * model gives the ring the lead (116 KiB, 236 KiB), then the ring.  Real
+ * processes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,8 +35,7 @@ static int check(ddp_pg_t *pg, size_t count, int order, uint64_t id)
     int bad = ddp_pg_all_reduce(pg, x, count, DDP_FLOAT32, DDP_SUM) != 0;
     for (size_t i = 0; i < count && !bad; i += count / 97 + 1) {
         float want;
-        ref_reduce(&want, DDP_FLOAT32, DDP_SUM, id, n, i, order,
-                   order == ORDER_RING ? (int)ring_block_of(i, count, n) : 0);
+        ref_reduce(&want, DDP_FLOAT32, DDP_SUM, id, n, i, order, ref_where(order, i, count, n));
         if (memcmp(&want, &x[i], sizeof want) != 0) {
             fprintf(stderr, "rank %d of %d, %zu floats: element %zu is %a, order %d gives %a\n",
                     r, n, count, i, (double)x[i], order, (double)want);
@@ -51,9 +53,14 @@ static int rank_main(int rank, void *arg)
     unsetenv("DDP_ALLREDUCE_ALGO");
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, n, 30.0, &pg) == 0);
-    CHILD_CHECK(check(pg, 1024, ORDER_RD, 1) == 0);                 /* 4 KiB */
-    CHILD_CHECK(check(pg, 16384, n == 4 ? ORDER_RAB : ORDER_RING, 2) == 0); /* 64 KiB */
-    CHILD_CHECK(check(pg, 1 << 20, ORDER_RING, 3) == 0);            /* 4 MiB */
+    int mid = n == 4 ? ORDER_RAB : n == 3 ? ORDER_RING : ORDER_TREE;
+    CHILD_CHECK(check(pg, 1024, ORDER_RD, 1) == 0);   /* 4 KiB */
+    CHILD_CHECK(check(pg, 16384, mid, 2) == 0);       /* 64 KiB */
+    if (n == 6) /* the tree up to 236 KiB on 6 ranks, 116 KiB on 5 */
+        CHILD_CHECK(check(pg, 32768, ORDER_TREE, 4) == 0); /* 128 KiB */
+    if (n >= 5)
+        CHILD_CHECK(check(pg, 65536, ORDER_RING, 5) == 0); /* 256 KiB */
+    CHILD_CHECK(check(pg, 1 << 20, ORDER_RING, 3) == 0); /* 4 MiB */
     ddp_destroy_process_group(pg);
     return 0;
 }
@@ -79,11 +86,19 @@ static void test_auto_three_ranks(void **state)
     run(3);
 }
 
+static void test_auto_five_and_six_ranks(void **state)
+{
+    (void)state;
+    run(5);
+    run(6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_four_ranks),
         cmocka_unit_test(test_auto_three_ranks),
+        cmocka_unit_test(test_auto_five_and_six_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

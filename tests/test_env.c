@@ -367,7 +367,7 @@ static void test_word(void **state)
     rejects_junk("DDP_TRANSPORT", "auto, tcp or shm");
     rejects("DDP_TRANSPORT", "infiniband", "DDP_TRANSPORT=infiniband: expected auto, tcp or shm");
     rejects("DDP_ALLREDUCE_ALGO", "bogus",
-            "DDP_ALLREDUCE_ALGO=bogus: expected auto, ring, rd, direct, shared or rabenseifner");
+            "DDP_ALLREDUCE_ALGO=bogus: expected auto, ring, rd, direct, shared, rabenseifner or tree");
     rejects("DDP_HIERARCHICAL", "yes", "DDP_HIERARCHICAL=yes: expected auto, 0 or 1");
     rejects("DDP_LOG_LEVEL", "loud",
             "DDP_LOG_LEVEL=loud: expected off, error, warn, info, debug or warning");

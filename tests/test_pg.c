@@ -130,7 +130,7 @@ static void test_bad_environment(void **state)
         const char *var, *value, *msg;
     } cases[] = {
         {"DDP_ALLREDUCE_ALGO", "bogus",
-         "DDP_ALLREDUCE_ALGO=bogus: expected auto, ring, rd, direct, shared or rabenseifner"},
+         "DDP_ALLREDUCE_ALGO=bogus: expected auto, ring, rd, direct, shared, rabenseifner or tree"},
         {"DDP_CHUNK_BYTES", "0", "DDP_CHUNK_BYTES=0: expected a size in bytes from 1 to 1 TiB"},
         {"DDP_ALLREDUCE_RD_BYTES", "12x", "DDP_ALLREDUCE_RD_BYTES=12x: expected a size in bytes"},
         {"DDP_SECRET_FILE", "/dev/null", "DDP_SECRET_FILE=/dev/null: a character device, not a regular file"},

@@ -6,7 +6,7 @@
  * as a fifth algorithm. */
 #include <stdlib.h>
 
-#define COLL_NALGOS 5 /* and the shared-window all-reduce */
+#define COLL_NALGOS 6 /* and the shared-window all-reduce */
 int coll_matrix_main(void);
 #define main coll_matrix_main
 #include "test_coll.c"

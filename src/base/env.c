@@ -64,7 +64,7 @@ static const ddp__env_var table[] = {
          "0", "1"),
     /* collectives */
     WORD("DDP_ALLREDUCE_ALGO", "auto", "forces the all-reduce algorithm", "auto", "ring", "rd",
-         "direct", "shared", "rabenseifner"),
+         "direct", "shared", "rabenseifner", "tree"),
     SIZE("DDP_CHUNK_BYTES", 1, TIB, "262144", "pipeline unit of the ring and the tree"),
     SIZE("DDP_ALLREDUCE_DIRECT_BYTES", 1, TIB, "65536", "auto, 2 ranks: direct up to this size"),
     SIZE("DDP_ALLREDUCE_RD_BYTES", 1, TIB, "16384",

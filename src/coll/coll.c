@@ -186,6 +186,24 @@ int ddp__coll_check(const ddp__coll_args *a, int rank, int size)
 /* Dispatch                                                             */
 /* ------------------------------------------------------------------ */
 
+/* alpha / beta in bytes, fitted to where the tree and the ring cross over
+ * tcp loopback here (between 64 and 256 KiB on 5 ranks, about 256 KiB on
+ * 6: docs/algorithms.md, the tree's measurements). */
+#define TREE_ALPHA_BYTES (256.0 * 1024)
+
+/* Up to how many bytes the tree beats the ring on n ranks: its 2 D steps
+ * of B (D = ceil(log2 n); one unit per half) against the ring's 2 (n-1)
+ * steps of B/n, so (n-1-D) alpha > (D - (n-1)/n) B beta.  0 for n <= 3
+ * (the tree is a chain there: as many steps as the ring). */
+static size_t tree_max_bytes(int n)
+{
+    int depth = 0;
+    while ((1 << depth) < n)
+        depth++;
+    double gain = n - 1 - depth, loss = depth - (double)(n - 1) / n;
+    return gain > 0 ? (size_t)(TREE_ALPHA_BYTES * gain / loss) : 0;
+}
+
 static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op)
 {
     if (c->size == 1 || count == 0)
@@ -212,6 +230,12 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
         else if (algo == DDP__AR_RING && !w && c->size >= 4 && !(c->size & (c->size - 1)) &&
                  bytes <= c->rab_max)
             algo = DDP__AR_RABENSEIFNER;
+        /* For other n the fold makes Rabenseifner lose, and the tree's
+         * 2 log2(n) steps beat the ring's 2 (n-1) until its bytes count
+         * more (the same cost model). */
+        else if (algo == DDP__AR_RING && !w && (c->size & (c->size - 1)) &&
+                 bytes <= tree_max_bytes(c->size))
+            algo = DDP__AR_TREE;
     }
     switch (algo) {
     case DDP__AR_DIRECT:
@@ -220,6 +244,8 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
         return ddp__allreduce_rd(c, buf, count, dt, op);
     case DDP__AR_RABENSEIFNER:
         return ddp__allreduce_rabenseifner(c, buf, count, dt, op);
+    case DDP__AR_TREE:
+        return ddp__allreduce_tree(c, buf, count, dt, op);
     case DDP__AR_SHARED:
         return ddp__allreduce_shared(c, buf, count, dt, op);
     default:

@@ -33,7 +33,15 @@ enum ddp__coll_kind {
 };
 
 /* all_reduce algorithms (DDP_ALLREDUCE_ALGO) */
-enum { DDP__AR_AUTO, DDP__AR_RING, DDP__AR_RD, DDP__AR_DIRECT, DDP__AR_SHARED, DDP__AR_RABENSEIFNER };
+enum {
+    DDP__AR_AUTO,
+    DDP__AR_RING,
+    DDP__AR_RD,
+    DDP__AR_DIRECT,
+    DDP__AR_SHARED,
+    DDP__AR_RABENSEIFNER,
+    DDP__AR_TREE
+};
 
 /* One operation, as the user issued it. */
 typedef struct ddp__coll_args {
@@ -70,7 +78,7 @@ typedef struct ddp__coll_ctx {
     size_t symmetric_min; /* shared-window all-reduce: in place on symmetric memory from here */
 } ddp__coll_ctx;
 
-/* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|auto,
+/* Fills tuning from the environment: DDP_ALLREDUCE_ALGO=ring|rd|direct|shared|rabenseifner|tree|auto,
  * DDP_CHUNK_BYTES, DDP_ALLREDUCE_DIRECT_BYTES, DDP_ALLREDUCE_RD_BYTES,
  * DDP_ALLREDUCE_RAB_BYTES,
  * DDP_ALLREDUCE_SHARED_BYTES, DDP_SHARED_CHUNK_BYTES, DDP_RING_WINDOW_BYTES,
@@ -79,7 +87,7 @@ typedef struct ddp__coll_ctx {
  * afterwards. */
 int ddp__coll_ctx_init(ddp__coll_ctx *c, int rank, int size);
 /* The DDP__AR_* of an all-reduce algorithm's name ("auto", "ring", "rd",
- * "direct", "shared"); -1 for anything else. */
+ * "direct", "shared", "rabenseifner", "tree"); -1 for anything else. */
 int ddp__coll_algo_parse(const char *name);
 void ddp__coll_ctx_free(ddp__coll_ctx *c);
 /* Checks the arguments of an operation (before it is queued). */
@@ -147,6 +155,10 @@ int ddp__fold_out(ddp__coll_ctx *c, const void *buf, size_t bytes, int p2);
 /* Reduce-scatter by recursive halving + all-gather by recursive doubling. */
 int ddp__allreduce_rabenseifner(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                                 ddp_reduce_op op);
+/* Pipelined double binary tree: reduce up and broadcast down two trees,
+ * each carrying half of the vector (allreduce_tree.c). */
+int ddp__allreduce_tree(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                        ddp_reduce_op op);
 /* Over the transport's shared window (fails without one, or when
  * ddp__allreduce_shared_slot is 0). */
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
