@@ -590,15 +590,8 @@ static void killed_peer_case(const char *streams)
     int status;
     waitpid(pids[2], &status, 0);
     for (int r = 0; r < 2; r++) {
-        double deadline = ddp_time_now() + 10;
-        pid_t got;
-        while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 && ddp_time_now() < deadline)
-            sleep_s(0.01);
-        if (got == 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status, 0);
+        if (!reap_by(pids[r], ddp_time_now() + 10, &status))
             fail_msg("rank %d hangs after rank 2 was killed (%s streams)", r, streams);
-        }
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
         assert_true(rep->striped[r] > 0);

@@ -89,7 +89,7 @@ static int tp_set_option(void *impl, const char *key, const char *value)
     if (strcmp(key, "allreduce_algo") == 0) {
         int algo = ddp__coll_algo_parse(value);
         DDP_FAIL_IF(algo < 0, DDP_ERR_INVALID_ARG,
-                    "allreduce_algo '%s': expected auto, ring, rd, direct or shared", value);
+                    "allreduce_algo '%s': expected auto, ring, rd, direct, shared, rabenseifner or tree", value);
         b->ctx.allreduce_algo = algo;
         return 0;
     }
