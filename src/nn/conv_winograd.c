@@ -219,17 +219,30 @@ static void output_transform(float *y, const float *m, const float *bias, int ac
 
 /* ==== one sample ========================================================== */
 
+ddp__wino_scratch ddp__wino_scratch_parts(const ddp__wino_plan *p, float *scratch)
+{
+    size_t per = rows_floats(p), vs = (size_t)p->c * (size_t)p->t;
+    ddp__wino_scratch s = {.e = scratch};
+    s.od = s.e + (size_t)p->c * per, s.v = s.od + (size_t)p->c * per;
+    s.m = s.v + 16 * vs, s.rows = s.m + 16 * (size_t)p->o * (size_t)p->t;
+    return s;
+}
+
+void ddp__wino_input(const ddp__wino_plan *p, const float *x, const ddp__wino_scratch *s)
+{
+    split_rows(s->e, s->od, x, p);
+    input_transform(s->v, s->e, s->od, s->rows, p);
+}
+
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
                     const float *bias, int acc, float *scratch)
 {
-    size_t per = rows_floats(p), vs = (size_t)p->c * (size_t)p->t;
-    float *e = scratch, *od = e + (size_t)p->c * per, *v = od + (size_t)p->c * per;
-    float *m = v + 16 * vs, *yrows = m + 16 * (size_t)p->o * (size_t)p->t;
-    split_rows(e, od, x, p);
-    input_transform(v, e, od, yrows, p);
+    ddp__wino_scratch s = ddp__wino_scratch_parts(p, scratch);
+    size_t vs = (size_t)p->c * (size_t)p->t;
+    ddp__wino_input(p, x, &s);
     for (int i = 0; i < 16; i++) /* M_i (o, t) = U_i (o, c) V_i (c, t) */
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
-                  p->c, v + (size_t)i * vs, p->t, 0.0f,
-                  m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
-    output_transform(y, m, bias, acc, yrows, p);
+                  p->c, s.v + (size_t)i * vs, p->t, 0.0f,
+                  s.m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
+    output_transform(y, s.m, bias, acc, s.rows, p);
 }
