@@ -181,7 +181,8 @@ static int conv_wino_run(ddp_tape_t *tape, const conv_ctx *c, int flip, float *o
         for (int gi = 0; gi < c->groups; gi++) {
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
             ddp__wino_conv(&pl, out + sg * os, in + sg * is, u + (size_t)gi * us,
-                           bias ? bias + (size_t)gi * (size_t)c->og : NULL, acc, scratch);
+                           bias ? bias + (size_t)gi * (size_t)c->og : NULL, acc, sg == 0,
+                           scratch);
         }
     return 0;
 }

@@ -182,16 +182,17 @@ static void input_transform(float *v, const float *e, const float *od, float *ro
 /* One output channel's t tiles from M_i[z] (stride ms between M_i) into its
  * even rows ye and odd rows yo ((th, wp) each: tile z's 2x2 outputs are
  * ye[2z], ye[2z + 1], yo[2z], yo[2z + 1]): A^T m A + bias, A^T = [1 1 1 0;
- * 0 1 -1 -1]. */
+ * 0 1 -1 -1].  M is left zero behind, for the next sample's GEMMs to add
+ * into (see ddp__wino_conv). */
 DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
-                                    const float *restrict m, size_t ms, int t, float bias)
+                                    float *restrict m, size_t ms, int t, float bias)
 {
     for (int z = 0; z < t; z++) {
         float s[2][4];
         for (int l = 0; l < 4; l++) {
-            float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
-            float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
-            float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
+            float *q0 = m + (size_t)l * ms + (size_t)z, *q1 = q0 + 4 * ms, *q2 = q0 + 8 * ms;
+            float *q3 = q0 + 12 * ms, m0 = *q0, m1 = *q1, m2 = *q2, m3 = *q3;
+            *q0 = *q1 = *q2 = *q3 = 0.0f;
             s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
         }
         ye[2 * z] = s[0][0] + s[0][1] + s[0][2] + bias;
@@ -203,7 +204,7 @@ DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
 
 /* y (o, oh, ow) (=|+=) the tiles of M (16, o, t), through one channel's
  * rows at a time (spare tiles and an odd size's extra row or column cut). */
-static void output_transform(float *y, const float *m, const float *bias, int acc, float *ye,
+static void output_transform(float *y, float *m, const float *bias, int acc, float *ye,
                              const ddp__wino_plan *p)
 {
     size_t ms = (size_t)p->o * (size_t)p->t, wp = (size_t)p->wp;
@@ -235,14 +236,17 @@ void ddp__wino_input(const ddp__wino_plan *p, const float *x, const ddp__wino_sc
 }
 
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
-                    const float *bias, int acc, float *scratch)
+                    const float *bias, int acc, int fresh, float *scratch)
 {
     ddp__wino_scratch s = ddp__wino_scratch_parts(p, scratch);
     size_t vs = (size_t)p->c * (size_t)p->t;
     ddp__wino_input(p, x, &s);
-    for (int i = 0; i < 16; i++) /* M_i (o, t) = U_i (o, c) V_i (c, t) */
+    /* M_i (o, t) = U_i (o, c) V_i (c, t).  With beta 0 OpenBLAS clears C in
+     * a pass of its own (7 % of ddp-cnn's step); the output transform
+     * leaves M zero instead, so every call but a fresh scratch's adds. */
+    for (int i = 0; i < 16; i++)
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
-                  p->c, s.v + (size_t)i * vs, p->t, 0.0f,
+                  p->c, s.v + (size_t)i * vs, p->t, fresh ? 0.0f : 1.0f,
                   s.m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
     output_transform(y, s.m, bias, acc, s.rows, p);
 }

@@ -38,9 +38,11 @@ size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
 void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip);
 
 /* y (o, oh, ow) (=|+=) conv(x (c, h, w), u) + bias (o floats, or NULL);
- * acc 1 adds to y.  scratch: ddp__wino_scratch_floats(p) floats. */
+ * acc 1 adds to y.  scratch: ddp__wino_scratch_floats(p) floats; fresh 1
+ * the first time it is used, 0 when a previous call left it (its M part is
+ * then zero, which saves clearing it). */
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
-                    const float *bias, int acc, float *scratch);
+                    const float *bias, int acc, int fresh, float *scratch);
 
 /* ddp__wino_conv's scratch carved into its parts: x's rows split by parity
  * (e, od), V (16, c, t), M (16, o, t) and one channel's rows. */
