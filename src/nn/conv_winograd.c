@@ -182,17 +182,16 @@ static void input_transform(float *v, const float *e, const float *od, float *ro
 /* One output channel's t tiles from M_i[z] (stride ms between M_i) into its
  * even rows ye and odd rows yo ((th, wp) each: tile z's 2x2 outputs are
  * ye[2z], ye[2z + 1], yo[2z], yo[2z + 1]): A^T m A + bias, A^T = [1 1 1 0;
- * 0 1 -1 -1].  M is left zero behind, for the next sample's GEMMs to add
- * into (see ddp__wino_conv). */
+ * 0 1 -1 -1]. */
 DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
-                                    float *restrict m, size_t ms, int t, float bias)
+                                    const float *restrict m, size_t ms, int t, float bias)
 {
     for (int z = 0; z < t; z++) {
         float s[2][4];
         for (int l = 0; l < 4; l++) {
-            float *q0 = m + (size_t)l * ms + (size_t)z, *q1 = q0 + 4 * ms, *q2 = q0 + 8 * ms;
-            float *q3 = q0 + 12 * ms, m0 = *q0, m1 = *q1, m2 = *q2, m3 = *q3;
-            *q0 = *q1 = *q2 = *q3 = 0.0f;
+            float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
+            float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
+            float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
             s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
         }
         ye[2 * z] = s[0][0] + s[0][1] + s[0][2] + bias;
@@ -210,7 +209,12 @@ static void output_transform(float *y, float *m, const float *bias, int acc, flo
     size_t ms = (size_t)p->o * (size_t)p->t, wp = (size_t)p->wp;
     float *yo = ye + (size_t)p->th * wp;
     for (int oi = 0; oi < p->o; oi++) {
-        output_tiles(ye, yo, m + (size_t)oi * (size_t)p->t, ms, p->t, bias ? bias[oi] : 0.0f);
+        float *mo = m + (size_t)oi * (size_t)p->t;
+        output_tiles(ye, yo, mo, ms, p->t, bias ? bias[oi] : 0.0f);
+        /* M left zero for the next sample's GEMMs (ddp__wino_conv); in the
+         * tile loop these stores kept gcc from vectorising it */
+        for (int i = 0; i < 16; i++)
+            memset(mo + (size_t)i * ms, 0, (size_t)p->t * sizeof *mo);
         float *yc = y + (size_t)oi * (size_t)p->oh * (size_t)p->ow;
         for (int r = 0; r < p->oh; r++)
             ddp__vec_acc_to(yc + (size_t)r * (size_t)p->ow, (r % 2 ? yo : ye) + (size_t)(r / 2) * wp,
