@@ -246,7 +246,7 @@ void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const flo
     size_t vs = (size_t)p->c * (size_t)p->t;
     ddp__wino_input(p, x, &s);
     /* M_i (o, t) = U_i (o, c) V_i (c, t).  With beta 0 OpenBLAS clears C in
-     * a pass of its own (7 % of ddp-cnn's step); the output transform
+     * a pass of its own (7 % of a ddp-cnn run's samples); the output transform
      * leaves M zero instead, so every call but a fresh scratch's adds. */
     for (int i = 0; i < 16; i++)
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
