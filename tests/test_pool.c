@@ -284,12 +284,55 @@ static void test_pool_errors(void **state)
     ddp_tape_destroy(tape);
 }
 
+/* Dropout's and Dropout2d's generators: ddp_module_rng_state gives the
+ * stream the masks come from (a checkpoint that restores it makes the
+ * same mask again), and eval forwards draw nothing from it. */
+static void check_rng_state(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, size_t bytes)
+{
+    int nwords = 0;
+    uint64_t *st = ddp_module_rng_state(m, &nwords), saved[4];
+    assert_non_null(st);
+    assert_int_equal(nwords, 4);
+    memcpy(saved, st, sizeof saved);
+    ddp_var_t *y1, *y2;
+    assert_int_equal(ddp_module_forward(m, tape, x, &y1), 0);
+    assert_true(memcmp(saved, st, sizeof saved) != 0); /* training drew */
+    memcpy(st, saved, sizeof saved);                   /* as a resume loads it */
+    assert_int_equal(ddp_module_forward(m, tape, x, &y2), 0);
+    assert_memory_equal(ddp_var_tensor(y1)->data, ddp_var_tensor(y2)->data, bytes);
+    memcpy(saved, st, sizeof saved);
+    ddp_module_train(m, 0);
+    assert_int_equal(ddp_module_forward(m, tape, x, &y1), 0);
+    assert_ptr_equal(y1, x);
+    assert_memory_equal(saved, st, sizeof saved); /* eval drew nothing */
+    ddp_module_destroy(m);
+}
+
+static void test_dropout_rng_state(void **state)
+{
+    (void)state;
+    enum { N = 4, C = 16, HW = 6 };
+    static float xs[N * C * HW];
+    for (int i = 0; i < N * C * HW; i++)
+        xs[i] = 1.0f + (float)(i % 5);
+    ddp_tape_t *tape;
+    assert_int_equal(ddp_tape_create(&tape), 0);
+    ddp_var_t *x = cu_input(tape, xs, 4, (int64_t[]){N, C, 2, 3}, 1);
+    ddp_module_t *m;
+    assert_int_equal(ddp_dropout2d_create(0.5f, 7, &m), 0);
+    check_rng_state(m, tape, x, sizeof xs);
+    assert_int_equal(ddp_dropout_create(0.5f, 7, &m), 0);
+    check_rng_state(m, tape, x, sizeof xs);
+    ddp_tape_destroy(tape);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_torch),
         cmocka_unit_test(test_pool_gradcheck),
         cmocka_unit_test(test_dropout2d),
+        cmocka_unit_test(test_dropout_rng_state),
         cmocka_unit_test(test_pool_modules),
         cmocka_unit_test(test_pool_errors),
     };

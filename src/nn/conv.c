@@ -181,8 +181,34 @@ static int conv_wino_run(ddp_tape_t *tape, const conv_ctx *c, int flip, float *o
         for (int gi = 0; gi < c->groups; gi++) {
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
             ddp__wino_conv(&pl, out + sg * os, in + sg * is, u + (size_t)gi * us,
-                           bias ? bias + (size_t)gi * (size_t)c->og : NULL, acc, scratch);
+                           bias ? bias + (size_t)gi * (size_t)c->og : NULL, acc, sg == 0,
+                           scratch);
         }
+    return 0;
+}
+
+/* dw (=|+= by acc) by Winograd F(3x3, 2x2) (conv_winograd_dw.c): dU (16,
+ * Og, C) per group summed over the samples, then G^T dU G. */
+static int conv_wino_dw(ddp_tape_t *tape, const conv_ctx *c, float *dw, const float *x,
+                        const float *dy, int acc)
+{
+    ddp__wino_plan pl;
+    ddp__wino_plan_init(&pl, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+    size_t us = 16 * (size_t)c->og * (size_t)c->g.c;
+    float *du = ddp__tape_alloc(tape, us * sizeof *du);
+    float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
+    if (!du || !scratch)
+        return DDP_ERR_NOMEM;
+    size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
+    size_t ys = (size_t)c->og * (size_t)conv_p(c);
+    for (int gi = 0; gi < c->groups; gi++) {
+        for (int s = 0; s < c->n; s++) {
+            size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
+            ddp__wino_dw_sample(&pl, du, x + sg * xs, dy + sg * ys, s > 0, scratch);
+        }
+        ddp__wino_filters_grad(dw + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9, du, c->og,
+                               c->g.c, acc);
+    }
     return 0;
 }
 
@@ -216,20 +242,34 @@ int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
     return 0;
 }
 
-/* db (O) (=|+=) the sum of dy over samples and positions: per sample one
- * matrix-vector product dy_n (O, P) ones (P), as PyTorch sums in float. */
-static int conv_bias_backward(ddp_tape_t *tape, float *db, const float *dy, const conv_ctx *c,
-                              int acc)
+/* The sum of x (n floats) in 16 float lanes, which the compiler keeps in
+ * vector registers (a plain loop's one float sum must run serially). */
+DDP_KERNEL static float row_sum(const float *restrict x, size_t n)
 {
-    int cout = c->og * c->groups, p = conv_p(c);
-    float *ones = ddp__tape_alloc(tape, (size_t)p * sizeof *ones);
-    if (!ones)
-        return DDP_ERR_NOMEM;
-    ddp__vec_fill_to(ones, 1.0f, (size_t)p, 0);
-    for (int n = 0; n < c->n; n++)
-        ddp_sgemm(0, 0, cout, 1, p, 1.0f, dy + (size_t)n * (size_t)cout * (size_t)p, p, ones, 1,
-                  acc || n > 0 ? 1.0f : 0.0f, db, 1);
-    return 0;
+    float lane[16] = {0}, s = 0.0f;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] += x[i + (size_t)l];
+    for (; i < n; i++)
+        s += x[i];
+    for (int l = 0; l < 16; l++)
+        s += lane[l];
+    return s;
+}
+
+/* db (O) (=|+=) the sum of dy over samples and positions, one row of dy
+ * (P floats) at a time: a GEMV against a ones vector spent more time
+ * packing dy than adding it. */
+static void conv_bias_backward(float *db, const float *dy, const conv_ctx *c, int acc)
+{
+    size_t cout = (size_t)c->og * (size_t)c->groups, p = (size_t)conv_p(c);
+    for (size_t o = 0; o < cout; o++) {
+        float s = acc ? db[o] : 0.0f;
+        for (size_t n = 0; n < (size_t)c->n; n++)
+            s += row_sum(dy + (n * cout + o) * p, p);
+        db[o] = s;
+    }
 }
 
 static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
@@ -241,26 +281,29 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     int acc;
     if (b && b->requires_grad) {
         DDP_GRAD_TARGET(db, b);
-        DDP_TRY(conv_bias_backward(tape, db, v->grad, c, acc));
+        conv_bias_backward(db, v->grad, c, acc);
     }
     float *dw = NULL, *dx = NULL, *cols = NULL, *dcols = NULL;
     int acc_w = 0, acc_x = 0;
     if (w->requires_grad) {
         DDP_GRAD_TARGET(g, w);
         dw = g, acc_w = acc;
-        if (!pw && !(cols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *cols)))
+        if (c->wino) { /* dw by Winograd too; the loop below makes neither */
+            DDP_TRY(conv_wino_dw(tape, c, dw, x->t.data, v->grad, acc_w));
+            dw = NULL;
+        } else if (!pw && !(cols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *cols)))
             return DDP_ERR_NOMEM;
     }
     if (x->requires_grad) {
         DDP_GRAD_TARGET(g, x);
         dx = g, acc_x = acc;
-        if (c->wino) { /* dx by Winograd; the loop below makes dw alone */
+        if (c->wino) { /* dx by Winograd */
             DDP_TRY(conv_wino_run(tape, c, 1, dx, v->grad, w->t.data, NULL, acc_x));
             dx = NULL;
         } else if (!pw && !(dcols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *dcols)))
             return DDP_ERR_NOMEM;
     }
-    for (int s = 0; s < c->n; s++)
+    for (int s = 0; (dw || dx) && s < c->n; s++)
         for (int gi = 0; gi < c->groups; gi++) {
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
             const float *dyg = v->grad + sg * (size_t)og * (size_t)p; /* (Og, P) */

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "nn/conv.h"
+#include "nn/module.h"
 
 /* ==== Conv2d ============================================================== */
 
@@ -186,7 +187,9 @@ int ddp_dropout2d_create(float p, uint64_t seed, ddp_module_t **out)
     DDP_FAIL_IF(!d, DDP_ERR_NOMEM, "dropout2d: out of memory");
     d->p = p;
     ddp__rng_seed(&d->rng, seed);
-    return ddp_module_create(&dropout2d_def, d, out);
+    DDP_TRY(ddp_module_create(&dropout2d_def, d, out));
+    (*out)->rng = &d->rng; /* checkpoints keep where the masks are, as Dropout's */
+    return 0;
 }
 
 static int identity_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y,

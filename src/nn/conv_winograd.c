@@ -203,13 +203,18 @@ DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
 
 /* y (o, oh, ow) (=|+=) the tiles of M (16, o, t), through one channel's
  * rows at a time (spare tiles and an odd size's extra row or column cut). */
-static void output_transform(float *y, const float *m, const float *bias, int acc, float *ye,
+static void output_transform(float *y, float *m, const float *bias, int acc, float *ye,
                              const ddp__wino_plan *p)
 {
     size_t ms = (size_t)p->o * (size_t)p->t, wp = (size_t)p->wp;
     float *yo = ye + (size_t)p->th * wp;
     for (int oi = 0; oi < p->o; oi++) {
-        output_tiles(ye, yo, m + (size_t)oi * (size_t)p->t, ms, p->t, bias ? bias[oi] : 0.0f);
+        float *mo = m + (size_t)oi * (size_t)p->t;
+        output_tiles(ye, yo, mo, ms, p->t, bias ? bias[oi] : 0.0f);
+        /* M left zero for the next sample's GEMMs (ddp__wino_conv); in the
+         * tile loop these stores kept gcc from vectorising it */
+        for (int i = 0; i < 16; i++)
+            memset(mo + (size_t)i * ms, 0, (size_t)p->t * sizeof *mo);
         float *yc = y + (size_t)oi * (size_t)p->oh * (size_t)p->ow;
         for (int r = 0; r < p->oh; r++)
             ddp__vec_acc_to(yc + (size_t)r * (size_t)p->ow, (r % 2 ? yo : ye) + (size_t)(r / 2) * wp,
@@ -219,17 +224,33 @@ static void output_transform(float *y, const float *m, const float *bias, int ac
 
 /* ==== one sample ========================================================== */
 
-void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
-                    const float *bias, int acc, float *scratch)
+ddp__wino_scratch ddp__wino_scratch_parts(const ddp__wino_plan *p, float *scratch)
 {
     size_t per = rows_floats(p), vs = (size_t)p->c * (size_t)p->t;
-    float *e = scratch, *od = e + (size_t)p->c * per, *v = od + (size_t)p->c * per;
-    float *m = v + 16 * vs, *yrows = m + 16 * (size_t)p->o * (size_t)p->t;
-    split_rows(e, od, x, p);
-    input_transform(v, e, od, yrows, p);
-    for (int i = 0; i < 16; i++) /* M_i (o, t) = U_i (o, c) V_i (c, t) */
+    ddp__wino_scratch s = {.e = scratch};
+    s.od = s.e + (size_t)p->c * per, s.v = s.od + (size_t)p->c * per;
+    s.m = s.v + 16 * vs, s.rows = s.m + 16 * (size_t)p->o * (size_t)p->t;
+    return s;
+}
+
+void ddp__wino_input(const ddp__wino_plan *p, const float *x, const ddp__wino_scratch *s)
+{
+    split_rows(s->e, s->od, x, p);
+    input_transform(s->v, s->e, s->od, s->rows, p);
+}
+
+void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
+                    const float *bias, int acc, int fresh, float *scratch)
+{
+    ddp__wino_scratch s = ddp__wino_scratch_parts(p, scratch);
+    size_t vs = (size_t)p->c * (size_t)p->t;
+    ddp__wino_input(p, x, &s);
+    /* M_i (o, t) = U_i (o, c) V_i (c, t).  With beta 0 OpenBLAS clears C in
+     * a pass of its own (7 % of a ddp-cnn run's samples); the output transform
+     * leaves M zero instead, so every call but a fresh scratch's adds. */
+    for (int i = 0; i < 16; i++)
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
-                  p->c, v + (size_t)i * vs, p->t, 0.0f,
-                  m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
-    output_transform(y, m, bias, acc, yrows, p);
+                  p->c, s.v + (size_t)i * vs, p->t, fresh ? 0.0f : 1.0f,
+                  s.m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
+    output_transform(y, s.m, bias, acc, s.rows, p);
 }

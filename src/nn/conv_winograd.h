@@ -38,8 +38,31 @@ size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
 void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip);
 
 /* y (o, oh, ow) (=|+=) conv(x (c, h, w), u) + bias (o floats, or NULL);
- * acc 1 adds to y.  scratch: ddp__wino_scratch_floats(p) floats. */
+ * acc 1 adds to y.  scratch: ddp__wino_scratch_floats(p) floats; fresh 1
+ * the first time it is used, 0 when a previous call left it (its M part is
+ * then zero, which saves clearing it). */
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
-                    const float *bias, int acc, float *scratch);
+                    const float *bias, int acc, int fresh, float *scratch);
+
+/* ddp__wino_conv's scratch carved into its parts: x's rows split by parity
+ * (e, od), V (16, c, t), M (16, o, t) and one channel's rows. */
+typedef struct ddp__wino_scratch {
+    float *e, *od, *v, *m, *rows;
+} ddp__wino_scratch;
+ddp__wino_scratch ddp__wino_scratch_parts(const ddp__wino_plan *p, float *scratch);
+
+/* V (16, c, t) = B^T d B of every tile of x (c, h, w) into s->v (through
+ * s->e, s->od and s->rows). */
+void ddp__wino_input(const ddp__wino_plan *p, const float *x, const ddp__wino_scratch *s);
+
+/* The weight gradient by Winograd F(3x3, 2x2), conv_winograd_dw.c: per
+ * sample dU_i (o, c) += dM_i (o, t) V_i (c, t)^T, where dM = A dY A^T of
+ * every 2x2 tile of dy (o, oh, ow) and V that of x as in the forward;
+ * du (16, o, c) accumulates when acc (the first sample writes: acc 0).
+ * scratch: ddp__wino_scratch_floats(p) floats. */
+void ddp__wino_dw_sample(const ddp__wino_plan *p, float *du, const float *x, const float *dy,
+                         int acc, float *scratch);
+/* dw (o, c, 3, 3) (=|+= by acc) G^T dU G for du (16, o, c). */
+void ddp__wino_filters_grad(float *restrict dw, const float *restrict du, int o, int c, int acc);
 
 #endif

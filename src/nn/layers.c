@@ -105,8 +105,11 @@ static int dropout_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_
                            void *user)
 {
     dropout *d = user;
-    /* One seed per forward from the module's generator: reproducible. */
-    return ddp_op_dropout(tape, x, d->p, m->training, ddp__rng_next(&d->rng), y);
+    /* One seed per training forward from the module's generator:
+     * reproducible; eval draws nothing, so that evaluating between epochs
+     * leaves the masks of the next one as they were (PyTorch's likewise). */
+    uint64_t seed = m->training ? ddp__rng_next(&d->rng) : 0;
+    return ddp_op_dropout(tape, x, d->p, m->training, seed, y);
 }
 
 static const ddp_module_def dropout_def = {"Dropout", dropout_forward, NULL, free};
