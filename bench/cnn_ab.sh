@@ -15,13 +15,18 @@ BIN=${1:-build/bin}
 ROUNDS=${2:-3}
 STEPS=${3:-150}
 FLOP_PER_SAMPLE=71.6e6 # docs/cnn.md: 23.9 MFLOP forward, 47.7 backward
-# GFLOP/s: OpenBLAS sgemm on one core of its own, as bench/matmul_shapes
-# measures it for conv2's per-sample shapes (forward, dW, dcols: 125-155,
-# median 145; session 8, `build/bench/matmul_shapes 20 5` on a quiet
-# machine).  DESIGN.md's 87 is the median of a loaded run: it made every
-# share of the roof look 1.7 times larger than it is.  On a loaded machine
-# matmul_shapes prints far less (13-17 at load average 13): measure it quiet.
-ROOF=145
+# The roof, GFLOP/s: OpenBLAS sgemm on one core for conv2's per-sample
+# shapes (forward, dW, dcols), as bench/matmul_shapes measures them before
+# and after the runs of this command: the median of those six figures.  It
+# is this machine's, now (session 8's AVX-512 host gave 125-155, session
+# 9's AVX2 host 56-60); a constant from another run misleads (DESIGN.md's
+# 87 was a loaded median).  ROOF=N skips the measurement.
+SHAPES=$(dirname "$BIN")/bench/matmul_shapes
+roof_now() { "$SHAPES" 20 5 | awk '/^conv2 (fwd  W|dW   dy|dcol)/ {printf "%s ", $7}'; }
+if [ -z "${ROOF:-}" ]; then
+    [ -x "$SHAPES" ] || { echo "cnn_ab.sh: no $SHAPES (make) and no ROOF" >&2; exit 2; }
+    ROOF_RUNS=$(OPENBLAS_NUM_THREADS=1 roof_now)
+fi
 PY=/usr/bin/python3
 TORCH=$(dirname "$0")/cnn_torch.py
 [ -x "$BIN/ddp-cnn" ] && [ -x "$BIN/ddprun" ] || { echo "usage: $0 [BIN] [ROUNDS] [STEPS]" >&2; exit 2; }
@@ -54,6 +59,11 @@ while [ "$i" -lt "$ROUNDS" ]; do
     one C-2 2 "$BIN/ddp-cnn" --max-steps "$STEPS"
     one T-2 2 $PY "$TORCH" --max-steps "$STEPS"
 done
+if [ -z "${ROOF:-}" ]; then
+    ROOF_RUNS="$ROOF_RUNS $(OPENBLAS_NUM_THREADS=1 roof_now)"
+    ROOF=$(echo $ROOF_RUNS | tr ' ' '\n' | sort -n | awk '{v[NR] = $1} END {print (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2}')
+    echo "roof: conv2's sgemm shapes (bench/matmul_shapes 20 5, before and after): $ROOF_RUNS GFLOP/s, median $ROOF"
+fi
 echo "after:  $(uptime)"
 echo "ddp-cnn (C) and PyTorch (T): $STEPS steps of batch 64 per rank, $ROUNDS alternated rounds"
 awk -v fps="$FLOP_PER_SAMPLE" -v roof="$ROOF" '

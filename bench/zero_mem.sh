@@ -24,6 +24,10 @@ rounds=${2:-5}
 steps=${3:-15}
 batch=${4:-32}
 modes=${MODES:-ddp zero1 zero2 zero2p1}
+case " $modes " in
+*" ddp "*) ;;
+*) echo "zero_mem.sh: MODES must include ddp (every ratio is against it)" >&2; exit 2 ;;
+esac
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for world in 2 4; do

@@ -76,6 +76,18 @@ static int reap_by(pid_t pid, double deadline, int *status)
     }
 }
 
+/* Kills and reaps every child in pids (those already reaped are skipped
+ * by waitpid's ECHILD): before a test fails, so that no rank outlives it. */
+static inline void kill_children(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0)
+            kill(pids[i], SIGKILL);
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0)
+            waitpid(pids[i], NULL, 0);
+}
+
 /* Waits for the group; returns how many ranks failed.  Processes still
  * running after limit_s are killed and count as failed; threads cannot be,
  * so their functions must bound their own waits. */

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 typedef struct {
@@ -19,7 +20,11 @@ typedef struct {
 static result vsh_in(int limit_s, const char *log_name, const char *fmt, va_list ap)
 {
     char cmd[16384], body[15000], log[256];
-    vsnprintf(body, sizeof body, fmt, ap);
+    int len = vsnprintf(body, sizeof body, fmt, ap);
+    if (len < 0 || (size_t)len >= sizeof body) { /* never run a command cut short */
+        result cut = {-1, strdup("run_logged.h: the command is longer than 15000 bytes")};
+        return cut;
+    }
     snprintf(log, sizeof log, "%s/%s", dir, log_name);
     snprintf(cmd, sizeof cmd, "timeout -k 5 %d sh -c '%s' >%s 2>&1", limit_s, body, log);
     int st = system(cmd);

@@ -401,8 +401,7 @@ static void kill_during_all_reduce(int victim)
         if (r == victim)
             continue;
         if (!reap_by(pids[r], ddp_time_now() + 10, &status)) {
-            for (int q = 0; q < n; q++)
-                kill(pids[q], SIGKILL);
+            kill_children(pids, n);
             fail_msg("rank %d hangs after rank %d was killed", r, victim);
         }
         fprintf(stderr, "victim %d: rank %d failed %.3f s after the kill: %s\n", victim, r,

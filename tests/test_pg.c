@@ -425,8 +425,10 @@ static void test_peer_killed_mid_all_reduce(void **state)
     int status;
     waitpid(pids[2], &status, 0);
     for (int r = 0; r < 2; r++) {
-        if (!reap_by(pids[r], ddp_time_now() + 10, &status))
+        if (!reap_by(pids[r], ddp_time_now() + 10, &status)) {
+            kill_children(pids, n);
             fail_msg("rank %d hangs after rank 2 was killed", r);
+        }
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
         assert_int_equal(rep->rc[r], DDP_ERR_PEER);

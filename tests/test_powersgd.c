@@ -114,6 +114,39 @@ static void reference(double out[ITERS][N])
 static job J;
 static float *shared; /* [rank][ITERS][N] */
 
+/* The state's bytes: saved, loaded and saved again the same; a blob cut
+ * short anywhere, with bytes after it, or with an all-zero generator fails
+ * with DDP_ERR_FORMAT and its message, and changes nothing (the next save
+ * is the first one's bytes). */
+static int check_state_blob(ddp_powersgd_t *s)
+{
+    void *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    CHILD_CHECK(ddp_powersgd_state_save(s, &a, &na) == 0 && na > 56);
+    CHILD_CHECK(ddp_powersgd_state_load(s, a, na) == 0);
+    CHILD_CHECK(ddp_powersgd_state_save(s, &b, &nb) == 0 && nb == na && !memcmp(a, b, na));
+    free(b);
+    uint8_t *bad = malloc(na + 4);
+    CHILD_CHECK(bad != NULL);
+    memcpy(bad, a, na);
+    const size_t cuts[] = {0, 10, 52, 60, na / 2, na - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        CHILD_CHECK(ddp_powersgd_state_load(s, bad, cuts[i]) == DDP_ERR_FORMAT);
+        CHILD_CHECK(contains(ddp_last_error(), "powersgd state"));
+    }
+    memset(bad + na, 0, 4);
+    CHILD_CHECK(ddp_powersgd_state_load(s, bad, na + 4) == DDP_ERR_FORMAT);
+    CHILD_CHECK(contains(ddp_last_error(), "4 bytes after the last bucket"));
+    memset(bad + 16, 0, 32); /* the generator's four words */
+    CHILD_CHECK(ddp_powersgd_state_load(s, bad, na) == DDP_ERR_FORMAT);
+    CHILD_CHECK(contains(ddp_last_error(), "generator state is all zeros"));
+    CHILD_CHECK(ddp_powersgd_state_save(s, &b, &nb) == 0 && nb == na && !memcmp(a, b, na));
+    free(b);
+    free(bad);
+    free(a);
+    return 0;
+}
+
 static int rank_main(int rank, void *arg)
 {
     (void)arg;
@@ -147,6 +180,7 @@ static int rank_main(int rank, void *arg)
     CHILD_CHECK(ddp_powersgd_num_states(s) == 2);
     CHILD_CHECK(ddp_powersgd_state(s, 1, &name, &buf, &cnt) == 0);
     CHILD_CHECK(strcmp(name, "powersgd.q.0") == 0 && cnt == 6 + 4);
+    CHILD_CHECK(check_state_blob(s) == 0);
     ddp_powersgd_destroy(s);
     ddp_destroy_process_group(pg);
     return 0;

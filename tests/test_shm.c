@@ -360,8 +360,10 @@ static void kill9_during_all_reduce(const char *algo)
     for (int r = 0; r < n; r++) {
         if (r == victim)
             continue;
-        if (!reap_by(pids[r], ddp_time_now() + 10, &status))
+        if (!reap_by(pids[r], ddp_time_now() + 10, &status)) {
+            kill_children(pids, n);
             fail_msg("rank %d hangs after rank %d was killed", r, victim);
+        }
         fprintf(stderr, "%s: rank %d failed %.3f s after the kill: %s\n", algo, r,
                 rep->err_time[r] - killed, rep->msg[r]);
         assert_true(WIFEXITED(status));

@@ -399,9 +399,11 @@ static int mismatched_rank(int rank, void *arg)
     for (size_t i = 0; i < n; i++)
         g[i] = 1.5f + (float)i;
     memcpy(before, p, n * sizeof *p);
-    ddp_zero_options o = {.stage = 2};
+    ddp_zero_options o = ddp_zero_defaults();
+    o.stage = 2;
     ddp_zero_t *z = NULL;
     CHILD_CHECK(ddp_zero_create(m, pg, &o, &z) == DDP_ERR_MISMATCH && !z);
+    CHILD_CHECK(strstr(ddp_last_error(), "rank") != NULL);
     for (size_t i = 0; i < n; i++)
         CHILD_CHECK(g[i] == 1.5f + (float)i);
     CHILD_CHECK(memcmp(before, p, n * sizeof *p) == 0);

@@ -23,7 +23,7 @@
  * the positions in increasing order, grouped by the tree; the root divides
  * for AVG and every rank receives the root's bits.
  *
- * Cost: 2 (depth + K) steps of a unit of B/(2K) bytes (K units per half):
+ * Cost: 2 (depth + K - 1) steps of a unit of B/(2K) bytes (K units per half):
  * about 2 depth alpha + 2 B beta + B/2 gamma per inner node, depth =
  * ceil(log2 n). */
 #include <stdlib.h>

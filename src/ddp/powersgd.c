@@ -348,8 +348,9 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
     }
     if (k->nq) {
         int rc = ddp_pg_all_reduce(pg, k->q, k->nq, DDP_FLOAT32, DDP_SUM);
-        if (rc != 0) { /* the error buffer holds M now, not the error: start afresh */
-            k->n = 0;
+        if (rc != 0) { /* the error buffer holds M now, not the error: start afresh
+                        * (every size back to 0, so a save after it stays loadable) */
+            bucket_free(k);
             return rc;
         }
     }
@@ -414,9 +415,9 @@ static uint8_t *put(uint8_t *p, const void *v, size_t n)
 
 int ddp_powersgd_state_save(const ddp_powersgd_t *s, void **blob, size_t *len)
 {
+    DDP_FAIL_IF(!s || !blob || !len, DDP_ERR_INVALID_ARG, "powersgd: no state to save");
     *blob = NULL;
     *len = 0;
-    DDP_FAIL_IF(!s, DDP_ERR_INVALID_ARG, "powersgd: no state to save");
     int nb = live_buckets(s);
     size_t total = BLOB_HEAD;
     for (int b = 0; b < nb; b++)
@@ -497,6 +498,10 @@ int ddp_powersgd_state_load(ddp_powersgd_t *s, const void *blob, size_t len)
     DDP_FAIL_IF(len < BLOB_HEAD || head[0] != BLOB_MAGIC || head[1] != 1 || nb < 0 ||
                     nb > 1 << 20 || iter < 0,
                 DDP_ERR_FORMAT, "powersgd state: not a PowerSGD state (%zu bytes)", len);
+    /* an all-zero xoshiro state only ever draws zeros: Q's fresh starts
+     * would all be zero */
+    DDP_FAIL_IF(!(rng[0] | rng[1] | rng[2] | rng[3]), DDP_ERR_FORMAT,
+                "powersgd state: its generator state is all zeros");
     bucket *nbk = calloc((size_t)nb + 1, sizeof *nbk); /* built aside: a failure changes nothing */
     DDP_FAIL_IF(!nbk, DDP_ERR_NOMEM, "powersgd: out of memory");
     ddp_powersgd_t tmp = *s;

@@ -22,6 +22,7 @@
 #include "base/timeline.h"
 #include "ddp/flat_shard.h"
 #include "ddp/reducer_impl.h"
+#include "tensor/kernels.h"
 
 /* ==== the pool ============================================================ */
 
@@ -135,20 +136,6 @@ static void overlap(const ddp_reducer_t *r, int b, int s, size_t *lo, size_t *hi
         *hi = *lo;
 }
 
-/* dst += src over n floats, vectorised: -O2's "very cheap" cost model
- * leaves a loop of unknown length scalar (3.7 % of ZeRO-2's CPU time on 2
- * ranks in perf), so this one function is compiled at -O3 (as coll/
- * reduce.c's kernels are); restrict: the shard and a pool buffer never
- * overlap, no alias check needed. */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("O3")))
-#endif
-static void add_into(float *restrict dst, const float *restrict src, size_t n)
-{
-    for (size_t j = 0; j < n; j++)
-        dst[j] += src[j];
-}
-
 /* Waits for bucket b's reduces, adds this rank's part into the shard and
  * gives its buffer back.  A buffer whose reduce did not complete (a
  * timeout: the communication thread may still write it) is never reused. */
@@ -172,8 +159,8 @@ static int complete(ddp_reducer_t *r, int b)
     if (rc == 0) {
         size_t lo, hi;
         overlap(r, b, r->my_shard, &lo, &hi);
-        add_into(r->shard_grad + (lo - r->shard_begin), r->bufs[k] + (lo - r->bucket_flat[b]),
-                 hi - lo);
+        ddp__vec_acc_to(r->shard_grad + (lo - r->shard_begin),
+                        r->bufs[k] + (lo - r->bucket_flat[b]), hi - lo, 1);
         r->stats.buckets_reduced++;
     }
     if (done)
