@@ -18,6 +18,8 @@ typedef struct {
 } result;
 
 static result vsh_in(int limit_s, const char *log_name, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static result vsh_in(int limit_s, const char *log_name, const char *fmt, va_list ap)
 {
     char cmd[16384], body[15000], log[256];
     int len = vsnprintf(body, sizeof body, fmt, ap);
