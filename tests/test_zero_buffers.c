@@ -258,9 +258,9 @@ static void test_bad_buffers(void **state)
     expect_failure("ck", 0, "holds 3 buffers, the model has 0");
     /* the buffers file missing, cut, or of another save */
     SHELL("cp -r %s/ck %s/nobuf && rm %s/nobuf/buffers.safetensors", dir, dir, dir);
-    expect_failure("nobuf", 1, "the buffers file of the index");
+    expect_failure("nobuf", 1, "No such file");
     SHELL("cp -r %s/ck %s/cut && truncate -s 60 %s/cut/buffers.safetensors", dir, dir, dir);
-    expect_failure("cut", 1, "the buffers file of the index");
+    expect_failure("cut", 1, "exceeds the");
     SHELL("mkdir %s/other && cp %s/ck/* %s/other/", dir, dir, dir);
     bcase c = {.world = 2, .stage = 1, .stats = 1, .train = STEPS + 1, .tag = "save2",
                .save_dir = NULL};
