@@ -194,6 +194,11 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
         bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__REDUCE:
+        /* "ring": the reduce over messages; "shared": over the window. */
+        if (ddp__pg_set_option(pg, "allreduce_algo", algo_names[c->algo]) < 0) {
+            bad = 1;
+            goto done;
+        }
         fill(out, cnt, c, r, 0);
         rc = ddp_pg_reduce(pg, out, cnt, c->dt, c->op, c->root);
         if (r == c->root)
@@ -307,7 +312,10 @@ static int run_all_cases(ddp_pg_t *pg, int *ncases)
             for (int op = 0; op < DDP_NUM_REDUCE_OPS; op++) {
                 if (!op_applies(dt, op) || (big && !(dt == DDP_FLOAT32 && op == DDP_SUM)))
                     continue;
-                RUN(.kind = DDP__REDUCE, .dt = dt, .op = op, .count = cnt);
+                RUN(.kind = DDP__REDUCE, .algo = ALGO_RING, .dt = dt, .op = op, .count = cnt);
+                if (COLL_NALGOS > ALGO_SHARED)
+                    RUN(.kind = DDP__REDUCE, .algo = ALGO_SHARED, .dt = dt, .op = op,
+                        .count = cnt);
                 RUN(.kind = DDP__REDUCE_SCATTER, .dt = dt, .op = op, .count = block);
             }
         for (int dt = 0; dt < DDP_NUM_DTYPES; dt++) {

@@ -52,7 +52,15 @@
  * saves the (n-1)/n B of copy-in and the B/n copy into the slot: at 2
  * ranks about 3.5B of reads and writes instead of 5.5B.  The descriptor carries
  * the mode, the allocation and the offset, so ranks that disagree fail
- * instead of mixing. */
+ * instead of mixing.
+ *
+ * Reduce to a root (ddp__reduce_shared) is the same pipeline with the
+ * copy-out left to the root: every rank still folds its share (the fold's
+ * work is spread over the ranks, where a reduce over messages folds
+ * everything on the root), a rank other than the root folds into its slot
+ * (its buffer is the caller's input and stays unchanged), and only the
+ * root copies the peers' shares out.  Not in symmetric memory: the peers'
+ * results are in their slots. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -75,6 +83,7 @@ typedef struct shared {
     size_t count, es;
     ddp_dtype dt;
     ddp_reduce_op op;
+    int root;               /* reduce: the rank that gets the result; -1: all-reduce */
     ddp__reduce_fn fn;
     size_t chunk;           /* elements per chunk, a multiple of n * (64 / es) */
     size_t slot_bytes, nslots;
@@ -186,7 +195,7 @@ static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n
      * the slot for the peers (not in symmetric memory: they read the
      * buffer); the others fold into the slot (their own values are still
      * needed after the first fold) and copy it back. */
-    uint8_t *acc = s->r <= 1 ? own : dst;
+    uint8_t *acc = s->r <= 1 && (s->root < 0 || s->r == s->root) ? own : dst;
 #define X(q) ((q) == s->r ? (const uint8_t *)own : peer_data(s, (q), j, first, off))
     s->fn(acc, X(0), X(1), n);
     for (int q = 2; q < s->n; q++)
@@ -194,9 +203,11 @@ static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n
 #undef X
     if (s->op == DDP_AVG)
         ddp__reduce_divide(acc, n, s->dt, s->n);
-    if (acc != own)
+    /* A reduce's root keeps its share to itself; its peers' stays in
+     * their slots for the root's copy-out. */
+    if (acc != own && (s->root < 0 || s->r == s->root))
         memcpy(own, dst, n * es);
-    else if (!s->sym)
+    else if (acc == own && !s->sym && s->root < 0)
         memcpy(dst, own, n * es);
 }
 
@@ -210,6 +221,8 @@ static void reduce(shared *s, size_t j)
 
 static void copy_out(shared *s, size_t j)
 {
+    if (s->root >= 0 && s->r != s->root) /* a reduce: the result is the root's only */
+        return;
     size_t first, S, len = chunk_len(s, j, &first, &S), off, n;
     for (int q = 0; q < s->n; q++)
         if (q != s->r && (n = share_of(len, S, q, &off)) > 0)
@@ -220,7 +233,8 @@ static void copy_out(shared *s, size_t j)
  * meet must be running the same one. */
 static uint64_t describe(const ddp__coll_ctx *c, const shared *s)
 {
-    const uint64_t v[6] = {c->seq, s->count, (uint64_t)s->dt << 8 | (uint64_t)s->op,
+    const uint64_t v[6] = {c->seq, s->count,
+                           (uint64_t)(s->root + 1) << 16 | (uint64_t)s->dt << 8 | (uint64_t)s->op,
                            s->slot_bytes, s->sym ? s->sym_off + 1 : 0, s->sym ? s->sym_id : 0};
     uint64_t h = 0x9e3779b97f4a7c15u;
     for (int i = 0; i < 6; i++) { /* splitmix64's finaliser over each word */
@@ -242,11 +256,11 @@ static int check_peers_agree(const shared *s, uint64_t desc)
         DDP_FAIL_IF(q != s->r &&
                         atomic_load_explicit(&s->w->flag[q][F_DESC].v, memory_order_acquire) != desc,
                     DDP_ERR_PROTOCOL,
-                    "shared-memory all_reduce: rank %d runs a different collective (do the "
+                    "shared-memory %s: rank %d runs a different collective (do the "
                     "ranks call the same collectives with the same counts, dtypes, ops, "
                     "DDP_SHARED_CHUNK_BYTES, and buffers all in the same symmetric allocation "
                     "at the same offset or all outside symmetric memory?)",
-                    q);
+                    s->root < 0 ? "all_reduce" : "reduce", q);
     return 0;
 }
 
@@ -259,16 +273,18 @@ size_t ddp__allreduce_shared_slot(const ddp__coll_ctx *c, const ddp__window *w)
     return want / unit * unit;
 }
 
-int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
-                          ddp_reduce_op op)
+static int run(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op,
+               int root)
 {
     const ddp__window *w = ddp__tp_window(c->tp);
     DDP_FAIL_IF(!w, DDP_ERR_UNSUPPORTED,
-                "all_reduce algorithm 'shared' needs a shared window: the shm transport with "
+                "%s algorithm 'shared' needs a shared window: the shm transport with "
                 "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
-                c->tp->vt->name, c->tp->vt->window ? " without a window" : "");
+                root < 0 ? "all_reduce" : "reduce", c->tp->vt->name,
+                c->tp->vt->window ? " without a window" : "");
     shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .count = count,
-                .es = ddp_dtype_size(dt), .dt = dt, .op = op, .fn = ddp__reduce_kernel(dt, op)};
+                .es = ddp_dtype_size(dt), .dt = dt, .op = op, .root = root,
+                .fn = ddp__reduce_kernel(dt, op)};
     s.slot_bytes = ddp__allreduce_shared_slot(c, w);
     DDP_FAIL_IF(s.slot_bytes == 0, DDP_ERR_INVALID_ARG,
                 "shared window of %zu bytes (chunk %zu) too small for %d ranks", w->bytes,
@@ -276,7 +292,7 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
     s.nslots = w->bytes / s.slot_bytes;
     s.chunk = s.slot_bytes / s.es;
     s.nchunks = (count + s.chunk - 1) / s.chunk;
-    if (count * s.es >= c->symmetric_min)
+    if (root < 0 && count * s.es >= c->symmetric_min)
         s.sym = ddp__tp_sym_find(c->tp, buf, count * s.es, &s.sym_off, &s.sym_id);
     /* Our own flags say how many chunks the window has seen (all equal at
      * rest: every rank runs the same collectives). */
@@ -304,4 +320,16 @@ int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype d
     if (s.sym)
         DDP_TRY(ddp__tp_win_wait(c->tp, peers_done, &s, c->deadline));
     return 0;
+}
+
+int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                          ddp_reduce_op op)
+{
+    return run(c, buf, count, dt, op, -1);
+}
+
+int ddp__reduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                       ddp_reduce_op op, int root)
+{
+    return run(c, buf, count, dt, op, root);
 }

@@ -253,6 +253,23 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
     }
 }
 
+/* Reduce to a root: over the shared window where the all-reduce would use
+ * it (DDP_ALLREDUCE_ALGO=shared forces it, any other named algorithm
+ * keeps the messages), so the ranks share the fold instead of the root
+ * folding everything (ZeRO-2's per-owner reduces are bucket-sized). */
+static int reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op,
+                  int root)
+{
+    const ddp__window *w = ddp__tp_window(c->tp);
+    int algo = c->allreduce_algo;
+    if (w && ddp__allreduce_shared_slot(c, w) > 0 &&
+        (algo == DDP__AR_SHARED ||
+         (algo == DDP__AR_AUTO && count * ddp_dtype_size(dt) >= c->shared_min &&
+          c->size <= c->cpus)))
+        return ddp__reduce_shared(c, buf, count, dt, op, root);
+    return ddp__reduce_direct(c, buf, count, dt, op, root);
+}
+
 static int reduce_scatter(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
 {
     if (c->size == 1) {
@@ -309,7 +326,7 @@ int ddp__coll_run(ddp__coll_ctx *c, const ddp__coll_args *a)
         rc = c->size == 1 ? 0 : ddp__broadcast_tree(c, a->recv, bytes, a->root);
         break;
     case DDP__REDUCE:
-        rc = c->size == 1 ? 0 : ddp__reduce_direct(c, a->recv, a->count, a->dtype, a->op, a->root);
+        rc = c->size == 1 ? 0 : reduce(c, a->recv, a->count, a->dtype, a->op, a->root);
         break;
     case DDP__ALL_GATHER:
         rc = all_gather(c, a, es);

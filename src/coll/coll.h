@@ -163,6 +163,10 @@ int ddp__allreduce_tree(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
  * ddp__allreduce_shared_slot is 0). */
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
+/* Reduce to root over the shared window: each rank folds its share, the
+ * root copies the shares out; other ranks' buf is unchanged. */
+int ddp__reduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
+                       ddp_reduce_op op, int root);
 /* Bytes per pipeline slot of the shared-window all-reduce on window w: 0
  * when DDP_SHARED_CHUNK_BYTES or the window is too small for the ranks
  * (auto then runs the ring). */
