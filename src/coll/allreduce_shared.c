@@ -194,8 +194,11 @@ static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n
      * its lines, so the stores hit the cache), then copy the result into
      * the slot for the peers (not in symmetric memory: they read the
      * buffer); the others fold into the slot (their own values are still
-     * needed after the first fold) and copy it back. */
-    uint8_t *acc = s->r <= 1 && (s->root < 0 || s->r == s->root) ? own : dst;
+     * needed after the first fold) and copy it back.  In a reduce only the
+     * root keeps the result (in its buffer, not its slot); the others
+     * fold into their slots, for the root's copy-out. */
+    const int keeps = s->root < 0 || s->r == s->root;
+    uint8_t *acc = s->r <= 1 && keeps ? own : dst;
 #define X(q) ((q) == s->r ? (const uint8_t *)own : peer_data(s, (q), j, first, off))
     s->fn(acc, X(0), X(1), n);
     for (int q = 2; q < s->n; q++)
@@ -203,9 +206,7 @@ static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n
 #undef X
     if (s->op == DDP_AVG)
         ddp__reduce_divide(acc, n, s->dt, s->n);
-    /* A reduce's root keeps its share to itself; its peers' stays in
-     * their slots for the root's copy-out. */
-    if (acc != own && (s->root < 0 || s->r == s->root))
+    if (acc != own && keeps)
         memcpy(own, dst, n * es);
     else if (acc == own && !s->sym && s->root < 0)
         memcpy(dst, own, n * es);

@@ -204,6 +204,17 @@ static size_t tree_max_bytes(int n)
     return gain > 0 ? (size_t)(TREE_ALPHA_BYTES * gain / loss) : 0;
 }
 
+/* Whether auto runs bytes over the shared window: ranks that share memory
+ * reduce straight out of it, unless they outnumber the cores (then every
+ * chunk waits for all of them to be scheduled, and the ring's buffered
+ * messages do better). */
+static int shared_fits(const ddp__coll_ctx *c, size_t bytes)
+{
+    const ddp__window *w = ddp__tp_window(c->tp);
+    return bytes >= c->shared_min && c->size <= c->cpus && w &&
+           ddp__allreduce_shared_slot(c, w) > 0;
+}
+
 static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op)
 {
     if (c->size == 1 || count == 0)
@@ -215,12 +226,8 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
             algo = bytes <= c->direct_max ? DDP__AR_DIRECT : DDP__AR_RING;
         else
             algo = bytes <= c->rd_max ? DDP__AR_RD : DDP__AR_RING;
-        /* Ranks that share memory reduce straight out of it, unless they
-         * outnumber the cores: then every chunk waits for all of them to be
-         * scheduled, and the ring's buffered messages do better. */
         const ddp__window *w = ddp__tp_window(c->tp);
-        if (algo == DDP__AR_RING && bytes >= c->shared_min && c->size <= c->cpus && w &&
-            ddp__allreduce_shared_slot(c, w) > 0)
+        if (algo == DDP__AR_RING && shared_fits(c, bytes))
             algo = DDP__AR_SHARED;
         /* Messages, not bytes, decide mid sizes on a network (no shared
          * window: over shm messages the ring stays): Rabenseifner
@@ -262,10 +269,8 @@ static int reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_r
 {
     const ddp__window *w = ddp__tp_window(c->tp);
     int algo = c->allreduce_algo;
-    if (w && ddp__allreduce_shared_slot(c, w) > 0 &&
-        (algo == DDP__AR_SHARED ||
-         (algo == DDP__AR_AUTO && count * ddp_dtype_size(dt) >= c->shared_min &&
-          c->size <= c->cpus)))
+    if ((algo == DDP__AR_SHARED && w && ddp__allreduce_shared_slot(c, w) > 0) ||
+        (algo == DDP__AR_AUTO && shared_fits(c, count * ddp_dtype_size(dt))))
         return ddp__reduce_shared(c, buf, count, dt, op, root);
     return ddp__reduce_direct(c, buf, count, dt, op, root);
 }
