@@ -18,7 +18,8 @@
 #   sh bench/zero_mem.sh [BUILD] [ROUNDS] [STEPS] [BATCH]
 # Defaults 5 rounds of 15 timed steps (after 2 warm-up steps) at batch 32
 # per rank: about 9-10 minutes on a quiet 2-vCPU host.  MODES="ddp zero2"
-# picks the modes (ddp first: the ratios are against it).
+# picks the modes (ddp first: the ratios are against it); WORLDS="2" the
+# world sizes (default "2 4").
 build=${1:-build}
 rounds=${2:-5}
 steps=${3:-15}
@@ -30,7 +31,7 @@ case " $modes " in
 esac
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-for world in 2 4; do
+for world in ${WORLDS:-2 4}; do
     for r in $(seq "$rounds"); do
         load=$(cut -d' ' -f1 /proc/loadavg)
         for mode in $modes; do

@@ -1,7 +1,7 @@
 /* The seams that pipelines and ZeRO build on: backward from a non-scalar
  * output with its upstream gradient (ddp_tape_backward_grad), the
- * grad-write hook (ext.h rule 8) and parameter values viewed in memory the
- * caller owns (ddp_param_set_data). */
+ * grad-write hook (ext.h rule 8), the zero-grad hook (rule 9) and parameter
+ * values viewed in memory the caller owns (ddp_param_set_data). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -227,6 +227,51 @@ static void test_set_data(void **state)
     ddp_model_destroy(m);
 }
 
+/* Rule 9: ddp_model_zero_grad calls the hook once, after every gradient is
+ * zero (the hook sees zeros), and not once it is removed. */
+typedef struct zero_seen {
+    ddp_model_t *m;
+    int calls, nonzero;
+} zero_seen;
+
+static void zero_hook(ddp_model_t *m, void *user)
+{
+    zero_seen *z = user;
+    z->calls += m == z->m;
+    for (size_t i = 0; i < ddp_model_num_params(z->m); i++) {
+        ddp_param *p = ddp_model_param(z->m, i);
+        for (size_t k = 0; k < p->numel; k++)
+            z->nonzero += p->grad[k] != 0.0f;
+    }
+}
+
+static void test_zero_grad_hook(void **state)
+{
+    (void)state;
+    ddp_model_t *m = mlp();
+    ddp_tape_t *t;
+    ddp_tensor xt;
+    assert_int_equal(ddp_tape_create(&t), 0);
+    ddp_var_t *y = forward(m, t, &xt);
+    assert_int_equal(ddp_tape_backward_grad(t, y, DY, m), 0);
+    zero_seen z = {m, 0, 0};
+    zero_hook(NULL, &z); /* counts the nonzero gradients, not a call */
+    assert_true(z.nonzero > 0); /* something to zero */
+    z.nonzero = 0;
+    ddp_model_set_zero_grad_hook(m, zero_hook, &z);
+    ddp_optim_t *opt;
+    assert_int_equal(ddp_sgd_create(m, &(ddp_sgd_options){.lr = 0.1}, &opt), 0);
+    ddp_optim_zero_grad(opt); /* the optimizer's zero_grad is the model's */
+    assert_int_equal(z.calls, 1);
+    assert_int_equal(z.nonzero, 0);
+    ddp_model_set_zero_grad_hook(m, NULL, NULL);
+    ddp_model_zero_grad(m);
+    assert_int_equal(z.calls, 1);
+    ddp_optim_destroy(opt);
+    ddp_tape_destroy(t);
+    ddp_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_grad_write_hook),
         cmocka_unit_test(test_grad_write_hook_shared),
         cmocka_unit_test(test_set_data),
+        cmocka_unit_test(test_zero_grad_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,7 @@ static size_t big_count(void)
 
 typedef struct ccase {
     int kind, algo; /* algo: index into algo_names for all-reduce */
+    int into;       /* reduce: out of place (ddp__pg_reduce_into_async) */
     ddp_dtype dt;
     ddp_reduce_op op;
     size_t count;
@@ -200,7 +201,24 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
             goto done;
         }
         fill(out, cnt, c, r, 0);
-        rc = ddp_pg_reduce(pg, out, cnt, c->dt, c->op, c->root);
+        if (c->into) { /* the input in `in`, unchanged on every rank; only the root's out written */
+            fill(in, cnt, c, r, 0);
+            memset(out, 0xee, cnt * es + 8);
+            ddp_work_t *w = NULL;
+            rc = ddp__pg_reduce_into_async(pg, in, out, cnt, c->dt, c->op, c->root, &w);
+            if (rc == 0)
+                rc = ddp_work_wait(w, -1);
+            ddp_work_destroy(w);
+            fill(want, cnt, c, r, 0);
+            bad = rc == 0 && compare(in, want, cnt, es, c, r, "input");
+            if (r != c->root) {
+                memset(want, 0xee, cnt * es + 8);
+                bad |= rc == 0 && compare(out, want, cnt + 8 / es, es, c, r, "unused output");
+                break;
+            }
+        } else {
+            rc = ddp_pg_reduce(pg, out, cnt, c->dt, c->op, c->root);
+        }
         if (r == c->root)
             for (size_t i = 0; i < cnt; i++)
                 if (sampled(i, cnt, n))
@@ -209,7 +227,7 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
                     memcpy(want + i * es, out + i * es, es);
         else
             fill(want, cnt, c, r, 0);
-        bad = rc == 0 && compare(out, want, cnt, es, c, r, "output");
+        bad |= rc == 0 && compare(out, want, cnt, es, c, r, "output");
         break;
     case DDP__ALL_GATHER:
     case DDP__GATHER:
@@ -315,6 +333,12 @@ static int run_all_cases(ddp_pg_t *pg, int *ncases)
                 RUN(.kind = DDP__REDUCE, .algo = ALGO_RING, .dt = dt, .op = op, .count = cnt);
                 if (COLL_NALGOS > ALGO_SHARED)
                     RUN(.kind = DDP__REDUCE, .algo = ALGO_SHARED, .dt = dt, .op = op,
+                        .count = cnt);
+                /* Out of place (ZeRO-2's owner reduces), both ways. */
+                RUN(.kind = DDP__REDUCE, .into = 1, .algo = ALGO_RING, .dt = dt, .op = op,
+                    .count = cnt);
+                if (COLL_NALGOS > ALGO_SHARED)
+                    RUN(.kind = DDP__REDUCE, .into = 1, .algo = ALGO_SHARED, .dt = dt, .op = op,
                         .count = cnt);
                 RUN(.kind = DDP__REDUCE_SCATTER, .dt = dt, .op = op, .count = block);
             }

@@ -63,6 +63,14 @@
  *      to it.  Parameters the pass does not use get no call.  A negative
  *      return stops backward as in rule 6.
  *
+ * WHEN THE GRADIENTS ARE ZERO (optional; what ZeRO-2 saves a pass with):
+ *
+ *   9. With a zero-grad hook installed (ddp_model_set_zero_grad_hook),
+ *      ddp_model_zero_grad (so also ddp_optim_zero_grad) calls it once,
+ *      after zeroing every gradient.  The owner of the memory the
+ *      gradients view (ZeRO-2's reducer) may then write its next results
+ *      there instead of adding them: the same numbers, one pass less.
+ *
  */
 #ifndef DDP_EXT_H
 #define DDP_EXT_H
@@ -105,6 +113,11 @@ DDP_API ddp_grad_ready_fn ddp_model_grad_ready_hook(const ddp_model_t *m, void *
 typedef int (*ddp_grad_write_fn)(ddp_param *p, float **grad, void *user);
 DDP_API void ddp_model_set_grad_write_hook(ddp_model_t *m, ddp_grad_write_fn fn, void *user);
 DDP_API ddp_grad_write_fn ddp_model_grad_write_hook(const ddp_model_t *m, void **user);
+
+/* Zero-grad hook (contract rule 9), replacing any earlier one; fn NULL
+ * removes it. */
+typedef void (*ddp_zero_grad_fn)(ddp_model_t *m, void *user);
+DDP_API void ddp_model_set_zero_grad_hook(ddp_model_t *m, ddp_zero_grad_fn fn, void *user);
 
 /* Row chunks of a weight gradient (contract rule 7).  plan returns the number
  * of chunks wanted (0 or 1: compute dW whole) or a negative code; chunk is

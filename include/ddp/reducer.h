@@ -79,9 +79,12 @@
  *   wrong gradient.  Asking for a region's buffer after marking it ready
  *   fails with DDP_ERR_STATE (its bucket may be reduced already).
  *   Accumulation: each wait ADDS its averaged shard into the shard array
- *   (as backward adds into p->grad); ddp_reducer_zero_grad clears it.  There
- *   is no no_sync in this mode (it would need the full gradients alive;
- *   ddp_reducer_set_no_sync fails saying so): every backward reduces, and
+ *   (as backward adds into p->grad); ddp_reducer_zero_grad clears it.  The
+ *   first pass after a zero_grad writes the averages into the shard
+ *   instead (the same numbers, one pass over the shard less): write the
+ *   shard only through the reducer between a zero_grad and the next wait.
+ *   There is no no_sync in this mode (it would need the full gradients
+ *   alive; ddp_reducer_set_no_sync fails saying so): every backward reduces, and
  *   the shard accumulates the average of the sums, the same numbers.  Comm
  *   hooks and join are all-reduce-mode only (create / enable fail saying
  *   so).

@@ -60,7 +60,10 @@
  * everything on the root), a rank other than the root folds into its slot
  * (its buffer is the caller's input and stays unchanged), and only the
  * root copies the peers' shares out.  Not in symmetric memory: the peers'
- * results are in their slots. */
+ * results are in their slots.  Out of place (the root's output is not its
+ * input, as MPI_Reduce's recv), the root folds straight into its output and
+ * copies the shares out there: its input is only read (ZeRO-2's owner
+ * writes the average into its gradient shard, no copy in between). */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -76,7 +79,9 @@ enum { F_COPIED, F_REDUCED, F_DONE, F_DESC };
 typedef struct shared {
     const ddp__window *w;
     int n, r;
-    uint8_t *buf;           /* (count,) the caller's vector, in place */
+    const uint8_t *buf;     /* (count,) the caller's input */
+    uint8_t *out;           /* where the result goes: buf itself (in place), or a
+                             * reduce root's own output (MPI_Reduce's recv) */
     uint8_t *const *sym;    /* symmetric memory: sym[q] + sym_off is rank q's buf */
     size_t sym_off;
     unsigned sym_id;        /* the allocation (the same number on every rank) */
@@ -189,27 +194,29 @@ static void copy_in(shared *s, size_t j)
 static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n)
 {
     const size_t es = s->es;
-    uint8_t *own = s->buf + (first + off) * es, *dst = slot(s, s->r, j) + off * es;
+    const uint8_t *own = s->buf + (first + off) * es;
+    uint8_t *res = s->out + (first + off) * es, *dst = slot(s, s->r, j) + off * es;
     /* Ranks 0 and 1 fold in place into their buffer (the first fold reads
      * its lines, so the stores hit the cache), then copy the result into
      * the slot for the peers (not in symmetric memory: they read the
      * buffer); the others fold into the slot (their own values are still
      * needed after the first fold) and copy it back.  In a reduce only the
-     * root keeps the result (in its buffer, not its slot); the others
-     * fold into their slots, for the root's copy-out. */
+     * root keeps the result (in its output, not its slot); the others
+     * fold into their slots, for the root's copy-out.  A root whose output
+     * is not its input folds straight into the output, whatever its rank. */
     const int keeps = s->root < 0 || s->r == s->root;
-    uint8_t *acc = s->r <= 1 && keeps ? own : dst;
-#define X(q) ((q) == s->r ? (const uint8_t *)own : peer_data(s, (q), j, first, off))
+    uint8_t *acc = keeps && (s->r <= 1 || res != own) ? res : dst;
+#define X(q) ((q) == s->r ? own : peer_data(s, (q), j, first, off))
     s->fn(acc, X(0), X(1), n);
     for (int q = 2; q < s->n; q++)
         s->fn(acc, acc, X(q), n);
 #undef X
     if (s->op == DDP_AVG)
         ddp__reduce_divide(acc, n, s->dt, s->n);
-    if (acc != own && keeps)
-        memcpy(own, dst, n * es);
-    else if (acc == own && !s->sym && s->root < 0)
-        memcpy(dst, own, n * es);
+    if (acc != res && keeps)
+        memcpy(res, dst, n * es);
+    else if (acc == res && !s->sym && s->root < 0)
+        memcpy(dst, res, n * es);
 }
 
 static void reduce(shared *s, size_t j)
@@ -227,7 +234,7 @@ static void copy_out(shared *s, size_t j)
     size_t first, S, len = chunk_len(s, j, &first, &S), off, n;
     for (int q = 0; q < s->n; q++)
         if (q != s->r && (n = share_of(len, S, q, &off)) > 0)
-            memcpy(s->buf + (first + off) * s->es, peer_data(s, q, j, first, off), n * s->es);
+            memcpy(s->out + (first + off) * s->es, peer_data(s, q, j, first, off), n * s->es);
 }
 
 /* What this collective is, as a nonzero hash: ranks whose chunk numbers
@@ -274,8 +281,8 @@ size_t ddp__allreduce_shared_slot(const ddp__coll_ctx *c, const ddp__window *w)
     return want / unit * unit;
 }
 
-static int run(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op,
-               int root)
+static int run(ddp__coll_ctx *c, const void *buf, void *out, size_t count, ddp_dtype dt,
+               ddp_reduce_op op, int root)
 {
     const ddp__window *w = ddp__tp_window(c->tp);
     DDP_FAIL_IF(!w, DDP_ERR_UNSUPPORTED,
@@ -283,7 +290,7 @@ static int run(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_redu
                 "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
                 root < 0 ? "all_reduce" : "reduce", c->tp->vt->name,
                 c->tp->vt->window ? " without a window" : "");
-    shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .count = count,
+    shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .out = out, .count = count,
                 .es = ddp_dtype_size(dt), .dt = dt, .op = op, .root = root,
                 .fn = ddp__reduce_kernel(dt, op)};
     s.slot_bytes = ddp__allreduce_shared_slot(c, w);
@@ -326,11 +333,12 @@ static int run(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_redu
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op)
 {
-    return run(c, buf, count, dt, op, -1);
+    return run(c, buf, buf, count, dt, op, -1);
 }
 
-int ddp__reduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
-                       ddp_reduce_op op, int root)
+int ddp__reduce_shared(ddp__coll_ctx *c, const void *send, void *recv, size_t count,
+                       ddp_dtype dt, ddp_reduce_op op, int root)
 {
-    return run(c, buf, count, dt, op, root);
+    /* Only the root's output is written: the others fold into their slots. */
+    return run(c, send, c->rank == root ? recv : (void *)send, count, dt, op, root);
 }

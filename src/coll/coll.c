@@ -164,6 +164,9 @@ int ddp__coll_check(const ddp__coll_args *a, int rank, int size)
     case DDP__SCATTER:
         needs_send = rank == a->root;
         break;
+    case DDP__REDUCE: /* out of place (send != recv), the root's output only */
+        needs_recv = rank == a->root;
+        break;
     case DDP__SEND:
         needs_recv = 0;
         break;
@@ -178,6 +181,13 @@ int ddp__coll_check(const ddp__coll_args *a, int rank, int size)
         const char *s = a->send, *r = a->recv;
         DDP_FAIL_IF(s < r + (a->kind == DDP__ALL_TO_ALL ? bytes : a->count * es) && r < s + bytes,
                     DDP_ERR_INVALID_ARG, "%s: input and output buffers overlap", name);
+    }
+    if (a->kind == DDP__REDUCE && rank == a->root && a->send != a->recv) {
+        const char *s = a->send, *r = a->recv;
+        size_t bytes = a->count * es;
+        DDP_FAIL_IF(s < r + bytes && r < s + bytes, DDP_ERR_INVALID_ARG,
+                    "%s: input and output buffers overlap (pass the same buffer for in place)",
+                    name);
     }
     return 0;
 }
@@ -263,16 +273,23 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
 /* Reduce to a root: over the shared window where the all-reduce would use
  * it (DDP_ALLREDUCE_ALGO=shared forces it, any other named algorithm
  * keeps the messages), so the ranks share the fold instead of the root
- * folding everything (ZeRO-2's per-owner reduces are bucket-sized). */
-static int reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, ddp_reduce_op op,
-                  int root)
+ * folding everything (ZeRO-2's per-owner reduces are bucket-sized).  Both
+ * read every rank's input from send and write the root's result into recv
+ * (the same buffer in place). */
+static int reduce(ddp__coll_ctx *c, const void *send, void *recv, size_t count, ddp_dtype dt,
+                  ddp_reduce_op op, int root)
 {
+    if (c->size == 1) {
+        if (recv != send)
+            memcpy(recv, send, count * ddp_dtype_size(dt));
+        return 0;
+    }
     const ddp__window *w = ddp__tp_window(c->tp);
     int algo = c->allreduce_algo;
     if ((algo == DDP__AR_SHARED && w && ddp__allreduce_shared_slot(c, w) > 0) ||
         (algo == DDP__AR_AUTO && shared_fits(c, count * ddp_dtype_size(dt))))
-        return ddp__reduce_shared(c, buf, count, dt, op, root);
-    return ddp__reduce_direct(c, buf, count, dt, op, root);
+        return ddp__reduce_shared(c, send, recv, count, dt, op, root);
+    return ddp__reduce_direct(c, send, recv, count, dt, op, root);
 }
 
 static int reduce_scatter(ddp__coll_ctx *c, const ddp__coll_args *a, size_t es)
@@ -331,7 +348,7 @@ int ddp__coll_run(ddp__coll_ctx *c, const ddp__coll_args *a)
         rc = c->size == 1 ? 0 : ddp__broadcast_tree(c, a->recv, bytes, a->root);
         break;
     case DDP__REDUCE:
-        rc = c->size == 1 ? 0 : reduce(c, a->recv, a->count, a->dtype, a->op, a->root);
+        rc = reduce(c, a->send, a->recv, a->count, a->dtype, a->op, a->root);
         break;
     case DDP__ALL_GATHER:
         rc = all_gather(c, a, es);

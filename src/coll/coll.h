@@ -163,10 +163,12 @@ int ddp__allreduce_tree(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
  * ddp__allreduce_shared_slot is 0). */
 int ddp__allreduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
                           ddp_reduce_op op);
-/* Reduce to root over the shared window: each rank folds its share, the
- * root copies the shares out; other ranks' buf is unchanged. */
-int ddp__reduce_shared(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
-                       ddp_reduce_op op, int root);
+/* Reduce to root over the shared window: each rank folds its share of
+ * send, the root copies the shares out into recv (send itself in place);
+ * send is unchanged (at the root too when recv != send), and only the
+ * root's recv is written. */
+int ddp__reduce_shared(ddp__coll_ctx *c, const void *send, void *recv, size_t count,
+                       ddp_dtype dt, ddp_reduce_op op, int root);
 /* Bytes per pipeline slot of the shared-window all-reduce on window w: 0
  * when DDP_SHARED_CHUNK_BYTES or the window is too small for the ranks
  * (auto then runs the ring). */
@@ -201,8 +203,9 @@ size_t ddp__ring_units(const ddp__coll_ctx *c, const ddp__blocks *bl, size_t esi
 int ddp__ring_all_gather_post(ddp__coll_ctx *c, void *buf, const ddp__blocks *bl, size_t esize,
                               unsigned phase, ddp__req *rreq, size_t u);
 int ddp__broadcast_tree(ddp__coll_ctx *c, void *buf, size_t bytes, int root);
-int ddp__reduce_direct(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt,
-                       ddp_reduce_op op, int root);
+/* The same contract as ddp__reduce_shared, over messages. */
+int ddp__reduce_direct(ddp__coll_ctx *c, const void *send, void *recv, size_t count,
+                       ddp_dtype dt, ddp_reduce_op op, int root);
 int ddp__gather_direct(ddp__coll_ctx *c, const void *send, void *recv, size_t bytes, int root);
 int ddp__scatter_direct(ddp__coll_ctx *c, const void *send, void *recv, size_t bytes,
                         int root);

@@ -155,7 +155,8 @@ static int all_reduce(ddp__hier *h, const ddp__coll_ctx *flat, void *buf, size_t
     /* Phase 1: each host's vectors onto its leader. */
     ddp__hier_step(h, flat, 0);
     if (h->local.tp)
-        DDP_TRY(ddp__hier_local_error(h, ddp__reduce_direct(&h->local, buf, count, dt, sum_op, 0)));
+        DDP_TRY(ddp__hier_local_error(
+            h, ddp__reduce_direct(&h->local, buf, buf, count, dt, sum_op, 0)));
     /* Phase 2: the host partials among the leaders. */
     ddp__hier_step(h, flat, 1);
     if (h->leaders.tp) {
@@ -208,13 +209,14 @@ static int reduce(ddp__hier *h, ddp__coll_ctx *flat, void *buf, size_t count, dd
         memcpy(acc, buf, bytes);
     }
     ddp__hier_step(h, flat, 0);
+    uint8_t *part = leader ? acc : buf; /* in place: a leader's copy, the others' input */
     if (h->local.tp)
-        DDP_TRY(ddp__hier_local_error(h, ddp__reduce_direct(&h->local, leader ? acc : buf, count, dt, sum_op,
-                                                  0)));
+        DDP_TRY(ddp__hier_local_error(
+            h, ddp__reduce_direct(&h->local, part, part, count, dt, sum_op, 0)));
     ddp__hier_step(h, flat, 1);
     if (h->leaders.tp)
-        DDP_TRY(ddp__hier_leaders_error(h, ddp__reduce_direct(&h->leaders, acc, count, dt, sum_op,
-                                                    root_host)));
+        DDP_TRY(ddp__hier_leaders_error(
+            h, ddp__reduce_direct(&h->leaders, acc, acc, count, dt, sum_op, root_host)));
     if (leader && h->host == root_host && op == DDP_AVG)
         ddp__reduce_divide(acc, count, dt, h->size);
     ddp__hier_step(h, flat, 2);
@@ -271,7 +273,12 @@ int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a)
     case DDP__REDUCE:
         if (a->count == 0)
             return 0;
-        rc = reduce(h, flat, a->recv, a->count, a->dtype, a->op, a->root);
+        /* Out of place: the root works on its output, a copy of its input
+         * (the others' input is only read). */
+        if (a->send != a->recv && h->rank == a->root)
+            memcpy(a->recv, a->send, a->count * ddp_dtype_size(a->dtype));
+        rc = reduce(h, flat, h->rank == a->root ? a->recv : (void *)a->send, a->count, a->dtype,
+                    a->op, a->root);
         break;
     case DDP__BARRIER:
         rc = barrier(h, flat);

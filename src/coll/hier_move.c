@@ -282,8 +282,9 @@ int ddp__hier_reduce_scatter(ddp__hier *h, ddp__coll_ctx *flat, const void *send
         memcpy(A, send, all);
     }
     ddp__hier_step(h, flat, 0);
+    /* The leader (the root) reduces its copy in place; the others send theirs. */
     if (h->local.tp)
-        DDP_TRY(ddp__hier_local_error(h, ddp__reduce_direct(&h->local, leader ? A : (void *)send,
+        DDP_TRY(ddp__hier_local_error(h, ddp__reduce_direct(&h->local, leader ? A : send, A,
                                                             (size_t)h->size * count, dt,
                                                             sum_op, 0)));
     ddp__hier_step(h, flat, 1);

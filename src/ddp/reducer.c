@@ -392,6 +392,7 @@ void ddp_reducer_zero_grad(ddp_reducer_t *r)
     if (r->opts.mode == DDP_REDUCER_SCATTER) {
         if (r->shard_grad)
             memset(r->shard_grad, 0, r->shard_count * sizeof *r->shard_grad);
+        ddp__scatter_shard_zeroed(r);
         return;
     }
     for (int i = 0; i < r->nregions; i++)

@@ -109,6 +109,9 @@ struct ddp_reducer {
     ddp_reducer_stats stats;
     int warned_overflow;
     int untouched;                /* the pool and shard not zeroed yet (ddp__scatter_touch) */
+    int shard_clean;              /* the shard is zero and nothing was added since: the
+                                   * next pass reduces straight into it */
+    unsigned char *bucket_into;   /* (nbuckets) this rank's part reduced into the shard */
 };
 
 /* ---- reducer.c ----------------------------------------------------------- */
@@ -146,6 +149,9 @@ void ddp__scatter_free(ddp_reducer_t *r);
 /* Zeroes (first touch) the pool and the shard of a reducer created with
  * untouched_pool; a no-op otherwise and the second time. */
 void ddp__scatter_touch(ddp_reducer_t *r);
+/* The shard was just zeroed by someone else (a zero_grad of the model whose
+ * gradients view it: ZeRO-2's hook): as after ddp_reducer_zero_grad. */
+void ddp__scatter_shard_zeroed(ddp_reducer_t *r);
 int ddp__scatter_grad_buffer(ddp_reducer_t *r, int i, float **grad);
 int ddp__scatter_launch(ddp_reducer_t *r, int b);
 /* Waits for every launched bucket, adds this rank's parts into the shard,

@@ -21,6 +21,15 @@ static int on_write(ddp_param *p, float **grad, void *user)
     return ddp_reducer_grad_buffer(z->reducer, p->index, grad);
 }
 
+/* The shard optimizer's zero_grad zeroed the shard model's gradients, which
+ * view the reducer's shard: its next pass may write instead of add. */
+static void on_zero(ddp_model_t *shard, void *user)
+{
+    (void)shard;
+    ddp_zero_t *z = user;
+    ddp__scatter_shard_zeroed(z->reducer);
+}
+
 static int on_ready(ddp_param *p, int used, void *user)
 {
     ddp_zero_t *z = user;
@@ -78,6 +87,7 @@ int ddp__zero_stage2_init(ddp_zero_t *z)
         z->pieces[i].sp->grad = grad + z->pieces[i].sp->offset; /* a view, as in aim_grads */
     ddp_model_set_grad_write_hook(z->model, on_write, z);
     ddp_model_set_grad_ready_hook(z->model, on_ready, z);
+    ddp_model_set_zero_grad_hook(z->shard, on_zero, z);
     return 0;
 }
 
@@ -87,6 +97,7 @@ void ddp__zero_stage2_destroy(ddp_zero_t *z)
         return;
     ddp_model_set_grad_write_hook(z->model, NULL, NULL);
     ddp_model_set_grad_ready_hook(z->model, NULL, NULL);
+    ddp_model_set_zero_grad_hook(z->shard, NULL, NULL);
     /* The parameters' gradients point into the pool: back to the model's
      * own block before the pool goes (values are not needed). */
     size_t np = ddp_model_num_params(z->model);

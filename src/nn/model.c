@@ -39,6 +39,8 @@ struct ddp_model {
     int has_chunk_hook;
     ddp_grad_write_fn write_hook;
     void *write_user;
+    ddp_zero_grad_fn zero_hook;
+    void *zero_user;
     uint64_t param_version; /* bumped by every in-place writer (nn.h) */
 };
 
@@ -464,6 +466,16 @@ void ddp_model_zero_grad(ddp_model_t *m)
     size_t n = ddp_model_num_params(m);
     for (size_t i = 0; i < n; i++)
         memset(m->params[i]->grad, 0, m->params[i]->numel * sizeof(float));
+    if (m && m->zero_hook)
+        m->zero_hook(m, m->zero_user);
+}
+
+void ddp_model_set_zero_grad_hook(ddp_model_t *m, ddp_zero_grad_fn fn, void *user)
+{
+    if (!m)
+        return;
+    m->zero_hook = fn;
+    m->zero_user = fn ? user : NULL;
 }
 
 int ddp_model_clip_grad_norm(ddp_model_t *m, double max_norm, double norm_type,

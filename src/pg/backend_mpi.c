@@ -379,9 +379,11 @@ static int mpi_exec(mpi_backend *b, const ddp__coll_args *a, double deadline)
             DDP_FAIL_IF(!b->scratch, DDP_ERR_NOMEM, "out of memory for %zu bytes", bytes);
             b->scratch_len = bytes;
         }
-        if (root && bytes)
+        /* Out of place (send != recv) the root's input is its own already. */
+        int copy = root && a->send == a->recv;
+        if (copy && bytes)
             memcpy(b->scratch, a->recv, bytes);
-        MPI_CALL(MPI_Reduce, MPI_Ireduce, root ? b->scratch : a->send,
+        MPI_CALL(MPI_Reduce, MPI_Ireduce, copy ? b->scratch : a->send,
                  root ? a->recv : b->scratch, n, t, op, a->root, comm);
         break;
     }

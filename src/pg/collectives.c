@@ -2,6 +2,7 @@
  * and their _async forms), each filling one ddp__coll_args and handing it
  * to ddp__pg_submit (work.c), which checks and runs or queues it. */
 #include "base/error.h"
+#include "pg/internal.h"
 #include "pg/pg_impl.h"
 
 #define ARGS(...) ((ddp__coll_args){__VA_ARGS__})
@@ -44,6 +45,14 @@ int ddp_pg_reduce_async(ddp_pg_t *pg, void *buf, size_t count, ddp_dtype dtype, 
     DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_async: NULL work");
     return ddp__pg_submit(pg, &ARGS(.kind = DDP__REDUCE, .send = buf, .recv = buf, .count = count,
                                     .dtype = dtype, .op = op, .root = root), work);
+}
+
+int ddp__pg_reduce_into_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                              ddp_dtype dtype, ddp_reduce_op op, int root, ddp_work_t **work)
+{
+    DDP_FAIL_IF(!work, DDP_ERR_INVALID_ARG, "reduce_into_async: NULL work");
+    return ddp__pg_submit(pg, &ARGS(.kind = DDP__REDUCE, .send = send, .recv = recv,
+                                    .count = count, .dtype = dtype, .op = op, .root = root), work);
 }
 
 int ddp_pg_all_gather(ddp_pg_t *pg, const void *send, void *recv, size_t count, ddp_dtype dtype)

@@ -31,4 +31,12 @@ void ddp__pg_release(ddp_pg_t *pg);
  * the cause (the pipeline's stages).  NULL pg: no-op. */
 void ddp__pg_abort(ddp_pg_t *pg, int code, const char *why);
 
+/* Reduce out of place (MPI_Reduce's form): every rank's input is send,
+ * left unchanged; the root gets the result in recv (count elements, equal
+ * to send or not overlapping it), the other ranks' recv is not used.
+ * recv == send is ddp_pg_reduce_async.  For ZeRO-2's owner reductions
+ * straight into the owner's shard (ddp/reducer_scatter.c). */
+int ddp__pg_reduce_into_async(ddp_pg_t *pg, const void *send, void *recv, size_t count,
+                              ddp_dtype dtype, ddp_reduce_op op, int root, ddp_work_t **work);
+
 #endif

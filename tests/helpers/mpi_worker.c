@@ -23,6 +23,7 @@
 #include "../coll_ref.h"
 #include "coll/coll.h"
 #include "ddp.h"
+#include "pg/internal.h"
 
 static int g_rank, g_size, g_failed;
 
@@ -137,6 +138,22 @@ static int reducing_case(ddp_pg_t *pg, int kind, ddp_dtype dt, ddp_reduce_op op,
         rc = ddp_pg_reduce(pg, out, cnt, dt, op, root);
         bad = rc || (r == root ? check_reduced(out, cnt, dt, op, id, 0, "reduce")
                                : memcmp(out, in, cnt * es) != 0);
+        /* Out of place (ddp__pg_reduce_into_async): the input stays, only
+         * the root's output is written. */
+        uint8_t *was = malloc(cnt * es + 8);
+        ddp_work_t *w = NULL;
+        memset(out, 0xee, cnt * es + 8);
+        memset(was, 0xee, cnt * es + 8);
+        if (!rc)
+            rc = ddp__pg_reduce_into_async(pg, in, out, cnt, dt, op, root, &w);
+        if (!rc)
+            rc = ddp_work_wait(w, -1);
+        ddp_work_destroy(w);
+        bad = bad || rc || (r == root ? check_reduced(out, cnt, dt, op, id, 0, "reduce into")
+                                      : memcmp(out, was, cnt * es + 8) != 0);
+        fill(was, cnt, dt, op, id, r, 0);
+        bad = bad || memcmp(in, was, cnt * es) != 0;
+        free(was);
     } else { /* reduce_scatter: block r of the reduction */
         fill(in, all, dt, op, id, r, 0);
         rc = ddp_pg_reduce_scatter(pg, in, out, cnt, dt, op);
