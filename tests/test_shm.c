@@ -231,23 +231,28 @@ static void test_shared_calls_differ(void **state)
     job_cleanup(&J);
 }
 
-/* The shared-window all-reduce forced where there is no window: tcp, or shm
- * with DDP_SHM_WINDOW_BYTES=0. */
+/* The shared-window all-reduce (or reduce) forced where there is no window:
+ * tcp, or shm with DDP_SHM_WINDOW_BYTES=0.  arg: "MODE all_reduce" or
+ * "MODE reduce". */
 static int no_window_rank(int rank, void *arg)
 {
-    const char *mode = arg;
+    char mode[8];
+    const char *op = strchr(arg, ' ') + 1;
+    snprintf(mode, sizeof mode, "%.*s", (int)(op - 1 - (const char *)arg), (const char *)arg);
     setenv("DDP_TRANSPORT", mode, 1);
     setenv("DDP_ALLREDUCE_ALGO", "shared", 1);
     setenv("DDP_SHM_WINDOW_BYTES", "0", 1);
     ddp_pg_t *pg = NULL;
     CHILD_CHECK(ddp_init_process_group("tcp", J.url, rank, 2, 10.0, &pg) == 0);
     float x[4] = {1, 2, 3, 4};
-    CHILD_CHECK(ddp_pg_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM) == DDP_ERR_UNSUPPORTED);
+    int rc = strcmp(op, "reduce") == 0 ? ddp_pg_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM, 1)
+                                       : ddp_pg_all_reduce(pg, x, 4, DDP_FLOAT32, DDP_SUM);
+    CHILD_CHECK(rc == DDP_ERR_UNSUPPORTED);
     char want[160];
     snprintf(want, sizeof want,
-             "all_reduce algorithm 'shared' needs a shared window: the shm transport with "
+             "%s algorithm 'shared' needs a shared window: the shm transport with "
              "DDP_SHM_WINDOW_BYTES > 0 (this group: %s%s)",
-             mode, strcmp(mode, "shm") == 0 ? " without a window" : "");
+             op, mode, strcmp(mode, "shm") == 0 ? " without a window" : "");
     CHILD_CHECK(contains(ddp_last_error(), want));
     ddp_destroy_process_group(pg);
     return 0;
@@ -256,10 +261,10 @@ static int no_window_rank(int rank, void *arg)
 static void test_shared_algo_needs_window(void **state)
 {
     (void)state;
-    const char *modes[] = {"tcp", "shm"};
-    for (int i = 0; i < 2; i++) {
+    const char *cases[] = {"tcp all_reduce", "shm all_reduce", "tcp reduce", "shm reduce"};
+    for (int i = 0; i < 4; i++) {
         job_init(&J);
-        assert_int_equal(run_children(2, no_window_rank, (void *)modes[i], 30.0), 0);
+        assert_int_equal(run_children(2, no_window_rank, (void *)cases[i], 30.0), 0);
         job_cleanup(&J);
     }
 }

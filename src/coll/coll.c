@@ -271,8 +271,9 @@ static int all_reduce(ddp__coll_ctx *c, void *buf, size_t count, ddp_dtype dt, d
 }
 
 /* Reduce to a root: over the shared window where the all-reduce would use
- * it (DDP_ALLREDUCE_ALGO=shared forces it, any other named algorithm
- * keeps the messages), so the ranks share the fold instead of the root
+ * it (DDP_ALLREDUCE_ALGO=shared forces it, and fails as the all-reduce does
+ * where there is no window; any other named algorithm keeps the
+ * messages), so the ranks share the fold instead of the root
  * folding everything (ZeRO-2's per-owner reduces are bucket-sized).  Both
  * read every rank's input from send and write the root's result into recv
  * (the same buffer in place). */
@@ -284,9 +285,8 @@ static int reduce(ddp__coll_ctx *c, const void *send, void *recv, size_t count, 
             memcpy(recv, send, count * ddp_dtype_size(dt));
         return 0;
     }
-    const ddp__window *w = ddp__tp_window(c->tp);
     int algo = c->allreduce_algo;
-    if ((algo == DDP__AR_SHARED && w && ddp__allreduce_shared_slot(c, w) > 0) ||
+    if (algo == DDP__AR_SHARED ||
         (algo == DDP__AR_AUTO && shared_fits(c, count * ddp_dtype_size(dt))))
         return ddp__reduce_shared(c, send, recv, count, dt, op, root);
     return ddp__reduce_direct(c, send, recv, count, dt, op, root);
