@@ -47,8 +47,9 @@ static void test_against_torch(void **state)
     assert_int_equal(OPS_RUN_ALL(ops_activation_cases, builders), 0);
 }
 
-/* log_softmax along the last dim is nn.h's ddp_op_log_softmax: the same
- * values from both. */
+/* nn.h's ddp_op_log_softmax is log_softmax along the last dim, bit for bit,
+ * against float64 references computed here; a 0-d input is one value along
+ * dim 0 or -1, log_softmax 0, as torch takes it. */
 static void test_last_dim_matches_core(void **state)
 {
     (void)state;
@@ -59,8 +60,21 @@ static void test_last_dim_matches_core(void **state)
     assert_non_null(vx = ops_leaf(tape, x, 2, (int64_t[]){2, 3}, 0));
     assert_int_equal(ddp_op_log_softmax(tape, vx, &a), 0);
     assert_int_equal(ddp_op_log_softmax_dim(tape, vx, -1, &b), 0);
-    for (int i = 0; i < 6; i++)
-        assert_float_equal(ddp_var_tensor(a)->data[i], ddp_var_tensor(b)->data[i], 1e-6);
+    assert_memory_equal(ddp_var_tensor(a)->data, ddp_var_tensor(b)->data, sizeof x);
+    for (int r = 0; r < 2; r++) {
+        double s = 0;
+        for (int j = 0; j < 3; j++)
+            s += exp((double)x[r * 3 + j]);
+        for (int j = 0; j < 3; j++)
+            assert_float_equal(ddp_var_tensor(a)->data[r * 3 + j], x[r * 3 + j] - log(s), 1e-6);
+    }
+    float one = 4.5f;
+    assert_non_null(vx = ops_leaf(tape, &one, 0, NULL, 0));
+    assert_int_equal(ddp_op_log_softmax(tape, vx, &a), 0);
+    assert_int_equal(ddp_op_log_softmax_dim(tape, vx, 0, &b), 0);
+    assert_true(ddp_var_tensor(a)->data[0] == 0.0f && ddp_var_tensor(b)->data[0] == 0.0f);
+    OPS_EXPECT_ERROR(ddp_op_log_softmax_dim(tape, vx, 1, &b),
+                     "log_softmax: dim 1 is out of range for shape ()");
     ddp_tape_destroy(tape);
 }
 

@@ -5,8 +5,9 @@
  * with ddp_model_load_safetensors: parameters and buffers bitwise rank 0's,
  * as its own ddp_model_save_safetensors wrote them; loaded back on 2 ranks
  * at stage 2, every rank gets rank 0's buffers; a model without those
- * buffers, and a missing, damaged or foreign buffers file, fail every rank
- * with nothing changed, and the export names the damaged file. */
+ * buffers, a checkpoint without buffers into a model with them, and a
+ * missing, damaged or foreign buffers file, fail every rank with nothing
+ * changed, and the export names the damaged file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -256,6 +257,17 @@ static void test_bad_buffers(void **state)
     save_ck();
     /* a model whose BatchNorm keeps no running statistics */
     expect_failure("ck", 0, "holds 3 buffers, the model has 0");
+    /* the other way: an index without buffers (a model without them, or a
+     * checkpoint written before libddp saved buffers) into a model with
+     * them: refused, not loaded with the buffers left as they were */
+    char plain[256];
+    snprintf(plain, sizeof plain, "%s/plain", dir);
+    assert_int_equal(mkdir(plain, 0755), 0);
+    bcase p = {.world = 2, .stage = 1, .stats = 0, .train = STEPS, .tag = "save0",
+               .save_dir = plain};
+    assert_int_equal(run_children(2, buf_rank, &p, 60), 0);
+    SHELL("! grep -q buffers %s/index.json", plain); /* it names none */
+    expect_failure("plain", 1, "holds 0 buffers, the model has 3");
     /* the buffers file missing, cut, or of another save */
     SHELL("cp -r %s/ck %s/nobuf && rm %s/nobuf/buffers.safetensors", dir, dir, dir);
     expect_failure("nobuf", 1, "No such file");

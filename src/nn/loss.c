@@ -1,8 +1,9 @@
 /* The losses, each forward followed by its backward (as in ops.c):
- * log_softmax, nll_loss, mse_loss, cross_entropy (fused log-softmax and
+ * nll_loss, mse_loss, cross_entropy (fused log-softmax and
  * nll, numerically stable: max subtracted, sums in double) with PyTorch
  * 1.13's ignore_index and label_smoothing, and binary_cross_entropy_with_logits
- * (stable for any logit, optional pos_weight).  Labels are checked with the bad label and its index named. */
+ * (stable for any logit, optional pos_weight).  Labels are checked with the bad label and its index named.
+ * log_softmax itself is ops_activation.c's. */
 #include <math.h>
 #include <string.h>
 
@@ -10,11 +11,9 @@
 #include "nn/ops.h"
 #include "tensor/kernels.h"
 
-static int log_softmax_backward(ddp_tape_t *tape, ddp_var_t *v);
 static int labels_backward(ddp_tape_t *tape, ddp_var_t *v);
 static int mse_backward(ddp_tape_t *tape, ddp_var_t *v);
 
-static const ddp__op_def log_softmax_def = {"log_softmax", log_softmax_backward, 0};
 static const ddp__op_def nll_def = {"nll_loss", labels_backward, 0};
 static const ddp__op_def mse_def = {"mse_loss", mse_backward, 0};
 static const ddp__op_def cross_entropy_def = {"cross_entropy", labels_backward, 0};
@@ -76,51 +75,6 @@ static int push_labels_op(ddp_tape_t *tape, const ddp__op_def *def, ddp_var_t *x
     *c = (labels_ctx){.ignore_index = ignore, .smoothing = smoothing, .valid = valid};
     v->ctx = c;
     *out = v;
-    return 0;
-}
-
-int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
-{
-    DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "log_softmax: NULL tape or output");
-    DDP_TRY(ddp__op_check_var(tape, a, "log_softmax", "input"));
-    ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, &log_softmax_def, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
-    int64_t c = ddp__op_last_dim(a), rows = a->t.numel / c;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = a->t.data + r * c;
-        float *o = v->t.data + r * c;
-        float mx = x[0];
-        for (int64_t j = 1; j < c; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        double s = 0.0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp((double)(x[j] - mx));
-        float lse = mx + (float)log(s);
-        for (int64_t j = 0; j < c; j++)
-            o[j] = x[j] - lse;
-    }
-    *y = v;
-    return 0;
-}
-
-/* dx = dy - softmax * sum(dy), softmax = exp(y) */
-static int log_softmax_backward(ddp_tape_t *tape, ddp_var_t *v)
-{
-    ddp_var_t *a = v->in[0];
-    int64_t c = ddp__op_last_dim(a), rows = a->t.numel / c;
-    int acc;
-    DDP_GRAD_TARGET(da, a);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *dy = v->grad + r * c, *y = v->t.data + r * c;
-        float *dx = da + r * c;
-        double s = 0.0;
-        for (int64_t j = 0; j < c; j++)
-            s += dy[j];
-        for (int64_t j = 0; j < c; j++) {
-            float g = dy[j] - expf(y[j]) * (float)s;
-            dx[j] = acc ? dx[j] + g : g;
-        }
-    }
     return 0;
 }
 

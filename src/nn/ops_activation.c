@@ -115,14 +115,17 @@ static int softmax_op(ddp_tape_t *tape, const ddp__op_def *def, ddp_var_t *a, in
     const char *op = def->name;
     DDP_FAIL_IF(!tape || !y, DDP_ERR_INVALID_ARG, "%s: NULL tape or output", op);
     DDP_TRY(ddp__op_check_var(tape, a, op, "input"));
-    int d;
-    DDP_TRY(ddp__op_dim(op, a, dim, a->t.ndim, &d));
+    /* A 0-d tensor is one line of one value along dim 0 or -1, as torch
+     * takes it. */
+    int d = 0, scalar = a->t.ndim == 0 && (dim == 0 || dim == -1);
+    if (!scalar)
+        DDP_TRY(ddp__op_dim(op, a, dim, a->t.ndim, &d));
     ddp_var_t *v;
     DDP_TRY(ddp__op_push(tape, def, a->t.ndim, a->t.shape, 1, a, NULL, NULL, &v));
     line_ctx *c = ddp__tape_alloc(tape, sizeof *c);
     if (!c)
         return DDP_ERR_NOMEM;
-    *c = (line_ctx){1, a->t.shape[d], a->t.stride[d]};
+    *c = scalar ? (line_ctx){1, 1, 1} : (line_ctx){1, a->t.shape[d], a->t.stride[d]};
     c->outer = a->t.numel / (c->n * c->inner);
     v->ctx = c;
     for (int64_t o = 0; o < c->outer; o++)
@@ -142,6 +145,11 @@ int ddp_op_softmax(ddp_tape_t *tape, ddp_var_t *a, int dim, ddp_var_t **y)
 int ddp_op_log_softmax_dim(ddp_tape_t *tape, ddp_var_t *a, int dim, ddp_var_t **y)
 {
     return softmax_op(tape, &log_softmax_def, a, dim, y);
+}
+
+int ddp_op_log_softmax(ddp_tape_t *tape, ddp_var_t *a, ddp_var_t **y)
+{
+    return softmax_op(tape, &log_softmax_def, a, -1, y); /* nn.h's: the last dim */
 }
 
 /* softmax: dx = y (dy - sum(dy y)); log-softmax: dx = dy - exp(y) sum(dy). */
