@@ -211,11 +211,13 @@ static int run_case(ddp_pg_t *pg, const ccase *c)
             ddp_work_destroy(w);
             fill(want, cnt, c, r, 0);
             bad = rc == 0 && compare(in, want, cnt, es, c, r, "input");
+            memset(want, 0xee, cnt * es + 8);
             if (r != c->root) {
-                memset(want, 0xee, cnt * es + 8);
                 bad |= rc == 0 && compare(out, want, cnt + 8 / es, es, c, r, "unused output");
                 break;
             }
+            /* the root writes its count elements, not one byte beyond */
+            bad |= rc == 0 && compare(out + cnt * es, want, 8 / es, es, c, r, "output's tail");
         } else {
             rc = ddp_pg_reduce(pg, out, cnt, c->dt, c->op, c->root);
         }

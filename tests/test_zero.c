@@ -3,7 +3,8 @@
  * AdamW; 2, 3 and 4 ranks: the in-place all-gather and, on 3, the short
  * last shard's broadcasts), bitwise; stage 2 (no DDP: the reducer's
  * reduce-scatter) against DDP, bitwise on 2 ranks and within 1e-6 on 3
- * and 4; a failed stage-2 create losing nothing; the state per rank; sharded checkpoints saved on 4 ranks and
+ * and 4; stage 2 accumulating over backwards without a zero_grad; a failed
+ * stage-2 create losing nothing; the state per rank; sharded checkpoints saved on 4 ranks and
  * loaded on 1, 2 and 3 (and on 2 at stage 2) with the optimizer state
  * bitwise the saved one; the consolidated export read back by
  * ddp_model_load_safetensors; missing, damaged, foreign and mismatched
@@ -346,6 +347,60 @@ static void test_stage2_pool_of_one(void **state)
     free(b);
 }
 
+/* This rank's shard of the averaged gradient (the shard model's gradients,
+ * in order) into out. */
+static void shard_grads(ddp_zero_t *z, float *out)
+{
+    ddp_model_t *sm = ddp_zero_shard_model(z);
+    size_t off = 0;
+    for (size_t i = 0; i < ddp_model_num_params(sm); i++) {
+        ddp_param *p = ddp_model_param(sm, i);
+        memcpy(out + off, p->grad, p->numel * sizeof(float));
+        off += p->numel;
+    }
+}
+
+/* Stage 2 accumulates as p->grad does: a second backward on the same
+ * samples without a zero_grad doubles the shard (the first pass after a
+ * zero_grad writes its averages, the second adds them), and after the
+ * optimizer's zero_grad the next pass gives the first one's bits again. */
+static int accum_rank(int rank, void *arg)
+{
+    const zcase *c = arg;
+    kit k;
+    CHILD_CHECK(kit_open(&k, c, rank) == 0);
+    size_t b, e;
+    ddp_zero_shard_range(k.z, &b, &e);
+    size_t n = e - b;
+    float *g1 = calloc(n + 1, sizeof *g1), *g = calloc(n + 1, sizeof *g);
+    CHILD_CHECK(g1 && g);
+    ddp_var_t *loss;
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 2)
+            ddp_optim_zero_grad(k.opt);
+        CHILD_CHECK(loss_of(NULL, k.m, k.tape, (int64_t)rank * B, &loss) == 0);
+        CHILD_CHECK(ddp_zero_backward(k.z, k.tape, loss) == 0);
+        shard_grads(k.z, pass == 0 ? g1 : g);
+        for (size_t i = 0; pass > 0 && i < n; i++)
+            CHILD_CHECK(g[i] == (pass == 1 ? 2.0f * g1[i] : g1[i]));
+    }
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++)
+        nonzero += g1[i] != 0.0f;
+    CHILD_CHECK(n == 0 || nonzero > 0); /* something was averaged */
+    free(g1);
+    free(g);
+    kit_close(&k);
+    return 0;
+}
+
+static void test_stage2_accumulates(void **state)
+{
+    (void)state;
+    zcase c = {.world = 3, .zero = 2, .optim = OPT_ADAM, .tag = "acc"};
+    assert_int_equal(run_children(3, accum_rank, &c, 60), 0);
+}
+
 static void test_bad_use(void **state)
 {
     (void)state;
@@ -555,6 +610,7 @@ int main(void)
         IN_SCRATCH(test_stage1_equals_ddp),
         IN_SCRATCH(test_stage2_equals_ddp),
         IN_SCRATCH(test_stage2_pool_of_one),
+        IN_SCRATCH(test_stage2_accumulates),
         IN_SCRATCH(test_bad_use),
         IN_SCRATCH(test_stage2_failed_create),
         IN_SCRATCH(test_reshard),

@@ -179,7 +179,9 @@ DDP_API int ddp_data_parallel_join(ddp_data_parallel_t *dm);
  * min((r+1)*S, total))), borrowed from the wrapper.  It ACCUMULATES over
  * backwards (as p->grad does without DDP): zero it after the optimizer step
  * (ddp_data_parallel_zero_shard_grad, or a zero_grad of an optimizer whose
- * gradients view it).  DDP_ERR_INVALID_ARG without reduce_scatter. */
+ * gradients view it).  The first backward after ddp_data_parallel_zero_shard_grad
+ * (or after create) writes the shard instead of adding to it: do not write it
+ * yourself in between.  DDP_ERR_INVALID_ARG without reduce_scatter. */
 DDP_API int ddp_data_parallel_shard_grad(ddp_data_parallel_t *dm, float **grad, size_t *begin,
                                          size_t *count);
 DDP_API void ddp_data_parallel_zero_shard_grad(ddp_data_parallel_t *dm);

@@ -81,7 +81,8 @@ typedef struct shared {
     int n, r;
     const uint8_t *buf;     /* (count,) the caller's input */
     uint8_t *out;           /* where the result goes: buf itself (in place), or a
-                             * reduce root's own output (MPI_Reduce's recv) */
+                             * reduce root's own output (MPI_Reduce's recv); NULL
+                             * on a reduce's other ranks, which write none */
     uint8_t *const *sym;    /* symmetric memory: sym[q] + sym_off is rank q's buf */
     size_t sym_off;
     unsigned sym_id;        /* the allocation (the same number on every rank) */
@@ -194,8 +195,10 @@ static void copy_in(shared *s, size_t j)
 static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n)
 {
     const size_t es = s->es;
+    const int keeps = s->root < 0 || s->r == s->root;
     const uint8_t *own = s->buf + (first + off) * es;
-    uint8_t *res = s->out + (first + off) * es, *dst = slot(s, s->r, j) + off * es;
+    uint8_t *res = keeps ? s->out + (first + off) * es : NULL;
+    uint8_t *dst = slot(s, s->r, j) + off * es;
     /* Ranks 0 and 1 fold in place into their buffer (the first fold reads
      * its lines, so the stores hit the cache), then copy the result into
      * the slot for the peers (not in symmetric memory: they read the
@@ -204,7 +207,6 @@ static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n
      * root keeps the result (in its output, not its slot); the others
      * fold into their slots, for the root's copy-out.  A root whose output
      * is not its input folds straight into the output, whatever its rank. */
-    const int keeps = s->root < 0 || s->r == s->root;
     uint8_t *acc = keeps && (s->r <= 1 || res != own) ? res : dst;
 #define X(q) ((q) == s->r ? own : peer_data(s, (q), j, first, off))
     s->fn(acc, X(0), X(1), n);
@@ -340,5 +342,5 @@ int ddp__reduce_shared(ddp__coll_ctx *c, const void *send, void *recv, size_t co
                        ddp_dtype dt, ddp_reduce_op op, int root)
 {
     /* Only the root's output is written: the others fold into their slots. */
-    return run(c, send, c->rank == root ? recv : (void *)send, count, dt, op, root);
+    return run(c, send, c->rank == root ? recv : NULL, count, dt, op, root);
 }

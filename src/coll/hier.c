@@ -273,8 +273,9 @@ int ddp__hier_run(ddp__hier *h, ddp__coll_ctx *flat, const ddp__coll_args *a)
     case DDP__REDUCE:
         if (a->count == 0)
             return 0;
-        /* Out of place: the root works on its output, a copy of its input
-         * (the others' input is only read). */
+        /* Out of place: the root works on its output, a copy of its input;
+         * the others' input is only read (reduce() writes no non-root's
+         * buffer: a leader works on a copy), hence the cast. */
         if (a->send != a->recv && h->rank == a->root)
             memcpy(a->recv, a->send, a->count * ddp_dtype_size(a->dtype));
         rc = reduce(h, flat, h->rank == a->root ? a->recv : (void *)a->send, a->count, a->dtype,

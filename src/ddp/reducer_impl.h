@@ -112,6 +112,7 @@ struct ddp_reducer {
     int shard_clean;              /* the shard is zero and nothing was added since: the
                                    * next pass reduces straight into it */
     unsigned char *bucket_into;   /* (nbuckets) this rank's part reduced into the shard */
+    int shard_lost;               /* such a reduce failed or was abandoned: waits fail */
 };
 
 /* ---- reducer.c ----------------------------------------------------------- */
@@ -154,8 +155,9 @@ void ddp__scatter_touch(ddp_reducer_t *r);
 void ddp__scatter_shard_zeroed(ddp_reducer_t *r);
 int ddp__scatter_grad_buffer(ddp_reducer_t *r, int i, float **grad);
 int ddp__scatter_launch(ddp_reducer_t *r, int b);
-/* Waits for every launched bucket, adds this rank's parts into the shard,
- * returns the buffers; the first failure wins. */
+/* Waits for every launched bucket, adds this rank's parts into the shard
+ * (those not reduced straight into it), returns the buffers; the first
+ * failure wins. */
 int ddp__scatter_wait_all(ddp_reducer_t *r);
 /* Shadow iteration / unmarked buckets: a bucket that never took a buffer. */
 int ddp__scatter_ensure_buffer(ddp_reducer_t *r, int b);

@@ -2,14 +2,15 @@
  * gradients are written into a small pool of bucket buffers, each bucket
  * is reduced to the owners of the shards it overlaps the moment it is
  * complete (one reduce per owner, as DeepSpeed stage 2's average_tensor),
- * the owner adds its part into its shard array, and the buffer goes back to
- * the pool.
+ * the owner adds its part into its shard array (or has it written there,
+ * below), and the buffer goes back to the pool.
  *
  * Memory: pool_buffers * the largest bucket + the shard (total / world),
  * against DDP's full gradient (total), whatever the model's depth.  Cost per
  * bucket: one reduce per overlapped shard (usually one or two), the same
  * bytes into each owner as an all-reduce's reduce-scatter phase, and no
- * all-gather phase; plus one add of this rank's part into its shard.
+ * all-gather phase; plus one add of this rank's part into its shard, unless
+ * the shard is zero.
  * When the pool is empty the caller waits for the oldest launched bucket:
  * with two buffers, backward computes bucket k+1 while bucket k is reduced.
  *
@@ -20,7 +21,10 @@
  * shard (an out-of-place reduce, pg/internal.h), so the average is neither
  * written into the bucket nor read back from it.  The same numbers, 0 + x
  * being x; on ZeRO-2's 2-rank benchmark model the add was 12-16 ms of a
- * ~200 ms step per rank, on the critical path after backward.
+ * ~200 ms step per rank, on the critical path after backward.  Such a
+ * reduce that fails or times out may leave part of the shard written, or
+ * (its work abandoned) still write it later: the reducer then refuses every
+ * later wait (shard_lost) instead of handing out that shard.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -157,9 +161,11 @@ static void overlap(const ddp_reducer_t *r, int b, int s, size_t *lo, size_t *hi
         *hi = *lo;
 }
 
-/* Waits for bucket b's reduces, adds this rank's part into the shard and
- * gives its buffer back.  A buffer whose reduce did not complete (a
- * timeout: the communication thread may still write it) is never reused. */
+/* Waits for bucket b's reduces, adds this rank's part into the shard (when
+ * it was not reduced there) and gives its buffer back.  A buffer whose
+ * reduce did not complete (a timeout: the communication thread may still
+ * write it) is never reused; a shard that such a reduce wrote into is
+ * lost. */
 static int complete(ddp_reducer_t *r, int b)
 {
     int rc = 0, done = 1;
@@ -186,6 +192,8 @@ static int complete(ddp_reducer_t *r, int b)
     if (rc == 0)
         r->stats.buckets_reduced++;
     r->bucket_into[b] = 0;
+    if (r->bucket_into[b] && (rc < 0 || !done))
+        r->shard_lost = 1;
     if (done)
         r->buf_busy[k] = 0;
     r->bucket_buf[b] = -1;
@@ -300,6 +308,12 @@ int ddp__scatter_wait_all(ddp_reducer_t *r)
         }
     }
     r->shard_clean = 0; /* the pass is over: the next one adds, until a zero_grad */
+    if (r->shard_lost && rc == 0)
+        rc = DDP_ERROR(DDP_ERR_STATE,
+                       "%s: a reduction into this rank's gradient shard failed or did not "
+                       "finish (an earlier error or timeout): the shard may be partly "
+                       "written, or still be written; destroy the reducer",
+                       r->who);
     for (int b = 0; b < r->layout.nbuckets; b++) /* filled but never launched (a failure) */
         if (r->bucket_state[b] == DDP__BUF_FILLING) {
             r->buf_busy[r->bucket_buf[b]] = 0;

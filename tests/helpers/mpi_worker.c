@@ -142,6 +142,12 @@ static int reducing_case(ddp_pg_t *pg, int kind, ddp_dtype dt, ddp_reduce_op op,
          * the root's output is written. */
         uint8_t *was = malloc(cnt * es + 8);
         ddp_work_t *w = NULL;
+        if (!was) {
+            fprintf(stderr, "rank %d: out of memory\n", r);
+            free(in);
+            free(out);
+            return 1;
+        }
         memset(out, 0xee, cnt * es + 8);
         memset(was, 0xee, cnt * es + 8);
         if (!rc)
