@@ -552,12 +552,36 @@ static void test_half_conversions(void **state)
     }
 }
 
+/* The out-of-place reduce's argument check (ddp__coll_check, local to each
+ * rank): the root's output may be its input (in place) or apart from it,
+ * not overlap it partly; another rank's output is not looked at. */
+static void test_reduce_into_check(void **state)
+{
+    (void)state;
+    float v[16] = {0};
+    ddp__coll_args a = {.kind = DDP__REDUCE, .send = v, .recv = v, .count = 8,
+                        .dtype = DDP_FLOAT32, .op = DDP_SUM, .root = 1};
+    assert_int_equal(ddp__coll_check(&a, 1, 2), 0); /* in place */
+    a.recv = v + 8;
+    assert_int_equal(ddp__coll_check(&a, 1, 2), 0); /* apart */
+    a.recv = v + 4;
+    assert_int_equal(ddp__coll_check(&a, 1, 2), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "reduce: input and output buffers overlap (pass "
+                                             "the same buffer for in place)"));
+    assert_int_equal(ddp__coll_check(&a, 0, 2), 0); /* not the root: recv unused */
+    a.recv = NULL;
+    assert_int_equal(ddp__coll_check(&a, 0, 2), 0);
+    assert_int_equal(ddp__coll_check(&a, 1, 2), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "reduce: NULL output buffer"));
+}
+
 int main(void)
 {
     /* TCP unless told otherwise (test_shm_coll runs this matrix over shm). */
     setenv("DDP_TRANSPORT", "tcp", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_orders), cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_reduce_into_check),
         cmocka_unit_test(test_world_1),
         cmocka_unit_test(test_world_2),          cmocka_unit_test(test_world_3),
         cmocka_unit_test(test_world_4),          cmocka_unit_test(test_world_5),
