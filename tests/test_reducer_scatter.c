@@ -4,7 +4,8 @@
  * over waits and zero_grad, the pool never holding more buffers than it
  * has (the reducer's stats), the overflow buffer when every pool buffer is
  * held by a bucket that cannot launch yet (results still exact), a silent
- * peer ending the pool's wait within the timeout, and the modes' misuse
+ * peer ending the pool's wait within the timeout (and, once reduces into
+ * the shard failed, the next wait and pass refused), and the modes' misuse
  * messages. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -164,19 +165,24 @@ static void test_scatter_overflow_when_held_early(void **state)
 /* Rank 1 never writes nor marks anything; rank 0, with a one-buffer pool,
  * waits for its first bucket's reduce when the second bucket asks for a
  * buffer: that wait ends within the group's timeout (2 s) with an error
- * naming rank 1, never hangs. */
+ * naming rank 1, never hangs.  With a pool for every bucket rank 0
+ * launches them all, its own shard's reduced straight into the shard (it
+ * is zero), and they fail: the shard may be partly written, so the next
+ * wait and the next pass's buffer are refused, saying why. */
 static int silent_rank(int rank, void *arg)
 {
-    (void)arg;
+    const int pool = *(const int *)arg;
     ddp_pg_t *pg;
-    CHILD_CHECK(join_group_within(rank, 2, "silent", 2.0, &pg) == 0);
+    char tag[32];
+    snprintf(tag, sizeof tag, "silent%d", pool);
+    CHILD_CHECK(join_group_within(rank, 2, tag, 2.0, &pg) == 0);
     ddp_grad_region regs[NREG];
     for (int i = 0; i < NREG; i++)
         regs[i] = (ddp_grad_region){names[i], NULL, counts[i]};
     ddp_reducer_options o = ddp_reducer_defaults();
     o.bucket_cap_mb = o.first_bucket_cap_mb = TINY_MB;
     o.mode = DDP_REDUCER_SCATTER;
-    o.pool_buffers = 1;
+    o.pool_buffers = pool;
     ddp_reducer_t *r;
     CHILD_CHECK(ddp_reducer_create(pg, regs, NREG, &o, &r) == 0);
     if (rank == 1) {
@@ -192,7 +198,13 @@ static int silent_rank(int rank, void *arg)
         CHILD_CHECK(rc < 0);
         CHILD_CHECK(ddp_time_now() - t0 < 4.5);
         CHILD_CHECK(strstr(ddp_last_error(), "rank 1"));
-        ddp_reducer_wait(r); /* whatever is left: returns, within the timeout */
+        rc = ddp_reducer_wait(r); /* whatever is left: returns, within the timeout */
+        if (pool > 1) {
+            float *g;
+            CHILD_CHECK(rc == DDP_ERR_STATE && strstr(ddp_last_error(), "gradient shard failed"));
+            CHILD_CHECK(ddp_reducer_grad_buffer(r, 0, &g) == DDP_ERR_STATE);
+            CHILD_CHECK(strstr(ddp_last_error(), "may be partly written"));
+        }
     }
     ddp_reducer_destroy(r);
     ddp_destroy_process_group(pg);
@@ -202,7 +214,9 @@ static int silent_rank(int rank, void *arg)
 static void test_scatter_silent_peer_times_out(void **state)
 {
     (void)state;
-    assert_int_equal(run_children(2, silent_rank, NULL, 60), 0);
+    int one = 1, all = 16;
+    assert_int_equal(run_children(2, silent_rank, &one, 60), 0);
+    assert_int_equal(run_children(2, silent_rank, &all, 60), 0);
 }
 
 /* ==== misuse =============================================================== */

@@ -24,7 +24,7 @@
  * ~200 ms step per rank, on the critical path after backward.  Such a
  * reduce that fails or times out may leave part of the shard written, or
  * (its work abandoned) still write it later: the reducer then refuses every
- * later wait (shard_lost) instead of handing out that shard.
+ * later wait and pass (shard_lost) instead of handing out that shard.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -191,9 +191,9 @@ static int complete(ddp_reducer_t *r, int b)
     }
     if (rc == 0)
         r->stats.buckets_reduced++;
-    r->bucket_into[b] = 0;
     if (r->bucket_into[b] && (rc < 0 || !done))
         r->shard_lost = 1;
+    r->bucket_into[b] = 0;
     if (done)
         r->buf_busy[k] = 0;
     r->bucket_buf[b] = -1;
@@ -253,8 +253,20 @@ static int acquire(ddp_reducer_t *r, int b)
     return 0;
 }
 
+/* The refusal once a reduce into the shard failed or was abandoned. */
+static int shard_lost_error(const ddp_reducer_t *r)
+{
+    return DDP_ERROR(DDP_ERR_STATE,
+                     "%s: a reduction into this rank's gradient shard failed or did not "
+                     "finish (an earlier error or timeout): the shard may be partly "
+                     "written, or still be written; destroy the reducer",
+                     r->who);
+}
+
 int ddp__scatter_ensure_buffer(ddp_reducer_t *r, int b)
 {
+    if (r->shard_lost) /* no new pass over a shard that may still change */
+        return shard_lost_error(r);
     return r->bucket_buf[b] >= 0 ? 0 : acquire(r, b);
 }
 
@@ -309,11 +321,7 @@ int ddp__scatter_wait_all(ddp_reducer_t *r)
     }
     r->shard_clean = 0; /* the pass is over: the next one adds, until a zero_grad */
     if (r->shard_lost && rc == 0)
-        rc = DDP_ERROR(DDP_ERR_STATE,
-                       "%s: a reduction into this rank's gradient shard failed or did not "
-                       "finish (an earlier error or timeout): the shard may be partly "
-                       "written, or still be written; destroy the reducer",
-                       r->who);
+        rc = shard_lost_error(r);
     for (int b = 0; b < r->layout.nbuckets; b++) /* filled but never launched (a failure) */
         if (r->bucket_state[b] == DDP__BUF_FILLING) {
             r->buf_busy[r->bucket_buf[b]] = 0;
