@@ -23,14 +23,16 @@ FLOP_PER_SAMPLE=71.6e6 # docs/cnn.md: 23.9 MFLOP forward, 47.7 backward
 # 87 was a loaded median).  ROOF=N skips the measurement.
 SHAPES=$(dirname "$BIN")/bench/matmul_shapes
 roof_now() { "$SHAPES" 20 5 | awk '/^conv2 (fwd  W|dW   dy|dcol)/ {printf "%s ", $7}'; }
-if [ -z "${ROOF:-}" ]; then
-    [ -x "$SHAPES" ] || { echo "cnn_ab.sh: no $SHAPES (make) and no ROOF" >&2; exit 2; }
-    ROOF_RUNS=$(OPENBLAS_NUM_THREADS=1 roof_now)
-fi
 PY=/usr/bin/python3
 TORCH=$(dirname "$0")/cnn_torch.py
 [ -x "$BIN/ddp-cnn" ] && [ -x "$BIN/ddprun" ] || { echo "usage: $0 [BIN] [ROUNDS] [STEPS]" >&2; exit 2; }
 export OPENBLAS_NUM_THREADS=1 DDP_NUM_THREADS=1 OMP_NUM_THREADS=1
+. "$(dirname "$0")/blas_env.sh"
+blas_env "$BIN/ddprun"
+if [ -z "${ROOF:-}" ]; then
+    [ -x "$SHAPES" ] || { echo "cnn_ab.sh: no $SHAPES (make) and no ROOF" >&2; exit 2; }
+    ROOF_RUNS=$(OPENBLAS_NUM_THREADS=1 roof_now)
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/rows"

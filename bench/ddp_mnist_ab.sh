@@ -23,6 +23,8 @@ for d in "$A" "$B"; do
     }
 done
 export OPENBLAS_NUM_THREADS=1 DDP_NUM_THREADS=1 OMP_NUM_THREADS=1 DDP_MNIST_TIMESTAMPS=1
+. "$(dirname "$0")/blas_env.sh"
+blas_env "$B/ddprun" # both builds' runs, whichever ddprun would set it
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/rows"

@@ -14,6 +14,8 @@ rounds=${3:-6}
 steps=${4:-15}
 mode=${5:-zero2}
 world=${6:-2}
+. "$(dirname "$0")/blas_env.sh"
+blas_env "$new/bin/ddprun" # the base build's ranks too, whatever its ddprun does
 run() { # BUILD MODE: the median step's samples/s
     "$1"/bin/ddprun --standalone --nproc-per-node "$world" "$1"/bench/zero_mem --mode "$2" \
         --steps "$steps" --warmup 2 --batch 32 | sed -n 's/.*samples_per_s_med=\([0-9.]*\).*/\1/p'

@@ -77,8 +77,12 @@ static st_file st_read(const char *name)
 static void run_both(int steps)
 {
     const char *common = "--no-dropout --no-shuffle --seed 5";
-    result one = sh("%s %s --max-steps %d --batch-size 64 --save %s/one%d.safetensors", bin,
-                    common, steps, dir, steps);
+    /* 1 rank under ddprun too: the same OpenBLAS kernels as the 2 (ddprun
+     * may choose them: tools/ddprun/blas_env.c), so only the sums' order
+     * differs */
+    result one = sh("%s --standalone --nproc-per-node 1 %s %s --max-steps %d --batch-size 64 "
+                    "--save %s/one%d.safetensors",
+                    ddprun, bin, common, steps, dir, steps);
     if (one.status != 0)
         fail_msg("1 rank: exit %d: %s", one.status, one.out);
     result two = sh("%s --standalone --nproc-per-node 2 %s %s --max-steps %d --batch-size 32 "

@@ -14,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "ddprun_util.h"
 #include "free_port.h"
 static void test_environment(void **state)
@@ -38,6 +40,50 @@ static void test_environment(void **state)
                  rank, local);
         assert_string_equal(buf, want);
     }
+    remove_dir(dir);
+}
+
+/* OPENBLAS_CORETYPE as ddprun leaves it: where the workers' OpenBLAS would
+ * fall back to kernels older than the CPU runs (Debian 12's OpenBLAS on an
+ * Intel model it does not know), ddprun sets it, says so, and the worker's
+ * OpenBLAS runs the kernels named; elsewhere it is left unset; a user's
+ * own value stays, whatever it is, with no note. */
+static void test_blas_kernels(void **state)
+{
+    (void)state;
+    char dir[64], buf[2048], err[4096], core[64] = "", want[128] = "";
+    make_dir(dir);
+    char *argv[] = {ddprun, "--standalone", "--nproc-per-node", "1", worker, "blas", dir, NULL};
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    char saved[64] = "";
+    if (user)
+        snprintf(saved, sizeof saved, "%s", user);
+    unsetenv("OPENBLAS_CORETYPE");
+    int st = finish(start(argv), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "blas", 0, buf, sizeof buf), 0);
+    if (!strncmp(buf, "OPENBLAS_CORETYPE=\n", 19)) { /* left alone: OpenBLAS's own choice is fine */
+        assert_int_equal(sscanf(buf, "OPENBLAS_CORETYPE=\ncore=%63s", core), 1);
+        assert_null(ddp__cpu_blas_core(core));
+        assert_null(strstr(err, "OpenBLAS"));
+    } else { /* set: the worker runs those kernels, and the user is told */
+        assert_int_equal(sscanf(buf, "OPENBLAS_CORETYPE=%127s\ncore=%63s", want, core), 2);
+        assert_true(strcasecmp(want, core) == 0);
+        assert_null(ddp__cpu_blas_core(core));
+        char note[200];
+        snprintf(note, sizeof note, "workers get OPENBLAS_CORETYPE=%s\n", want);
+        assert_non_null(strstr(err, note));
+    }
+    setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+    st = finish(start(argv), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "blas", 0, buf, sizeof buf), 0);
+    assert_string_equal(buf, "OPENBLAS_CORETYPE=Prescott\ncore=Prescott\n");
+    assert_null(strstr(err, "OpenBLAS"));
+    if (saved[0])
+        setenv("OPENBLAS_CORETYPE", saved, 1);
+    else
+        unsetenv("OPENBLAS_CORETYPE");
     remove_dir(dir);
 }
 
@@ -377,6 +423,7 @@ int main(void)
     ddprun_paths();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_environment),
+        cmocka_unit_test(test_blas_kernels),
         cmocka_unit_test(test_standalone_picks_port),
         cmocka_unit_test(test_job_id),
         cmocka_unit_test(test_two_jobs_one_port),

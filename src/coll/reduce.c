@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/env.h"
 #include "base/error.h"
 
@@ -36,7 +37,6 @@
 
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__)) && !defined(DDP_NO_CLONES)
 #define HAVE_X86_ISA 1
-#include <cpuid.h>
 #include <immintrin.h>
 #define T_AVX2 __attribute__((target("avx2,f16c")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")))
@@ -168,37 +168,22 @@ const char *ddp__reduce_isa_name(int isa)
     return isa >= 0 && isa < DDP__ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
-/* What the CPU runs, asked once: CPUID serialises the core and exits to
- * the hypervisor in a VM, and every collective looks its kernel up. */
+/* The best table this CPU runs: both AVX tables convert float16 with F16C. */
 static int detect_isa(void)
 {
 #if HAVE_X86_ISA
-    /* Both tables convert float16 with F16C; hardware has it wherever it has
-     * AVX2, but a hypervisor may hide it, and clang cannot ask
-     * __builtin_cpu_supports for it by name: CPUID leaf 1, ECX bit 29. */
-    unsigned a, b, c = 0, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C))
+    unsigned f = ddp__cpu_features();
+    if (!(f & DDP__CPU_F16C))
         return DDP__ISA_PORTABLE;
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    if (f & DDP__CPU_AVX512)
         return DDP__ISA_AVX512;
-    if (__builtin_cpu_supports("avx2"))
+    if (f & DDP__CPU_AVX2)
         return DDP__ISA_AVX2;
 #endif
     return DDP__ISA_PORTABLE;
 }
 
-int ddp__reduce_isa_best(void)
-{
-    static _Atomic int best = -1;
-    int isa = atomic_load_explicit(&best, memory_order_relaxed);
-    if (isa < 0) {
-        isa = detect_isa();
-        atomic_store_explicit(&best, isa, memory_order_relaxed);
-    }
-    return isa;
-}
+int ddp__reduce_isa_best(void) { return detect_isa(); }
 
 int ddp__reduce_isa_from_env(int *isa)
 {

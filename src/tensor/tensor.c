@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -155,10 +156,25 @@ static int openblas_threads(void)
     return (*end == '\0' && n >= 1 && n <= 4096) ? (int)n : 0;
 }
 
+/* OpenBLAS chose its kernels when it loaded, from the CPU's model number;
+ * where it fell back to older ones than the CPU runs (base/cpu.c says
+ * when), only the variable it read then can mend that, in the next
+ * process: say which.  Unless the user chose the kernels. */
+static void blas_core_check(void)
+{
+    const char *chosen = openblas_get_corename(), *better = ddp__cpu_blas_core(chosen);
+    if (better && !getenv("OPENBLAS_CORETYPE"))
+        DDP_WARN("OpenBLAS runs its %s kernels on a CPU with %s (its CPU detection does not know "
+                 "this model), so GEMMs run several times slower: set OPENBLAS_CORETYPE=%s "
+                 "(ddprun sets it for its workers)",
+                 chosen, ddp__cpu_features() & DDP__CPU_AVX512 ? "AVX-512" : "AVX2", better);
+}
+
 /* A bad DDP_NUM_THREADS cannot fail the GEMM that first reads it: it is
  * logged as a warning and the thread count falls back as when unset. */
 static void threads_init(void)
 {
+    blas_core_check();
     char saved[1024]; /* the caller's error stays (error.c keeps 1024 bytes) */
     snprintf(saved, sizeof saved, "%s", ddp_last_error());
     int n = 0;

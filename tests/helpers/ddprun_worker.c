@@ -34,6 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cblas.h>
+
 #include "base/env.h"
 #include "ddp.h"
 
@@ -129,6 +131,13 @@ int main(int argc, char **argv)
             n += (size_t)snprintf(text + n, sizeof text - n, "%s=%s\n", names[i], v ? v : "");
         }
         write_file(argv[2], "env", rank, text);
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "blas")) { /* the kernels this worker's OpenBLAS runs */
+        const char *want = getenv("OPENBLAS_CORETYPE");
+        snprintf(text, sizeof text, "OPENBLAS_CORETYPE=%s\ncore=%s\n", want ? want : "",
+                 openblas_get_corename());
+        write_file(argv[2], "blas", rank, text);
         return 0;
     }
     if (argc == 3 && !strcmp(argv[1], "runid")) {

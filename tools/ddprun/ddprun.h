@@ -123,6 +123,10 @@ int ddprun_job_worker_files(const ddprun_options *o, const ddprun_job *job, ddpr
                             int restart);
 void ddprun_job_close(const ddprun_options *o, ddprun_job *job);
 
+/* blas_env.c: OPENBLAS_CORETYPE in ddprun's environment (so the workers')
+ * where OpenBLAS would fall back to older kernels than the CPU runs. */
+void ddprun_blas_env(void);
+
 /* output.c */
 void ddprun_output_pump_all(const ddprun_options *o, ddprun_worker *ws, int timeout_ms);
 void ddprun_output_flush(const ddprun_options *o, ddprun_worker *w);

@@ -241,6 +241,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGUSR1, &usr, NULL);
     signal(SIGPIPE, SIG_IGN);
+    ddprun_blas_env();
     if (ddprun_job_open(&o, &job) < 0)
         rc = -1;
     else if (!ddprun_got_signal)

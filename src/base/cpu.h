@@ -1,0 +1,28 @@
+/* What this CPU can run, asked once (CPUID serialises the core and exits to
+ * the hypervisor in a VM), and what follows from it for OpenBLAS's kernel
+ * choice.  x86-64 only: elsewhere no feature is reported. */
+#ifndef DDP_BASE_CPU_H
+#define DDP_BASE_CPU_H
+
+enum {
+    DDP__CPU_F16C = 1 << 0,
+    DDP__CPU_AVX2 = 1 << 1,
+    DDP__CPU_FMA = 1 << 2,
+    DDP__CPU_AVX512 = 1 << 3 /* F, BW, DQ and VL */
+};
+
+/* The DDP__CPU_* bits this CPU has (0 off x86-64 or with clones off). */
+unsigned ddp__cpu_features(void);
+
+/* The OPENBLAS_CORETYPE to ask for when OpenBLAS, having chosen the kernel
+ * set `chosen` (openblas_get_corename()), runs older kernels than a CPU
+ * with `features` can: "SkylakeX" with AVX-512, "Haswell" with AVX2 and
+ * FMA, when `chosen` is one of OpenBLAS's pre-AVX2 sets (Prescott, Core2,
+ * Nehalem, Sandybridge, ...).  NULL when the choice is fine, unknown, or
+ * NULL. */
+const char *ddp__cpu_blas_core_for(const char *chosen, unsigned features);
+
+/* The same for this CPU. */
+const char *ddp__cpu_blas_core(const char *chosen);
+
+#endif

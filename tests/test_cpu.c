@@ -1,0 +1,121 @@
+/* base/cpu.c: the CPU's features against /proc/cpuinfo's flags, the
+ * OPENBLAS_CORETYPE advice for every kind of kernel set OpenBLAS may
+ * choose, and the library's warning where this machine's OpenBLAS chose
+ * older kernels than the CPU runs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "ddp.h"
+
+/* Whether /proc/cpuinfo's first flags line names flag; -1 when unreadable. */
+static int cpuinfo_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return -1;
+    static char line[16384];
+    int found = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5)) {
+            found = 0;
+            for (char *t = strtok(strchr(line, ':') + 1, " \n"); t; t = strtok(NULL, " \n"))
+                if (!strcmp(t, flag))
+                    found = 1;
+            break;
+        }
+    fclose(f);
+    return found;
+}
+
+static void test_features_match_cpuinfo(void **state)
+{
+    (void)state;
+#if defined(__x86_64__)
+    unsigned f = ddp__cpu_features();
+    if (cpuinfo_has("avx2") < 0)
+        skip(); /* no /proc/cpuinfo flags: nothing to compare with */
+    assert_int_equal(!!(f & DDP__CPU_AVX2), cpuinfo_has("avx2"));
+    assert_int_equal(!!(f & DDP__CPU_FMA), cpuinfo_has("fma"));
+    assert_int_equal(!!(f & DDP__CPU_F16C), cpuinfo_has("f16c"));
+    int avx512 = cpuinfo_has("avx512f") && cpuinfo_has("avx512bw") && cpuinfo_has("avx512dq") &&
+                 cpuinfo_has("avx512vl");
+    assert_int_equal(!!(f & DDP__CPU_AVX512), avx512);
+    assert_int_equal(ddp__cpu_features(), f); /* asked once, the same after */
+#else
+    assert_int_equal(ddp__cpu_features(), 0);
+#endif
+}
+
+static void test_blas_core_advice(void **state)
+{
+    (void)state;
+    unsigned avx2 = DDP__CPU_AVX2 | DDP__CPU_FMA, avx512 = avx2 | DDP__CPU_AVX512 | DDP__CPU_F16C;
+    /* a pre-AVX2 set on a CPU with AVX2 and FMA: the CPU's own */
+    assert_string_equal(ddp__cpu_blas_core_for("Prescott", avx512), "SkylakeX");
+    assert_string_equal(ddp__cpu_blas_core_for("prescott", avx2), "Haswell");
+    assert_string_equal(ddp__cpu_blas_core_for("Nehalem", avx2 | DDP__CPU_F16C), "Haswell");
+    assert_string_equal(ddp__cpu_blas_core_for("Sandybridge", avx512), "SkylakeX");
+    assert_string_equal(ddp__cpu_blas_core_for("Core2", avx512), "SkylakeX");
+    assert_string_equal(ddp__cpu_blas_core_for("Piledriver", avx2), "Haswell");
+    /* the CPU's own kernels, or newer ones than libddp knows: left alone */
+    const char *fine[] = {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen",
+                          "Excavator", "SomeFutureCore", ""};
+    for (size_t i = 0; i < sizeof fine / sizeof *fine; i++)
+        assert_null(ddp__cpu_blas_core_for(fine[i], avx512));
+    /* a CPU without AVX2 and FMA: Prescott may be the best it has */
+    assert_null(ddp__cpu_blas_core_for("Prescott", 0));
+    assert_null(ddp__cpu_blas_core_for("Prescott", DDP__CPU_AVX2));
+    assert_null(ddp__cpu_blas_core_for("Prescott", DDP__CPU_FMA));
+    assert_null(ddp__cpu_blas_core_for(NULL, avx512));
+}
+
+static char logged[4096];
+static void keep_log(int level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == DDP_LOG_WARN && strstr(msg, "OpenBLAS"))
+        snprintf(logged, sizeof logged, "%s", msg);
+}
+
+/* The first GEMM warns where this process's OpenBLAS (loaded before any
+ * code of ours) fell back, naming the kernels it runs and the variable
+ * that mends it; nowhere else.  And the GEMM's result stays right. */
+static void test_first_gemm_warns_of_fallback(void **state)
+{
+    (void)state;
+    ddp_log_set_level(DDP_LOG_WARN);
+    ddp_log_set_callback(keep_log, NULL);
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
+    ddp_sgemm(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    ddp_log_set_callback(NULL, NULL);
+    assert_true(c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50);
+    const char *chosen = openblas_get_corename(), *better = ddp__cpu_blas_core(chosen);
+    if (better && !getenv("OPENBLAS_CORETYPE")) {
+        char want[128];
+        snprintf(want, sizeof want, "OpenBLAS runs its %s kernels", chosen);
+        assert_non_null(strstr(logged, want));
+        snprintf(want, sizeof want, "set OPENBLAS_CORETYPE=%s ", better);
+        assert_non_null(strstr(logged, want));
+    } else {
+        assert_string_equal(logged, "");
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_features_match_cpuinfo),
+        cmocka_unit_test(test_blas_core_advice),
+        cmocka_unit_test(test_first_gemm_warns_of_fallback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
