@@ -237,6 +237,74 @@ static void test_conv_module(void **state)
     assert_non_null(strstr(ddp_last_error(), "conv2d: groups 4 must divide"));
 }
 
+/* One pass of Sequential(Conv2d(o), ReLU, Flatten) on x (2, c, 6, 5)
+ * against a loss sum(y * r): y, dx and the conv's dW and db into out
+ * (concatenated), by the model's forward (fused: 1) or by the ops one by
+ * one on the same parameters (0). */
+static size_t conv_relu_pass(ddp_model_t *m, const ddp_conv2d_options *o, int fused, float *out)
+{
+    int c = o->in_channels;
+    float xs[2 * 8 * 6 * 5], r[2 * 8 * 6 * 5];
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) /* signs mixed: the ReLU cuts */
+        xs[i] = (float)sin(0.7 * (double)i), r[i] = (float)cos(0.3 * (double)i);
+    ddp_tape_t *tape;
+    assert_int_equal(ddp_tape_create(&tape), 0);
+    ddp_var_t *x = cu_input(tape, xs, 4, (int64_t[]){2, c, 6, 5}, 1), *y, *loss;
+    ddp_param *w = ddp_model_find_param(m, "0.weight"), *b = ddp_model_find_param(m, "0.bias");
+    ddp_model_zero_grad(m);
+    if (fused) {
+        assert_int_equal(ddp_model_forward(m, tape, x, &y), 0);
+    } else {
+        ddp_var_t *wv, *bv, *pre;
+        assert_int_equal(ddp_tape_param(tape, w, &wv), 0);
+        assert_int_equal(ddp_tape_param(tape, b, &bv), 0);
+        assert_int_equal(ddp_op_conv2d(tape, x, wv, bv, o, &pre), 0);
+        assert_int_equal(ddp_op_relu(tape, pre, &y), 0);
+        assert_int_equal(ddp_op_flatten(tape, y, &y), 0);
+    }
+    assert_int_equal(cu_weighted_sum(tape, y, r, &loss), 0);
+    assert_int_equal(ddp_tape_backward(tape, loss, m), 0);
+    const ddp_tensor *t = ddp_var_tensor(y);
+    size_t n = 0, nx = (size_t)2 * (size_t)c * 30;
+    memcpy(out + n, t->data, (size_t)t->numel * sizeof *out), n += (size_t)t->numel;
+    memcpy(out + n, ddp_var_grad(x), nx * sizeof *out), n += nx;
+    memcpy(out + n, w->grad, w->numel * sizeof *out), n += w->numel;
+    memcpy(out + n, b->grad, b->numel * sizeof *out), n += b->numel;
+    int zeros = 0;
+    for (size_t i = 0; i < (size_t)t->numel; i++)
+        zeros += t->data[i] == 0.0f;
+    assert_true(zeros > 0 && zeros < t->numel); /* the ReLU did cut, not everywhere */
+    ddp_tape_destroy(tape);
+    return n;
+}
+
+/* Sequential runs Conv2d + ReLU as one op (layers.c): bitwise the values
+ * and gradients of the two ops, on the im2col path and on Winograd's; the
+ * module after the pair still runs (Flatten: it lets the loss's gradient
+ * reach the pair unmasked). */
+static void test_conv_relu_fused(void **state)
+{
+    (void)state;
+    ddp_conv2d_options gemm = ddp_conv2d_defaults(4, 6, 3), wino = ddp_conv2d_defaults(8, 8, 3);
+    gemm.kernel_size[1] = 2, gemm.groups = 2, gemm.padding[0] = 1;
+    wino.padding[0] = wino.padding[1] = 1;
+    const ddp_conv2d_options *cases[] = {&gemm, &wino};
+    for (int k = 0; k < 2; k++) {
+        ddp_module_t *l[3], *seq;
+        ddp_model_t *m;
+        assert_int_equal(ddp_conv2d_create(cases[k], 3, &l[0]), 0);
+        assert_int_equal(ddp_relu_create(&l[1]), 0);
+        assert_int_equal(ddp_flatten_create(&l[2]), 0);
+        assert_int_equal(ddp_sequential_create(l, 3, &seq), 0);
+        assert_int_equal(ddp_model_from_module(seq, &m), 0);
+        static float a[4096], b[4096];
+        size_t n = conv_relu_pass(m, cases[k], 1, a);
+        assert_int_equal(conv_relu_pass(m, cases[k], 0, b), n);
+        assert_memory_equal(a, b, n * sizeof *a);
+        ddp_model_destroy(m);
+    }
+}
+
 static void test_conv_errors(void **state)
 {
     (void)state;
@@ -286,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_conv_gradcheck),
         cmocka_unit_test(test_conv_arena_stable),
         cmocka_unit_test(test_conv_module),
+        cmocka_unit_test(test_conv_relu_fused),
         cmocka_unit_test(test_conv_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

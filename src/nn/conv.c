@@ -27,6 +27,7 @@ typedef struct conv_ctx {
     ddp__conv_geom g; /* one group of one sample */
     int n, groups, og; /* batch, groups, output channels per group */
     int wino;          /* forward and input gradient by Winograd F(2x2, 3x3) */
+    int relu;          /* a ReLU fused in: y = max(conv, 0) */
 } conv_ctx;
 
 ddp_conv2d_options ddp_conv2d_defaults(int in_channels, int out_channels, int kernel_size)
@@ -142,6 +143,8 @@ static int conv_forward_gemm(ddp_tape_t *tape, const conv_ctx *c, const ddp_var_
                                      (size_t)p, 0);
             ddp_sgemm(0, 0, og, p, k, 1.0f, w->t.data + (size_t)gi * (size_t)og * (size_t)k, k,
                       cols, p, b ? 1.0f : 0.0f, yg, p);
+            if (c->relu) /* while the block is in cache */
+                ddp__vec_relu_self(yg, (size_t)og * (size_t)p);
         }
     return 0;
 }
@@ -214,9 +217,10 @@ static int conv_wino_dw(ddp_tape_t *tape, const conv_ctx *c, float *dw, const fl
 
 static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v);
 static const ddp__op_def conv2d_def = {"conv2d", conv2d_backward, 0};
+static const ddp__op_def conv2d_relu_def = {"conv2d_relu", conv2d_backward, 0};
 
-int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
-                  const ddp_conv2d_options *o, ddp_var_t **y)
+static int conv2d_push(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
+                       const ddp_conv2d_options *o, int relu, ddp_var_t **y)
 {
     DDP_FAIL_IF(!tape || !y || !o, DDP_ERR_INVALID_ARG, "conv2d: NULL tape, options or output");
     DDP_TRY(ddp__op_check_var(tape, x, "conv2d", "input"));
@@ -225,9 +229,10 @@ int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
         DDP_TRY(ddp__op_check_var(tape, b, "conv2d", "bias"));
     conv_ctx c;
     DDP_TRY(conv_geometry(x, w, b, o, &c));
+    c.relu = relu;
     int64_t shape[4] = {c.n, (int64_t)c.og * c.groups, c.g.oh, c.g.ow};
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, &conv2d_def, 4, shape, 1, x, w, b, &v));
+    DDP_TRY(ddp__op_push(tape, relu ? &conv2d_relu_def : &conv2d_def, 4, shape, 1, x, w, b, &v));
     conv_ctx *saved = ddp__tape_alloc(tape, sizeof *saved);
     if (!saved)
         return DDP_ERR_NOMEM;
@@ -235,11 +240,23 @@ int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
     v->ctx = saved;
     if (c.wino)
         DDP_TRY(conv_wino_run(tape, &c, 0, v->t.data, x->t.data, w->t.data, b ? b->t.data : NULL,
-                              0));
+                              relu ? DDP__WINO_RELU : 0));
     else
         DDP_TRY(conv_forward_gemm(tape, &c, x, w, b, v));
     *y = v;
     return 0;
+}
+
+int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
+                  const ddp_conv2d_options *o, ddp_var_t **y)
+{
+    return conv2d_push(tape, x, w, b, o, 0, y);
+}
+
+int ddp__op_conv2d_relu(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
+                        const ddp_conv2d_options *o, ddp_var_t **y)
+{
+    return conv2d_push(tape, x, w, b, o, 1, y);
 }
 
 /* The sum of x (n floats) in 16 float lanes, which the compiler keeps in
@@ -279,6 +296,8 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     int k = conv_k(c), p = conv_p(c), og = c->og, pw = ddp__conv_is_pointwise(&c->g);
     size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w; /* one group's input */
     int acc;
+    if (c->relu) /* the gradient through the fused ReLU: only this op reads v->grad now */
+        ddp__vec_relu_mask(v->grad, v->t.data, (size_t)v->t.numel);
     if (b && b->requires_grad) {
         DDP_GRAD_TARGET(db, b);
         conv_bias_backward(db, v->grad, c, acc);

@@ -17,16 +17,21 @@ typedef struct conv2d {
     ddp_param *weight, *bias; /* bias NULL without one */
 } conv2d;
 
-static int conv2d_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y,
-                          void *user)
+static int conv2d_run(conv2d *c, ddp_tape_t *tape, ddp_var_t *x, int relu, ddp_var_t **y)
 {
-    (void)m;
-    conv2d *c = user;
     ddp_var_t *w, *b = NULL;
     DDP_TRY(ddp_tape_param(tape, c->weight, &w));
     if (c->bias)
         DDP_TRY(ddp_tape_param(tape, c->bias, &b));
-    return ddp_op_conv2d(tape, x, w, b, &c->o, y);
+    return relu ? ddp__op_conv2d_relu(tape, x, w, b, &c->o, y)
+                : ddp_op_conv2d(tape, x, w, b, &c->o, y);
+}
+
+static int conv2d_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y,
+                          void *user)
+{
+    (void)m;
+    return conv2d_run(user, tape, x, 0, y);
 }
 
 static int conv2d_reset(ddp_module_t *m, ddp_generator *gen, void *user)
@@ -44,6 +49,16 @@ static int conv2d_reset(ddp_module_t *m, ddp_generator *gen, void *user)
 }
 
 static const ddp_module_def conv2d_def = {"Conv2d", conv2d_forward, conv2d_reset, free};
+
+int ddp__conv2d_module_is(const ddp_module_t *m) { return m && m->def == &conv2d_def; }
+
+int ddp__conv2d_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, int relu,
+                               ddp_var_t **y)
+{
+    DDP_FAIL_IF(!ddp__conv2d_module_is(m) || !y, DDP_ERR_INVALID_ARG,
+                "conv2d forward: not a Conv2d module, or a NULL output");
+    return conv2d_run(m->user, tape, x, relu, y);
+}
 
 static int conv2d_check(const ddp_conv2d_options *o)
 {

@@ -201,8 +201,9 @@ DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
     }
 }
 
-/* y (o, oh, ow) (=|+=) the tiles of M (16, o, t), through one channel's
- * rows at a time (spare tiles and an odd size's extra row or column cut). */
+/* y (o, oh, ow) (=|+=, or through a ReLU: acc) the tiles of M (16, o, t),
+ * through one channel's rows at a time (spare tiles and an odd size's extra
+ * row or column cut). */
 static void output_transform(float *y, float *m, const float *bias, int acc, float *ye,
                              const ddp__wino_plan *p)
 {
@@ -216,9 +217,14 @@ static void output_transform(float *y, float *m, const float *bias, int acc, flo
         for (int i = 0; i < 16; i++)
             memset(mo + (size_t)i * ms, 0, (size_t)p->t * sizeof *mo);
         float *yc = y + (size_t)oi * (size_t)p->oh * (size_t)p->ow;
-        for (int r = 0; r < p->oh; r++)
-            ddp__vec_acc_to(yc + (size_t)r * (size_t)p->ow, (r % 2 ? yo : ye) + (size_t)(r / 2) * wp,
-                            (size_t)p->ow, acc);
+        for (int r = 0; r < p->oh; r++) {
+            float *dst = yc + (size_t)r * (size_t)p->ow;
+            const float *src = (r % 2 ? yo : ye) + (size_t)(r / 2) * wp;
+            if (acc == DDP__WINO_RELU)
+                ddp__vec_relu(dst, src, (size_t)p->ow);
+            else
+                ddp__vec_acc_to(dst, src, (size_t)p->ow, acc);
+        }
     }
 }
 

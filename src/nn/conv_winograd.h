@@ -37,8 +37,11 @@ size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
  * degrees, so that dx = conv(dy, u) with padding 2 - p. */
 void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip);
 
+/* acc of ddp__wino_conv: y = max(conv + bias, 0), a ReLU fused in. */
+#define DDP__WINO_RELU 2
+
 /* y (o, oh, ow) (=|+=) conv(x (c, h, w), u) + bias (o floats, or NULL);
- * acc 1 adds to y.  scratch: ddp__wino_scratch_floats(p) floats; fresh 1
+ * acc 1 adds to y, DDP__WINO_RELU writes it through a ReLU.  scratch: ddp__wino_scratch_floats(p) floats; fresh 1
  * the first time it is used, 0 when a previous call left it (its M part is
  * then zero, which saves clearing it). */
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
