@@ -200,8 +200,13 @@ static double r_dropout(double *const *x, void *ctx)
     double y[64];
     ddp__rng rng;
     ddp__rng_seed(&rng, c->seed);
-    for (int64_t i = 0; i < c->rlen; i++)
-        y[i] = ddp__rng_uniform(&rng) >= c->p ? x[0][i] / (1.0 - c->p) : 0.0;
+    uint64_t draw = 0; /* each draw: the high 32 bits, then the low, against p 2^32 */
+    for (int64_t i = 0; i < c->rlen; i++) {
+        if (i % 2 == 0)
+            draw = ddp__rng_next(&rng);
+        double u = (double)(i % 2 ? draw & 0xffffffffu : draw >> 32);
+        y[i] = u >= ceil(c->p * 4294967296.0) ? x[0][i] / (1.0 - c->p) : 0.0;
+    }
     return wsum(y, c);
 }
 

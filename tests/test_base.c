@@ -87,6 +87,36 @@ static void test_rng_reproducible_and_uniform(void **state)
         assert_true(counts[i] > 9500 && counts[i] < 10500);
 }
 
+/* Dropout's masks: the two halves of each draw against p 2^32, an odd
+ * count's last element from a draw of its own; p 0 keeps all, p 1 none;
+ * the kept share is 1 - p (within 5 standard deviations of 2^20 draws). */
+static void test_rng_keep_mask(void **state)
+{
+    (void)state;
+    enum { N = 1 << 20 };
+    static float mask[N];
+    ddp__rng r, ref;
+    const double ps[] = {0.0, 0.25, 0.5, 0.9, 1.0};
+    for (size_t k = 0; k < sizeof ps / sizeof *ps; k++) {
+        ddp__rng_seed(&r, 7 + k), ddp__rng_seed(&ref, 7 + k);
+        mask[N - 1] = -1.0f;
+        ddp__rng_keep_mask(&r, mask, N - 1, ps[k], 2.0f); /* odd: a last half-used draw */
+        assert_true(mask[N - 1] == -1.0f);                 /* nothing written past n */
+        size_t kept = 0;
+        uint64_t x = 0;
+        for (size_t i = 0; i < N - 1; i++) {
+            if (i % 2 == 0)
+                x = ddp__rng_next(&ref);
+            uint64_t half = i % 2 ? (x & 0xffffffffu) : x >> 32;
+            int keep = (double)half >= ceil(ps[k] * 4294967296.0);
+            assert_true(mask[i] == (keep ? 2.0f : 0.0f));
+            kept += keep;
+        }
+        double share = (double)kept / (N - 1), sd = sqrt(ps[k] * (1 - ps[k]) / (N - 1));
+        assert_true(fabs(share - (1 - ps[k])) <= 5 * sd + 1e-12);
+    }
+}
+
 static void test_alloc_aligned(void **state)
 {
     (void)state;
@@ -315,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_error_message_and_code),
         cmocka_unit_test(test_rng_reference_vector),
         cmocka_unit_test(test_rng_reproducible_and_uniform),
+        cmocka_unit_test(test_rng_keep_mask),
         cmocka_unit_test(test_alloc_aligned),
         cmocka_unit_test(test_secret_sources),
         cmocka_unit_test(test_secret_file_errors),

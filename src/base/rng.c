@@ -2,6 +2,7 @@
 #include "base/rng.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sys/random.h>
 #include <sys/types.h>
 
@@ -40,6 +41,22 @@ uint64_t ddp__rng_next(ddp__rng *r)
 double ddp__rng_uniform(ddp__rng *r)
 {
     return (double)(ddp__rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+/* Two elements per draw, compared as integers: a double per element and a
+ * call per draw made dropout 5 % of ddp-cnn's step. */
+void ddp__rng_keep_mask(ddp__rng *r, float *mask, size_t n, double p, float keep)
+{
+    double scaled = ceil(p * 0x1.0p32); /* keep iff a 32-bit draw >= this */
+    uint64_t cut = scaled <= 0 ? 0 : scaled >= 0x1.0p32 ? (1ULL << 32) : (uint64_t)scaled;
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        uint64_t x = ddp__rng_next(r);
+        mask[i] = (x >> 32) >= cut ? keep : 0.0f;
+        mask[i + 1] = (x & 0xffffffffULL) >= cut ? keep : 0.0f;
+    }
+    if (i < n)
+        mask[i] = (ddp__rng_next(r) >> 32) >= cut ? keep : 0.0f;
 }
 
 uint64_t ddp__rng_below(ddp__rng *r, uint64_t n)

@@ -16,6 +16,9 @@ void ddp__rng_seed(ddp__rng *r, uint64_t seed);
 uint64_t ddp__rng_next(ddp__rng *r);
 /* Uniform double in [0, 1) with 53 random bits. */
 double ddp__rng_uniform(ddp__rng *r);
+/* Dropout's mask: mask[i] = keep with probability 1 - p (p in [0, 1]),
+ * else 0, from one 32-bit half of a draw per element (p to 2^-32). */
+void ddp__rng_keep_mask(ddp__rng *r, float *mask, size_t n, double p, float keep);
 /* Uniform integer in [0, n) without modulo bias; n > 0. */
 uint64_t ddp__rng_below(ddp__rng *r, uint64_t n);
 

@@ -306,8 +306,7 @@ int ddp_op_dropout(ddp_tape_t *tape, ddp_var_t *x, float p, int training, uint64
     ddp__rng rng;
     ddp__rng_seed(&rng, seed);
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    for (size_t i = 0; i < n; i++)
-        v->aux[i] = ddp__rng_uniform(&rng) >= (double)p ? keep_scale : 0.0f;
+    ddp__rng_keep_mask(&rng, v->aux, n, (double)p, keep_scale);
     ddp__vec_mul_to(v->t.data, x->t.data, v->aux, n, 0);
     *y = v;
     return 0;
