@@ -22,6 +22,8 @@ build=${BUILD:-build}
 py=${PYTHON:-/usr/bin/python3}
 export OPENBLAS_NUM_THREADS=1 DDP_NUM_THREADS=1 OMP_NUM_THREADS=1 DDP_MNIST_TIMESTAMPS=1
 export DDP_MNIST_PROFILE=1
+. bench/blas_env.sh
+blas_env "$build/bin/ddprun"
 [ -x "$build/bin/ddp-mnist" ] || { echo "build first (make)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
