@@ -139,8 +139,9 @@ $(BUILD)/obj/tools/ddprun/%.o: tools/ddprun/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 # ddprun takes a few base helpers from the static library and none of its
-# dependencies: no OpenBLAS or MPI to load (and, under sanitizers, to start)
-# at every launch.
+# dependencies: no MPI to load (and, under sanitizers, to start) at every
+# launch, and OpenBLAS only where blas_env.c asks it which kernels it would
+# choose (dlopen, once, on a CPU with AVX2 and no OPENBLAS_CORETYPE set).
 $(BUILD)/bin/ddprun: $(DDPRUN_OBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LDFLAGS) $(DDPRUN_OBJ) -o $@ $(STATIC) -lpthread -lm

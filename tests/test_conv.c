@@ -238,7 +238,7 @@ static void test_conv_module(void **state)
 }
 
 /* One pass of Sequential(Conv2d(o), ReLU, Flatten) on x (2, c, 6, 5)
- * against a loss sum(y * r): y, dx and the conv's dW and db into out
+ * against a loss sum(y * r): y, dy, dx and the conv's dW and db into out
  * (concatenated), by the model's forward (fused: 1) or by the ops one by
  * one on the same parameters (0). */
 static size_t conv_relu_pass(ddp_model_t *m, const ddp_conv2d_options *o, int fused, float *out)
@@ -267,6 +267,9 @@ static size_t conv_relu_pass(ddp_model_t *m, const ddp_conv2d_options *o, int fu
     const ddp_tensor *t = ddp_var_tensor(y);
     size_t n = 0, nx = (size_t)2 * (size_t)c * 30;
     memcpy(out + n, t->data, (size_t)t->numel * sizeof *out), n += (size_t)t->numel;
+    /* y's own gradient too: Flatten's is a view of the pair's, which the
+     * fused op must leave as the ReLU's output gradient, unmasked */
+    memcpy(out + n, ddp_var_grad(y), (size_t)t->numel * sizeof *out), n += (size_t)t->numel;
     memcpy(out + n, ddp_var_grad(x), nx * sizeof *out), n += nx;
     memcpy(out + n, w->grad, w->numel * sizeof *out), n += w->numel;
     memcpy(out + n, b->grad, b->numel * sizeof *out), n += b->numel;

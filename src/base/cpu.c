@@ -5,7 +5,7 @@
  * Prescott (SSE3) kernels on an Intel model it does not know, whatever the
  * CPU's features (upstream fixed that in 0.3.25, OpenBLAS#4268).  On this
  * project's Xeon (family 6, model 207, AVX-512) that made every sgemm 4x
- * slower: 29 GFLOP/s for conv2's shapes against 118 with
+ * slower: 29 GFLOP/s for conv2's shapes against 103-112 with
  * OPENBLAS_CORETYPE=SkylakeX (bench/RESULTS.md, session 12).  OpenBLAS reads
  * that variable in its own constructor, before any code of ours runs, so a
  * process cannot mend its own choice: ddprun sets it for its workers and
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <strings.h>
 
-#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__)) && !defined(DDP_NO_CLONES)
+#if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
 #include <cpuid.h>
 #define HAVE_X86 1
 #else
@@ -59,9 +59,9 @@ unsigned ddp__cpu_features(void)
  * driver/others/dynamic.c): on a CPU with AVX2 and FMA any of these is a
  * fallback, never the best it has. */
 static const char *const pre_avx2[] = {
-    "Unknown",   "Katmai", "Coppermine",  "Northwood", "Prescott",  "Banias",    "Atom",
-    "Core2",     "Penryn", "Dunnington",  "Nehalem",   "Athlon",    "Opteron",   "Opteron_SSE3",
-    "Barcelona", "Nano",   "Sandybridge", "Bobcat",    "Bulldozer", "Piledriver"};
+    "Unknown",   "Katmai", "Coppermine",  "Northwood", "Prescott",  "Banias",     "Atom",
+    "Core2",     "Penryn", "Dunnington",  "Nehalem",   "Athlon",    "Opteron",    "Opteron_SSE3",
+    "Barcelona", "Nano",   "Sandybridge", "Bobcat",    "Bulldozer", "Piledriver", "Steamroller"};
 
 const char *ddp__cpu_blas_core_for(const char *chosen, unsigned features)
 {

@@ -1,6 +1,7 @@
 /* What this CPU can run, asked once (CPUID serialises the core and exits to
  * the hypervisor in a VM), and what follows from it for OpenBLAS's kernel
- * choice.  x86-64 only: elsewhere no feature is reported. */
+ * choice.  x86-64 only (with gcc or clang): elsewhere no feature is
+ * reported. */
 #ifndef DDP_BASE_CPU_H
 #define DDP_BASE_CPU_H
 

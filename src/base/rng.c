@@ -48,7 +48,7 @@ double ddp__rng_uniform(ddp__rng *r)
 void ddp__rng_keep_mask(ddp__rng *r, float *mask, size_t n, double p, float keep)
 {
     double scaled = ceil(p * 0x1.0p32); /* keep iff a 32-bit draw >= this */
-    uint64_t cut = scaled <= 0 ? 0 : scaled >= 0x1.0p32 ? (1ULL << 32) : (uint64_t)scaled;
+    uint64_t cut = !(scaled > 0) ? 0 : scaled >= 0x1.0p32 ? (1ULL << 32) : (uint64_t)scaled;
     size_t i = 0;
     for (; i + 2 <= n; i += 2) {
         uint64_t x = ddp__rng_next(r);

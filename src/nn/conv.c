@@ -296,11 +296,19 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     int k = conv_k(c), p = conv_p(c), og = c->og, pw = ddp__conv_is_pointwise(&c->g);
     size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w; /* one group's input */
     int acc;
-    if (c->relu) /* the gradient through the fused ReLU: only this op reads v->grad now */
-        ddp__vec_relu_mask(v->grad, v->t.data, (size_t)v->t.numel);
+    const float *dy = v->grad;
+    if (c->relu) { /* through the fused ReLU, into a buffer of its own: v->grad stays the
+                    * output's gradient (ddp_var_grad), as with the two ops */
+        size_t n = (size_t)v->t.numel;
+        float *g = ddp__tape_alloc(tape, n * sizeof *g);
+        if (!g)
+            return DDP_ERR_NOMEM;
+        ddp__vec_relu_backward_to(g, v->grad, v->t.data, n, 0);
+        dy = g;
+    }
     if (b && b->requires_grad) {
         DDP_GRAD_TARGET(db, b);
-        conv_bias_backward(db, v->grad, c, acc);
+        conv_bias_backward(db, dy, c, acc);
     }
     float *dw = NULL, *dx = NULL, *cols = NULL, *dcols = NULL;
     int acc_w = 0, acc_x = 0;
@@ -308,7 +316,7 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
         DDP_GRAD_TARGET(g, w);
         dw = g, acc_w = acc;
         if (c->wino) { /* dw by Winograd too; the loop below makes neither */
-            DDP_TRY(conv_wino_dw(tape, c, dw, x->t.data, v->grad, acc_w));
+            DDP_TRY(conv_wino_dw(tape, c, dw, x->t.data, dy, acc_w));
             dw = NULL;
         } else if (!pw && !(cols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *cols)))
             return DDP_ERR_NOMEM;
@@ -317,7 +325,7 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
         DDP_GRAD_TARGET(g, x);
         dx = g, acc_x = acc;
         if (c->wino) { /* dx by Winograd */
-            DDP_TRY(conv_wino_run(tape, c, 1, dx, v->grad, w->t.data, NULL, acc_x));
+            DDP_TRY(conv_wino_run(tape, c, 1, dx, dy, w->t.data, NULL, acc_x));
             dx = NULL;
         } else if (!pw && !(dcols = ddp__tape_alloc(tape, (size_t)k * (size_t)p * sizeof *dcols)))
             return DDP_ERR_NOMEM;
@@ -325,7 +333,7 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     for (int s = 0; (dw || dx) && s < c->n; s++)
         for (int gi = 0; gi < c->groups; gi++) {
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
-            const float *dyg = v->grad + sg * (size_t)og * (size_t)p; /* (Og, P) */
+            const float *dyg = dy + sg * (size_t)og * (size_t)p; /* (Og, P) */
             const float *wg = w->t.data + (size_t)gi * (size_t)og * (size_t)k; /* (Og, K) */
             if (dw) /* (Og, K) += dy (Og, P) cols^T (P, K); the first sample writes */
                 ddp_sgemm(0, 1, og, k, p, 1.0f, dyg, p, conv_cols(c, x->t.data, s, gi, cols), p,

@@ -132,7 +132,7 @@ int ddp_dropout_create(float p, uint64_t seed, ddp_module_t **out)
 
 /* A Conv2d followed by a ReLU runs as one op (conv.c: the values and
  * gradients of the two, without the pre-activation tensor, which no one
- * outside Sequential could reach): 5 % of ddp-cnn's step went to the
+ * outside Sequential could reach): 9 % of ddp-cnn's cycles went to the
  * ReLUs' passes over the convolutions' outputs. */
 static int sequential_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y,
                               void *user)

@@ -86,12 +86,6 @@ DDP_KERNEL void ddp__vec_relu_self(float *y, size_t n)
         y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
-DDP_KERNEL void ddp__vec_relu_mask(float *restrict g, const float *restrict y, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        g[i] = y[i] > 0.0f ? g[i] : 0.0f;
-}
-
 DDP_KERNEL void ddp__vec_relu_backward_to(float *restrict dx, const float *restrict dy,
                                           const float *restrict y, size_t n, int acc)
 {

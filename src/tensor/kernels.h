@@ -50,8 +50,6 @@ void ddp__vec_mul_to(float *restrict y, const float *restrict a, const float *re
 void ddp__vec_relu(float *restrict y, const float *restrict x, size_t n);
 /* y = max(y, 0) in place */
 void ddp__vec_relu_self(float *y, size_t n);
-/* g = g where y > 0, else 0, in place (g: the gradient of the ReLU output y) */
-void ddp__vec_relu_mask(float *restrict g, const float *restrict y, size_t n);
 /* dx (=|+=) dy where y > 0 (y: the ReLU output) */
 void ddp__vec_relu_backward_to(float *restrict dx, const float *restrict dy,
                                const float *restrict y, size_t n, int acc);

@@ -18,10 +18,12 @@
 static void openblas_choice(char *out, size_t len)
 {
     out[0] = '\0';
-    /* its constructor starts a thread per core unless told */
-    int own_threads = getenv("OPENBLAS_NUM_THREADS") != NULL;
-    if (!own_threads)
-        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    /* its constructor starts a thread per core, or per OPENBLAS_NUM_THREADS:
+     * one for the question, the user's value back after */
+    const char *user = getenv("OPENBLAS_NUM_THREADS");
+    char saved[32] = "";
+    int had = user != NULL && snprintf(saved, sizeof saved, "%s", user) < (int)sizeof saved;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
     void *lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     if (lib) {
         char *(*corename)(void) = (char *(*)(void))dlsym(lib, "openblas_get_corename");
@@ -29,7 +31,9 @@ static void openblas_choice(char *out, size_t len)
         snprintf(out, len, "%s", name ? name : "");
         dlclose(lib);
     }
-    if (!own_threads)
+    if (had)
+        setenv("OPENBLAS_NUM_THREADS", saved, 1);
+    else
         unsetenv("OPENBLAS_NUM_THREADS");
 }
 
