@@ -12,7 +12,7 @@ enum {
     DDP__CPU_AVX512 = 1 << 3 /* F, BW, DQ and VL */
 };
 
-/* The DDP__CPU_* bits this CPU has (0 off x86-64 or with clones off). */
+/* The DDP__CPU_* bits this CPU has (0 off x86-64). */
 unsigned ddp__cpu_features(void);
 
 /* The OPENBLAS_CORETYPE to ask for when OpenBLAS, having chosen the kernel

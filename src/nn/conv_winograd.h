@@ -41,9 +41,10 @@ void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c,
 #define DDP__WINO_RELU 2
 
 /* y (o, oh, ow) (=|+=) conv(x (c, h, w), u) + bias (o floats, or NULL);
- * acc 1 adds to y, DDP__WINO_RELU writes it through a ReLU.  scratch: ddp__wino_scratch_floats(p) floats; fresh 1
- * the first time it is used, 0 when a previous call left it (its M part is
- * then zero, which saves clearing it). */
+ * acc 1 adds to y, DDP__WINO_RELU writes it through a ReLU.  scratch:
+ * ddp__wino_scratch_floats(p) floats; fresh 1 the first time it is used, 0
+ * when a previous call left it (its M part is then zero, which saves
+ * clearing it). */
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
                     const float *bias, int acc, int fresh, float *scratch);
 
