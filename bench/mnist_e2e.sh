@@ -23,6 +23,8 @@ workers=${WORKERS:-1}
 export OPENBLAS_NUM_THREADS=1 DDP_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 [ -x "$build/bin/ddp-mnist" ] || { echo "build $build/bin/ddp-mnist first (make)" >&2; exit 1; }
+. bench/blas_env.sh
+blas_env "$build/bin/ddprun"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -7,7 +7,8 @@
 # Usage: sh bench/train_mlp.sh [BUILD_DIR] [ROUNDS]   (default: build 5)
 # Env:   DDP_BENCH_SECONDS per measurement (default 2); PYTHON (default
 #        /usr/bin/python3, the Debian python with python3-torch);
-#        OPENBLAS_CORETYPE passes through to both sides.
+#        OPENBLAS_CORETYPE passes through to both sides (unset: the kernels
+#        ddprun would give its workers, bench/blas_env.sh).
 # Summary per batch size: best and median samples/s of each side over the
 # rounds, the libddp/torch ratio of the bests and the median of the
 # per-round ratios, and libddp's step as a share of its own GEMM roof.
@@ -19,6 +20,8 @@ here=$(dirname "$0")
 bin="$build/bench/train_mlp"
 [ -x "$bin" ] || { echo "train_mlp.sh: $bin not built (make all)" >&2; exit 1; }
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DDP_NUM_THREADS=1
+. "$here/blas_env.sh"
+[ ! -x "$build/bin/ddprun" ] || blas_env "$build/bin/ddprun"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 if ! "$py" -c "import torch" 2>/dev/null; then
