@@ -14,6 +14,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <strings.h>
 
 #if defined(__x86_64__) && (defined(__clang__) || defined(__GNUC__))
@@ -76,4 +77,20 @@ const char *ddp__cpu_blas_core_for(const char *chosen, unsigned features)
 const char *ddp__cpu_blas_core(const char *chosen)
 {
     return ddp__cpu_blas_core_for(chosen, ddp__cpu_features());
+}
+
+int ddp__cpu_blas_warning(char *buf, size_t len, const char *chosen, unsigned features,
+                          const char *user_coretype)
+{
+    const char *better = user_coretype ? NULL : ddp__cpu_blas_core_for(chosen, features);
+    if (len)
+        buf[0] = '\0';
+    if (!better)
+        return 0;
+    snprintf(buf, len,
+             "OpenBLAS runs its %s kernels on a CPU with %s (its CPU detection does not know "
+             "this model), so GEMMs run several times slower: set OPENBLAS_CORETYPE=%s (ddprun "
+             "sets it for its workers)",
+             chosen, features & DDP__CPU_AVX512 ? "AVX-512" : "AVX2", better);
+    return 1;
 }

@@ -5,6 +5,8 @@
 #ifndef DDP_BASE_CPU_H
 #define DDP_BASE_CPU_H
 
+#include <stddef.h>
+
 enum {
     DDP__CPU_F16C = 1 << 0,
     DDP__CPU_AVX2 = 1 << 1,
@@ -25,5 +27,12 @@ const char *ddp__cpu_blas_core_for(const char *chosen, unsigned features);
 
 /* The same for this CPU. */
 const char *ddp__cpu_blas_core(const char *chosen);
+
+/* The library's warning (tensor.c) into buf: 1 when OpenBLAS chose `chosen`
+ * on a CPU with `features` and `user_coretype` (OPENBLAS_CORETYPE, or NULL
+ * when unset) did not choose for it, and ddp__cpu_blas_core_for names
+ * better kernels; 0 (buf "") otherwise. */
+int ddp__cpu_blas_warning(char *buf, size_t len, const char *chosen, unsigned features,
+                          const char *user_coretype);
 
 #endif

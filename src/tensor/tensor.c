@@ -162,12 +162,10 @@ static int openblas_threads(void)
  * process: say which.  Unless the user chose the kernels. */
 static void blas_core_check(void)
 {
-    const char *chosen = openblas_get_corename(), *better = ddp__cpu_blas_core(chosen);
-    if (better && !getenv("OPENBLAS_CORETYPE"))
-        DDP_WARN("OpenBLAS runs its %s kernels on a CPU with %s (its CPU detection does not know "
-                 "this model), so GEMMs run several times slower: set OPENBLAS_CORETYPE=%s "
-                 "(ddprun sets it for its workers)",
-                 chosen, ddp__cpu_features() & DDP__CPU_AVX512 ? "AVX-512" : "AVX2", better);
+    char msg[512];
+    if (ddp__cpu_blas_warning(msg, sizeof msg, openblas_get_corename(), ddp__cpu_features(),
+                              getenv("OPENBLAS_CORETYPE")))
+        DDP_WARN("%s", msg);
 }
 
 /* A bad DDP_NUM_THREADS cannot fail the GEMM that first reads it: it is
