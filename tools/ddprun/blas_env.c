@@ -49,8 +49,7 @@ void ddprun_blas_env(void)
         return;
     setenv("OPENBLAS_CORETYPE", better, 1);
     fprintf(stderr,
-            "ddprun: OpenBLAS would run its %s kernels on this CPU (it does not "
-            "know the model); "
-            "workers get OPENBLAS_CORETYPE=%s\n",
+            "ddprun: OpenBLAS would run its %s kernels on this CPU (it does not know the "
+            "model); workers get OPENBLAS_CORETYPE=%s\n",
             chosen, better);
 }
