@@ -15,6 +15,7 @@
 #include "conv_util.h"
 #include "fixtures/conv_torch.h"
 #include "gradcheck.h"
+#include "nn/autograd.h"
 
 static ddp_conv2d_options case_options(const conv_case *c)
 {
@@ -237,38 +238,52 @@ static void test_conv_module(void **state)
     assert_non_null(strstr(ddp_last_error(), "conv2d: groups 4 must divide"));
 }
 
-/* One pass of Sequential(Conv2d(o), ReLU, Flatten) on x (2, c, 6, 5)
- * against a loss sum(y * r): y, dy, dx and the conv's dW and db into out
- * (concatenated), by the model's forward (fused: 1) or by the ops one by
- * one on the same parameters (0). */
-static size_t conv_relu_pass(ddp_model_t *m, const ddp_conv2d_options *o, int fused, float *out)
+/* A fusion case: Sequential(Conv2d(o), ReLU, [MaxPool2d(2),] Flatten) on
+ * x (2, c, h, w), and the op Sequential runs for the fused modules. */
+typedef struct fuse_case {
+    ddp_conv2d_options o;
+    int pool, h, w;
+    const char *op;
+} fuse_case;
+
+/* One pass of a fuse_case against a loss sum(y * r): y, dy, dx and the
+ * conv's dW and db into out (concatenated), by the model's forward (fused:
+ * 1, which must run k->op) or by the ops one by one on the same parameters
+ * (0). */
+static size_t conv_relu_pass(ddp_model_t *m, const fuse_case *k, int fused, float *out)
 {
-    int c = o->in_channels;
-    float xs[2 * 8 * 6 * 5], r[2 * 8 * 6 * 5];
-    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) /* signs mixed: the ReLU cuts */
+    int c = k->o.in_channels;
+    size_t nx = (size_t)2 * (size_t)c * (size_t)k->h * (size_t)k->w;
+    static float xs[4096], r[4096];
+    assert_true(nx <= 4096);
+    for (size_t i = 0; i < nx; i++) /* signs mixed: the ReLU cuts */
         xs[i] = (float)sin(0.7 * (double)i), r[i] = (float)cos(0.3 * (double)i);
     ddp_tape_t *tape;
     assert_int_equal(ddp_tape_create(&tape), 0);
-    ddp_var_t *x = cu_input(tape, xs, 4, (int64_t[]){2, c, 6, 5}, 1), *y, *loss;
+    ddp_var_t *x = cu_input(tape, xs, 4, (int64_t[]){2, c, k->h, k->w}, 1), *y, *loss;
     ddp_param *w = ddp_model_find_param(m, "0.weight"), *b = ddp_model_find_param(m, "0.bias");
     ddp_model_zero_grad(m);
     if (fused) {
         assert_int_equal(ddp_model_forward(m, tape, x, &y), 0);
+        assert_string_equal(y->in[0]->def->name, k->op); /* Flatten's input */
     } else {
         ddp_var_t *wv, *bv, *pre;
+        ddp_pool2d_options po = ddp_pool2d_defaults(2);
         assert_int_equal(ddp_tape_param(tape, w, &wv), 0);
         assert_int_equal(ddp_tape_param(tape, b, &bv), 0);
-        assert_int_equal(ddp_op_conv2d(tape, x, wv, bv, o, &pre), 0);
+        assert_int_equal(ddp_op_conv2d(tape, x, wv, bv, &k->o, &pre), 0);
         assert_int_equal(ddp_op_relu(tape, pre, &y), 0);
+        if (k->pool)
+            assert_int_equal(ddp_op_max_pool2d(tape, y, &po, &y), 0);
         assert_int_equal(ddp_op_flatten(tape, y, &y), 0);
     }
     assert_int_equal(cu_weighted_sum(tape, y, r, &loss), 0);
     assert_int_equal(ddp_tape_backward(tape, loss, m), 0);
     const ddp_tensor *t = ddp_var_tensor(y);
-    size_t n = 0, nx = (size_t)2 * (size_t)c * 30;
+    size_t n = 0;
     memcpy(out + n, t->data, (size_t)t->numel * sizeof *out), n += (size_t)t->numel;
-    /* y's own gradient too: Flatten's is a view of the pair's, which the
-     * fused op must leave as the ReLU's output gradient, unmasked */
+    /* y's own gradient too: Flatten's is a view of the fused op's, which
+     * must stay the output's gradient, unmasked */
     memcpy(out + n, ddp_var_grad(y), (size_t)t->numel * sizeof *out), n += (size_t)t->numel;
     memcpy(out + n, ddp_var_grad(x), nx * sizeof *out), n += nx;
     memcpy(out + n, w->grad, w->numel * sizeof *out), n += w->numel;
@@ -281,28 +296,43 @@ static size_t conv_relu_pass(ddp_model_t *m, const ddp_conv2d_options *o, int fu
     return n;
 }
 
-/* Sequential runs Conv2d + ReLU as one op (layers.c): bitwise the values
- * and gradients of the two ops, on the im2col path and on Winograd's; the
- * module after the pair still runs (Flatten: it lets the loss's gradient
- * reach the pair unmasked). */
+/* Sequential runs Conv2d + ReLU, and Conv2d + ReLU + MaxPool2d(2), as one
+ * op (layers.c): bitwise the values and gradients of the ops one by one,
+ * on the im2col path and on Winograd's, with groups; the pool fused where
+ * Winograd's tiles are its windows (an even output), a separate op
+ * elsewhere; the module after them still runs (Flatten: it lets the loss's
+ * gradient reach the fused op unmasked). */
 static void test_conv_relu_fused(void **state)
 {
     (void)state;
     ddp_conv2d_options gemm = ddp_conv2d_defaults(4, 6, 3), wino = ddp_conv2d_defaults(8, 8, 3);
     gemm.kernel_size[1] = 2, gemm.groups = 2, gemm.padding[0] = 1;
     wino.padding[0] = wino.padding[1] = 1;
-    const ddp_conv2d_options *cases[] = {&gemm, &wino};
-    for (int k = 0; k < 2; k++) {
-        ddp_module_t *l[3], *seq;
+    ddp_conv2d_options grouped = ddp_conv2d_defaults(16, 16, 3);
+    grouped.groups = 2;
+    const fuse_case cases[] = {
+        {gemm, 0, 6, 5, "conv2d_relu"},
+        {wino, 0, 6, 5, "conv2d_relu"},
+        {wino, 1, 6, 6, "conv2d_relu_max_pool2d"},    /* 6 x 6 output: 3 x 3 tiles */
+        {grouped, 1, 8, 10, "conv2d_relu_max_pool2d"}, /* 6 x 8 */
+        {wino, 1, 6, 5, "max_pool2d"},                /* 6 x 5: pooled apart */
+        {gemm, 1, 6, 5, "max_pool2d"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ddp_module_t *l[4], *seq;
         ddp_model_t *m;
-        assert_int_equal(ddp_conv2d_create(cases[k], 3, &l[0]), 0);
-        assert_int_equal(ddp_relu_create(&l[1]), 0);
-        assert_int_equal(ddp_flatten_create(&l[2]), 0);
-        assert_int_equal(ddp_sequential_create(l, 3, &seq), 0);
+        ddp_pool2d_options po = ddp_pool2d_defaults(2);
+        int nl = 0;
+        assert_int_equal(ddp_conv2d_create(&cases[k].o, 3, &l[nl++]), 0);
+        assert_int_equal(ddp_relu_create(&l[nl++]), 0);
+        if (cases[k].pool)
+            assert_int_equal(ddp_max_pool2d_create(&po, &l[nl++]), 0);
+        assert_int_equal(ddp_flatten_create(&l[nl++]), 0);
+        assert_int_equal(ddp_sequential_create(l, nl, &seq), 0);
         assert_int_equal(ddp_model_from_module(seq, &m), 0);
-        static float a[4096], b[4096];
-        size_t n = conv_relu_pass(m, cases[k], 1, a);
-        assert_int_equal(conv_relu_pass(m, cases[k], 0, b), n);
+        static float a[8192], b[8192];
+        size_t n = conv_relu_pass(m, &cases[k], 1, a);
+        assert_int_equal(conv_relu_pass(m, &cases[k], 0, b), n);
         assert_memory_equal(a, b, n * sizeof *a);
         ddp_model_destroy(m);
     }

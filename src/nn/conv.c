@@ -28,6 +28,7 @@ typedef struct conv_ctx {
     int n, groups, og; /* batch, groups, output channels per group */
     int wino;          /* forward and input gradient by Winograd F(2x2, 3x3) */
     int relu;          /* a ReLU fused in: y = max(conv, 0) */
+    uint8_t *arg;      /* MaxPool2d(2) fused in after the ReLU: each window's winner */
 } conv_ctx;
 
 ddp_conv2d_options ddp_conv2d_defaults(int in_channels, int out_channels, int kernel_size)
@@ -179,13 +180,14 @@ static int conv_wino_run(ddp_tape_t *tape, const conv_ctx *c, int flip, float *o
         return DDP_ERR_NOMEM;
     size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
     size_t ys = (size_t)c->og * (size_t)conv_p(c), us = 16 * (size_t)c->og * (size_t)c->g.c;
-    size_t os = flip ? xs : ys, is = flip ? ys : xs;
+    uint8_t *arg = flip ? NULL : c->arg; /* pooled: a quarter of y per sample */
+    size_t os = flip ? xs : arg ? ys / 4 : ys, is = flip ? ys : xs;
     for (int s = 0; s < c->n; s++)
         for (int gi = 0; gi < c->groups; gi++) {
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
-            ddp__wino_conv(&pl, out + sg * os, in + sg * is, u + (size_t)gi * us,
-                           bias ? bias + (size_t)gi * (size_t)c->og : NULL, acc, sg == 0,
-                           scratch);
+            ddp__wino_conv(&pl, out + sg * os, arg ? arg + sg * os : NULL, in + sg * is,
+                           u + (size_t)gi * us, bias ? bias + (size_t)gi * (size_t)c->og : NULL,
+                           acc, sg == 0, scratch);
         }
     return 0;
 }
@@ -216,11 +218,21 @@ static int conv_wino_dw(ddp_tape_t *tape, const conv_ctx *c, float *dw, const fl
 }
 
 static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v);
+static int conv_pool_backward(ddp_tape_t *tape, ddp_var_t *v);
 static const ddp__op_def conv2d_def = {"conv2d", conv2d_backward, 0};
 static const ddp__op_def conv2d_relu_def = {"conv2d_relu", conv2d_backward, 0};
+static const ddp__op_def conv2d_relu_pool_def = {"conv2d_relu_max_pool2d", conv_pool_backward, 0};
+
+/* The unfused tail of DDP__CONV_RELU_POOL2 where Winograd's tiles are not
+ * the pool's windows: MaxPool2d(2) as its own op. */
+static int conv_pool_apart(ddp_tape_t *tape, ddp_var_t *v, ddp_var_t **y)
+{
+    ddp_pool2d_options po = ddp_pool2d_defaults(2);
+    return ddp_op_max_pool2d(tape, v, &po, y);
+}
 
 static int conv2d_push(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
-                       const ddp_conv2d_options *o, int relu, ddp_var_t **y)
+                       const ddp_conv2d_options *o, int epilogue, ddp_var_t **y)
 {
     DDP_FAIL_IF(!tape || !y || !o, DDP_ERR_INVALID_ARG, "conv2d: NULL tape, options or output");
     DDP_TRY(ddp__op_check_var(tape, x, "conv2d", "input"));
@@ -229,20 +241,32 @@ static int conv2d_push(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *
         DDP_TRY(ddp__op_check_var(tape, b, "conv2d", "bias"));
     conv_ctx c;
     DDP_TRY(conv_geometry(x, w, b, o, &c));
-    c.relu = relu;
-    int64_t shape[4] = {c.n, (int64_t)c.og * c.groups, c.g.oh, c.g.ow};
+    c.relu = epilogue != DDP__CONV_PLAIN;
+    c.arg = NULL;
+    int pool = epilogue == DDP__CONV_RELU_POOL2;
+    int fuse_pool = pool && c.wino && c.g.oh % 2 == 0 && c.g.ow % 2 == 0;
+    int64_t d = fuse_pool ? 2 : 1;
+    int64_t shape[4] = {c.n, (int64_t)c.og * c.groups, c.g.oh / d, c.g.ow / d};
     ddp_var_t *v;
-    DDP_TRY(ddp__op_push(tape, relu ? &conv2d_relu_def : &conv2d_def, 4, shape, 1, x, w, b, &v));
+    DDP_TRY(ddp__op_push(tape, fuse_pool ? &conv2d_relu_pool_def
+                               : c.relu  ? &conv2d_relu_def
+                                         : &conv2d_def,
+                         4, shape, 1, x, w, b, &v));
     conv_ctx *saved = ddp__tape_alloc(tape, sizeof *saved);
     if (!saved)
         return DDP_ERR_NOMEM;
+    if (fuse_pool && !(c.arg = ddp__tape_alloc(tape, (size_t)v->t.numel)))
+        return DDP_ERR_NOMEM;
     *saved = c;
     v->ctx = saved;
+    int acc = fuse_pool ? DDP__WINO_RELU_POOL : c.relu ? DDP__WINO_RELU : 0;
     if (c.wino)
         DDP_TRY(conv_wino_run(tape, &c, 0, v->t.data, x->t.data, w->t.data, b ? b->t.data : NULL,
-                              relu ? DDP__WINO_RELU : 0));
+                              acc));
     else
         DDP_TRY(conv_forward_gemm(tape, &c, x, w, b, v));
+    if (pool && !fuse_pool)
+        return conv_pool_apart(tape, v, y);
     *y = v;
     return 0;
 }
@@ -250,13 +274,15 @@ static int conv2d_push(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *
 int ddp_op_conv2d(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
                   const ddp_conv2d_options *o, ddp_var_t **y)
 {
-    return conv2d_push(tape, x, w, b, o, 0, y);
+    return conv2d_push(tape, x, w, b, o, DDP__CONV_PLAIN, y);
 }
 
-int ddp__op_conv2d_relu(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
-                        const ddp_conv2d_options *o, ddp_var_t **y)
+int ddp__op_conv2d_fused(ddp_tape_t *tape, ddp_var_t *x, ddp_var_t *w, ddp_var_t *b,
+                         const ddp_conv2d_options *o, int epilogue, ddp_var_t **y)
 {
-    return conv2d_push(tape, x, w, b, o, 1, y);
+    DDP_FAIL_IF(epilogue < DDP__CONV_PLAIN || epilogue > DDP__CONV_RELU_POOL2,
+                DDP_ERR_INVALID_ARG, "conv2d: unknown epilogue %d", epilogue);
+    return conv2d_push(tape, x, w, b, o, epilogue, y);
 }
 
 /* The sum of x (n floats) in 16 float lanes, which the compiler keeps in
@@ -275,16 +301,16 @@ DDP_KERNEL static float row_sum(const float *restrict x, size_t n)
     return s;
 }
 
-/* db (O) (=|+=) the sum of dy over samples and positions, one row of dy
+/* db (O) (=|+=) the sum of dy over n samples and positions, one row of dy
  * (P floats) at a time: a GEMV against a ones vector spent more time
  * packing dy than adding it. */
-static void conv_bias_backward(float *db, const float *dy, const conv_ctx *c, int acc)
+static void conv_bias_backward(float *db, const float *dy, const conv_ctx *c, int n, int acc)
 {
     size_t cout = (size_t)c->og * (size_t)c->groups, p = (size_t)conv_p(c);
     for (size_t o = 0; o < cout; o++) {
         float s = acc ? db[o] : 0.0f;
-        for (size_t n = 0; n < (size_t)c->n; n++)
-            s += row_sum(dy + (n * cout + o) * p, p);
+        for (size_t k = 0; k < (size_t)n; k++)
+            s += row_sum(dy + (k * cout + o) * p, p);
         db[o] = s;
     }
 }
@@ -308,7 +334,7 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
     }
     if (b && b->requires_grad) {
         DDP_GRAD_TARGET(db, b);
-        conv_bias_backward(db, dy, c, acc);
+        conv_bias_backward(db, dy, c, c->n, acc);
     }
     float *dw = NULL, *dx = NULL, *cols = NULL, *dcols = NULL;
     int acc_w = 0, acc_x = 0;
@@ -349,5 +375,93 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
             ddp_sgemm(1, 0, k, p, og, 1.0f, wg, k, dyg, p, 0.0f, dcols, p);
             ddp__col2im(dxg, dcols, &c->g, acc_x);
         }
+    return 0;
+}
+
+/* ==== Conv2d + ReLU + MaxPool2d(2) ========================================= */
+
+/* One sample's conv output gradient dy (planes, 2 qh, 2 qw) from the pooled
+ * gradient g, output y and winners arg (planes, qh, qw): each window's
+ * winner gets g where y > 0, everything else 0, the values max pool's and
+ * the ReLU's backwards give (their masks, one after the other). */
+DDP_KERNEL static void unpool_relu(float *restrict dy, const float *restrict g,
+                                   const float *restrict y, const uint8_t *restrict arg,
+                                   size_t planes, int qh, int qw)
+{
+    size_t w = 2 * (size_t)qw;
+    for (size_t i = 0; i < planes * (size_t)qh; i++) { /* pooled rows of every plane */
+        float *r0 = dy + 2 * i * w, *r1 = r0 + w;
+        const float *gi = g + i * (size_t)qw, *yi = y + i * (size_t)qw;
+        const uint8_t *ai = arg + i * (size_t)qw;
+        for (size_t j = 0; j < (size_t)qw; j++) {
+            float v = yi[j] > 0.0f ? gi[j] : 0.0f;
+            int k = ai[j];
+            r0[2 * j] = k == 0 ? v : 0.0f, r0[2 * j + 1] = k == 1 ? v : 0.0f;
+            r1[2 * j] = k == 2 ? v : 0.0f, r1[2 * j + 1] = k == 3 ? v : 0.0f;
+        }
+    }
+}
+
+/* The fused op's backward, one sample at a time: its conv output gradient
+ * (147 KiB for the MNIST network's second layer) made in cache from the
+ * pooled one and used there by the bias, the weight (Winograd dU, summed
+ * per group over the samples, in their order) and the input gradient, the
+ * same operations in the same order as conv2d_backward after the two ops'
+ * backwards: the same bits, without a batch of it in memory. */
+static int conv_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
+{
+    ddp_var_t *x = v->in[0], *w = v->in[1], *b = v->nin > 2 ? v->in[2] : NULL;
+    const conv_ctx *c = v->ctx;
+    size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w, p = (size_t)conv_p(c);
+    size_t ys = (size_t)c->og * p, us = 16 * (size_t)c->og * (size_t)c->g.c;
+    size_t cout = (size_t)c->og * (size_t)c->groups;
+    int acc, acc_b = 0, acc_w = 0, acc_x = 0;
+    float *db = NULL, *dw = NULL, *dx = NULL, *du = NULL, *sw = NULL, *uf = NULL, *sx = NULL;
+    ddp__wino_plan pw, px;
+    ddp__wino_plan_init(&pw, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+    ddp__wino_plan_init(&px, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph, 2 - c->g.pw);
+    if (b && b->requires_grad) {
+        DDP_GRAD_TARGET(g, b);
+        db = g, acc_b = acc;
+    }
+    if (w->requires_grad) {
+        DDP_GRAD_TARGET(g, w);
+        dw = g, acc_w = acc;
+        du = ddp__tape_alloc(tape, us * (size_t)c->groups * sizeof *du);
+        sw = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pw) * sizeof *sw);
+        if (!du || !sw)
+            return DDP_ERR_NOMEM;
+    }
+    if (x->requires_grad) {
+        DDP_GRAD_TARGET(g, x);
+        dx = g, acc_x = acc;
+        uf = conv_wino_filters(tape, c, w->t.data, 1);
+        sx = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&px) * sizeof *sx);
+        if (!uf || !sx)
+            return DDP_ERR_NOMEM;
+    }
+    float *dy = ddp__tape_alloc(tape, cout * p * sizeof *dy); /* one sample's */
+    if (!dy)
+        return DDP_ERR_NOMEM;
+    size_t q = cout * p / 4; /* one sample's pooled outputs */
+    for (int s = 0; s < c->n; s++) {
+        unpool_relu(dy, v->grad + (size_t)s * q, v->t.data + (size_t)s * q, c->arg + (size_t)s * q,
+                    cout, c->g.oh / 2, c->g.ow / 2);
+        if (db)
+            conv_bias_backward(db, dy, c, 1, acc_b || s > 0);
+        for (int gi = 0; gi < c->groups; gi++) {
+            size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
+            const float *dyg = dy + (size_t)gi * ys;
+            if (dw)
+                ddp__wino_dw_sample(&pw, du + (size_t)gi * us, x->t.data + sg * xs, dyg, s > 0,
+                                    sw);
+            if (dx)
+                ddp__wino_conv(&px, dx + sg * xs, NULL, dyg, uf + (size_t)gi * us, NULL, acc_x,
+                               sg == 0, sx);
+        }
+    }
+    for (int gi = 0; dw && gi < c->groups; gi++)
+        ddp__wino_filters_grad(dw + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9,
+                               du + (size_t)gi * us, c->og, c->g.c, acc_w);
     return 0;
 }

@@ -17,21 +17,20 @@ typedef struct conv2d {
     ddp_param *weight, *bias; /* bias NULL without one */
 } conv2d;
 
-static int conv2d_run(conv2d *c, ddp_tape_t *tape, ddp_var_t *x, int relu, ddp_var_t **y)
+static int conv2d_run(conv2d *c, ddp_tape_t *tape, ddp_var_t *x, int epilogue, ddp_var_t **y)
 {
     ddp_var_t *w, *b = NULL;
     DDP_TRY(ddp_tape_param(tape, c->weight, &w));
     if (c->bias)
         DDP_TRY(ddp_tape_param(tape, c->bias, &b));
-    return relu ? ddp__op_conv2d_relu(tape, x, w, b, &c->o, y)
-                : ddp_op_conv2d(tape, x, w, b, &c->o, y);
+    return ddp__op_conv2d_fused(tape, x, w, b, &c->o, epilogue, y);
 }
 
 static int conv2d_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp_var_t **y,
                           void *user)
 {
     (void)m;
-    return conv2d_run(user, tape, x, 0, y);
+    return conv2d_run(user, tape, x, DDP__CONV_PLAIN, y);
 }
 
 static int conv2d_reset(ddp_module_t *m, ddp_generator *gen, void *user)
@@ -52,12 +51,12 @@ static const ddp_module_def conv2d_def = {"Conv2d", conv2d_forward, conv2d_reset
 
 int ddp__conv2d_module_is(const ddp_module_t *m) { return m && m->def == &conv2d_def; }
 
-int ddp__conv2d_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, int relu,
+int ddp__conv2d_module_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, int epilogue,
                                ddp_var_t **y)
 {
     DDP_FAIL_IF(!ddp__conv2d_module_is(m) || !y, DDP_ERR_INVALID_ARG,
                 "conv2d forward: not a Conv2d module, or a NULL output");
-    return conv2d_run(m->user, tape, x, relu, y);
+    return conv2d_run(m->user, tape, x, epilogue, y);
 }
 
 static int conv2d_check(const ddp_conv2d_options *o)
@@ -134,6 +133,18 @@ static int adaptive_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, ddp
 static const ddp_module_def max_pool_def = {"MaxPool2d", max_pool_forward, NULL, free};
 static const ddp_module_def avg_pool_def = {"AvgPool2d", avg_pool_forward, NULL, free};
 static const ddp_module_def adaptive_def = {"AdaptiveAvgPool2d", adaptive_forward, NULL, free};
+
+int ddp__max_pool2_module_is(const ddp_module_t *m)
+{
+    if (!m || m->def != &max_pool_def)
+        return 0;
+    const ddp_pool2d_options *o = &((const pool2d *)m->user)->o;
+    int ok = 1;
+    for (int i = 0; i < 2; i++) /* stride 0 is the kernel size */
+        ok &= o->kernel_size[i] == 2 && (o->stride[i] == 2 || o->stride[i] == 0) &&
+              o->padding[i] == 0 && o->dilation[i] == 1;
+    return ok;
+}
 
 static int pool_create(const ddp_module_def *def, const ddp_pool2d_options *o, int oh, int ow,
                        ddp_module_t **out)

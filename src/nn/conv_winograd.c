@@ -201,21 +201,70 @@ DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
     }
 }
 
+/* output_tiles followed by a ReLU and MaxPool2d(2), one pool window per
+ * tile: y[z] the largest of the tile's ReLU'd outputs, arg[z] its place 2
+ * row + column (as a float), max pool's rule on the ReLU's values (the first maximum; no
+ * NaN survives the ReLU), as the two ops give.  Over all t tiles at once:
+ * a loop along one row of tiles (12) ran mostly scalar. */
+DDP_KERNEL static void output_tiles_pool(float *restrict y, float *restrict arg,
+                                         const float *restrict m, size_t ms, int t, float bias)
+{
+    for (int z = 0; z < t; z++) {
+        float s[2][4];
+        for (int l = 0; l < 4; l++) {
+            float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
+            float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
+            float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
+            s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
+        }
+        /* output_tiles' four values, in its order of operations */
+        float a = s[0][0] + s[0][1] + s[0][2] + bias, b = s[0][1] - s[0][2] - s[0][3] + bias;
+        float c = s[1][0] + s[1][1] + s[1][2] + bias, d = s[1][1] - s[1][2] - s[1][3] + bias;
+        a = a > 0.0f ? a : 0.0f, b = b > 0.0f ? b : 0.0f;
+        c = c > 0.0f ? c : 0.0f, d = d > 0.0f ? d : 0.0f;
+        float best = a, at = 0.0f; /* at a float: an int or byte store kept it scalar */
+        int take = b > best;
+        best = take ? b : best, at = take ? 1.0f : at;
+        take = c > best;
+        best = take ? c : best, at = take ? 2.0f : at;
+        take = d > best;
+        best = take ? d : best, at = take ? 3.0f : at;
+        y[z] = best;
+        arg[z] = at;
+    }
+}
+
 /* y (o, oh, ow) (=|+=, or through a ReLU: acc) the tiles of M (16, o, t),
  * through one channel's rows at a time (spare tiles and an odd size's extra
- * row or column cut). */
-static void output_transform(float *y, float *m, const float *bias, int acc, float *ye,
-                             const ddp__wino_plan *p)
+ * row or column cut); with arg, acc is DDP__WINO_RELU_POOL and y (o, th,
+ * tw) gets the pooled values. */
+static void output_transform(float *y, uint8_t *arg, float *m, const float *bias, int acc,
+                             float *ye, const ddp__wino_plan *p)
 {
     size_t ms = (size_t)p->o * (size_t)p->t, wp = (size_t)p->wp;
+    size_t pooled = (size_t)p->th * (size_t)p->tw;
     float *yo = ye + (size_t)p->th * wp;
     for (int oi = 0; oi < p->o; oi++) {
         float *mo = m + (size_t)oi * (size_t)p->t;
-        output_tiles(ye, yo, mo, ms, p->t, bias ? bias[oi] : 0.0f);
+        float bo = bias ? bias[oi] : 0.0f;
+        if (acc == DDP__WINO_RELU_POOL) /* pooled rows of tw + 1 (the spare tile) */
+            output_tiles_pool(ye, yo, mo, ms, p->t, bo);
+        else
+            output_tiles(ye, yo, mo, ms, p->t, bo);
         /* M left zero for the next sample's GEMMs (ddp__wino_conv); in the
          * tile loop these stores kept gcc from vectorising it */
         for (int i = 0; i < 16; i++)
             memset(mo + (size_t)i * ms, 0, (size_t)p->t * sizeof *mo);
+        if (acc == DDP__WINO_RELU_POOL) {
+            for (int ti = 0; ti < p->th; ti++) {
+                size_t at = (size_t)oi * pooled + (size_t)ti * (size_t)p->tw;
+                size_t from = (size_t)ti * ((size_t)p->tw + 1);
+                memcpy(y + at, ye + from, (size_t)p->tw * sizeof *y);
+                for (int j = 0; j < p->tw; j++)
+                    arg[at + (size_t)j] = (uint8_t)yo[from + (size_t)j];
+            }
+            continue;
+        }
         float *yc = y + (size_t)oi * (size_t)p->oh * (size_t)p->ow;
         for (int r = 0; r < p->oh; r++) {
             float *dst = yc + (size_t)r * (size_t)p->ow;
@@ -245,8 +294,8 @@ void ddp__wino_input(const ddp__wino_plan *p, const float *x, const ddp__wino_sc
     input_transform(s->v, s->e, s->od, s->rows, p);
 }
 
-void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
-                    const float *bias, int acc, int fresh, float *scratch)
+void ddp__wino_conv(const ddp__wino_plan *p, float *y, uint8_t *arg, const float *x,
+                    const float *u, const float *bias, int acc, int fresh, float *scratch)
 {
     ddp__wino_scratch s = ddp__wino_scratch_parts(p, scratch);
     size_t vs = (size_t)p->c * (size_t)p->t;
@@ -258,5 +307,5 @@ void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const flo
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
                   p->c, s.v + (size_t)i * vs, p->t, fresh ? 0.0f : 1.0f,
                   s.m + (size_t)i * (size_t)p->o * (size_t)p->t, p->t);
-    output_transform(y, s.m, bias, acc, s.rows, p);
+    output_transform(y, arg, s.m, bias, acc, s.rows, p);
 }

@@ -10,6 +10,7 @@
 #define DDP_NN_CONV_WINOGRAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tensor/im2col.h"
 
@@ -37,16 +38,21 @@ size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
  * degrees, so that dx = conv(dy, u) with padding 2 - p. */
 void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip);
 
-/* acc of ddp__wino_conv: y = max(conv + bias, 0), a ReLU fused in. */
+/* acc of ddp__wino_conv: y = max(conv + bias, 0), a ReLU fused in; or
+ * that followed by MaxPool2d(2), each 2x2 tile one pool window (oh, ow
+ * even). */
 #define DDP__WINO_RELU 2
+#define DDP__WINO_RELU_POOL 3
 
 /* y (o, oh, ow) (=|+=) conv(x (c, h, w), u) + bias (o floats, or NULL);
- * acc 1 adds to y, DDP__WINO_RELU writes it through a ReLU.  scratch:
- * ddp__wino_scratch_floats(p) floats; fresh 1 the first time it is used, 0
- * when a previous call left it (its M part is then zero, which saves
- * clearing it). */
-void ddp__wino_conv(const ddp__wino_plan *p, float *y, const float *x, const float *u,
-                    const float *bias, int acc, int fresh, float *scratch);
+ * acc 1 adds to y, DDP__WINO_RELU writes it through a ReLU,
+ * DDP__WINO_RELU_POOL writes y (o, th, tw) pooled and arg (o, th, tw) each
+ * window's winner (2 row + column in its tile: the first maximum, as
+ * MaxPool2d's).  scratch: ddp__wino_scratch_floats(p) floats; fresh 1 the
+ * first time it is used, 0 when a previous call left it (its M part is
+ * then zero, which saves clearing it). */
+void ddp__wino_conv(const ddp__wino_plan *p, float *y, uint8_t *arg, const float *x,
+                    const float *u, const float *bias, int acc, int fresh, float *scratch);
 
 /* ddp__wino_conv's scratch carved into its parts: x's rows split by parity
  * (e, od), V (16, c, t), M (16, o, t) and one channel's rows. */

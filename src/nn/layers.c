@@ -140,12 +140,15 @@ static int sequential_forward(ddp_module_t *m, ddp_tape_t *tape, ddp_var_t *x, d
     (void)user;
     for (int i = 0; i < m->nchildren; i++) {
         ddp_module_t *c = m->children[i];
+        /* Conv2d, ReLU (, MaxPool2d(2)) as one op: fuse counts the modules after c */
         int fuse = i + 1 < m->nchildren && m->children[i + 1]->def == &relu_def &&
                    ddp__conv2d_module_is(c);
-        int rc = fuse ? ddp__conv2d_module_forward(c, tape, x, 1, &x)
+        fuse += fuse && i + 2 < m->nchildren && ddp__max_pool2_module_is(m->children[i + 2]);
+        int rc = fuse ? ddp__conv2d_module_forward(
+                            c, tape, x, fuse == 2 ? DDP__CONV_RELU_POOL2 : DDP__CONV_RELU, &x)
                       : ddp_module_forward(c, tape, x, &x);
         if (rc < 0 && fuse)
-            return ddp__error_context(rc, "sequential layers %d and %d", i, i + 1);
+            return ddp__error_context(rc, "sequential layers %d to %d", i, i + fuse);
         if (rc < 0)
             return ddp__error_context(rc, "sequential layer %d", i);
         i += fuse;
