@@ -179,56 +179,54 @@ static void input_transform(float *v, const float *e, const float *od, float *ro
 
 /* ==== output transform ==================================================== */
 
-/* One output channel's t tiles from M_i[z] (stride ms between M_i) into its
- * even rows ye and odd rows yo ((th, wp) each: tile z's 2x2 outputs are
- * ye[2z], ye[2z + 1], yo[2z], yo[2z + 1]): A^T m A + bias, A^T = [1 1 1 0;
- * 0 1 -1 -1]. */
+/* Tile z's 2x2 outputs A^T m A + bias from M_i[z] (stride ms between M_i),
+ * A^T = [1 1 1 0; 0 1 -1 -1]: v = y00, y01, y10, y11.  Inlined into the
+ * tile loops below, which the compiler vectorises over z. */
+static inline void tile_out(float v[4], const float *restrict m, size_t ms, int z, float bias)
+{
+    float s[2][4];
+    for (int l = 0; l < 4; l++) {
+        float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
+        float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
+        float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
+        s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
+    }
+    v[0] = s[0][0] + s[0][1] + s[0][2] + bias, v[1] = s[0][1] - s[0][2] - s[0][3] + bias;
+    v[2] = s[1][0] + s[1][1] + s[1][2] + bias, v[3] = s[1][1] - s[1][2] - s[1][3] + bias;
+}
+
+/* One output channel's t tiles into its even rows ye and odd rows yo ((th,
+ * wp) each: tile z's 2x2 outputs are ye[2z], ye[2z + 1], yo[2z], yo[2z +
+ * 1]). */
 DDP_KERNEL static void output_tiles(float *restrict ye, float *restrict yo,
                                     const float *restrict m, size_t ms, int t, float bias)
 {
     for (int z = 0; z < t; z++) {
-        float s[2][4];
-        for (int l = 0; l < 4; l++) {
-            float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
-            float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
-            float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
-            s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
-        }
-        ye[2 * z] = s[0][0] + s[0][1] + s[0][2] + bias;
-        ye[2 * z + 1] = s[0][1] - s[0][2] - s[0][3] + bias;
-        yo[2 * z] = s[1][0] + s[1][1] + s[1][2] + bias;
-        yo[2 * z + 1] = s[1][1] - s[1][2] - s[1][3] + bias;
+        float v[4];
+        tile_out(v, m, ms, z, bias);
+        ye[2 * z] = v[0], ye[2 * z + 1] = v[1], yo[2 * z] = v[2], yo[2 * z + 1] = v[3];
     }
 }
 
 /* output_tiles followed by a ReLU and MaxPool2d(2), one pool window per
  * tile: y[z] the largest of the tile's ReLU'd outputs, arg[z] its place 2
- * row + column (as a float), max pool's rule on the ReLU's values (the first maximum; no
- * NaN survives the ReLU), as the two ops give.  Over all t tiles at once:
- * a loop along one row of tiles (12) ran mostly scalar. */
+ * row + column (as a float: an int or byte store kept the loop scalar).
+ * Max pool's rule on the ReLU's values (the first maximum; no NaN survives
+ * the ReLU), as the two ops give.  Over all t tiles at once: a loop along
+ * one row of tiles (12) ran mostly scalar. */
 DDP_KERNEL static void output_tiles_pool(float *restrict y, float *restrict arg,
                                          const float *restrict m, size_t ms, int t, float bias)
 {
     for (int z = 0; z < t; z++) {
-        float s[2][4];
-        for (int l = 0; l < 4; l++) {
-            float m0 = m[(size_t)l * ms + (size_t)z], m1 = m[(size_t)(4 + l) * ms + (size_t)z];
-            float m2 = m[(size_t)(8 + l) * ms + (size_t)z];
-            float m3 = m[(size_t)(12 + l) * ms + (size_t)z];
-            s[0][l] = m0 + m1 + m2, s[1][l] = m1 - m2 - m3;
+        float v[4];
+        tile_out(v, m, ms, z, bias);
+        for (int k = 0; k < 4; k++)
+            v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+        float best = v[0], at = 0.0f;
+        for (int k = 1; k < 4; k++) {
+            int take = v[k] > best;
+            best = take ? v[k] : best, at = take ? (float)k : at;
         }
-        /* output_tiles' four values, in its order of operations */
-        float a = s[0][0] + s[0][1] + s[0][2] + bias, b = s[0][1] - s[0][2] - s[0][3] + bias;
-        float c = s[1][0] + s[1][1] + s[1][2] + bias, d = s[1][1] - s[1][2] - s[1][3] + bias;
-        a = a > 0.0f ? a : 0.0f, b = b > 0.0f ? b : 0.0f;
-        c = c > 0.0f ? c : 0.0f, d = d > 0.0f ? d : 0.0f;
-        float best = a, at = 0.0f; /* at a float: an int or byte store kept it scalar */
-        int take = b > best;
-        best = take ? b : best, at = take ? 1.0f : at;
-        take = c > best;
-        best = take ? c : best, at = take ? 2.0f : at;
-        take = d > best;
-        best = take ? d : best, at = take ? 3.0f : at;
         y[z] = best;
         arg[z] = at;
     }
