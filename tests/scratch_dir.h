@@ -27,6 +27,14 @@ static inline int scratch_teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* Are files a and b of the scratch folder the same bytes? */
+__attribute__((unused)) static int same_files(const char *a, const char *b)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/%s %s/%s", dir, a, dir, b);
+    return system(cmd) == 0;
+}
+
 /* A cmocka test run in a fresh scratch folder. */
 #define IN_SCRATCH(test) cmocka_unit_test_setup_teardown(test, scratch_setup, scratch_teardown)
 

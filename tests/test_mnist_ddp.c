@@ -31,13 +31,6 @@
 
 static char bin[1024], ddprun[1024];
 
-static int same_files(const char *a, const char *b)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/%s %s/%s", dir, a, dir, b);
-    return system(cmd) == 0;
-}
-
 
 static void test_two_ranks_under_ddprun(void **state)
 {

@@ -1,8 +1,10 @@
 /* End-to-end test of ddp-mnist --pipeline-stages under ddprun: 4 processes
  * as 2 replicas x 2 stages print the same loss lines and test accuracy as
  * a plain 2-rank DDP run (each replica sees what a DDP rank sees, the step
- * is the same mathematics up to rounding), from one rank only; bad
- * pipeline flags are refused with their reason. */
+ * is the same mathematics up to rounding), from one rank only; a run
+ * killed and restarted by ddprun resumes from its sharded checkpoint to the
+ * uninterrupted run's weights bitwise, and ZeRO resumes that checkpoint;
+ * bad pipeline flags are refused with their reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,8 +17,11 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "data_fixture.h"
 #include "ddp.h"
+#include "ddp/zero.h"
 #include "mnist_output.h"
+#include "mnist_model.h"
 #include "scratch_dir.h"
 #include "run_logged.h"
 
@@ -64,6 +69,62 @@ static void test_2x2_pipeline_equals_ddp(void **state)
     free(dp.out);
 }
 
+/* dir/name/zero-latest exported to dir/out (one safetensors file). */
+static void export_latest(const char *name, const char *out)
+{
+    char from[256], to[256];
+    snprintf(from, sizeof from, "%s/%s/zero-latest", dir, name);
+    snprintf(to, sizeof to, "%s/%s", dir, out);
+    if (ddp_zero_checkpoint_export(from, to) != 0)
+        fail_msg("export %s: %s", from, ddp_last_error());
+}
+
+/* 2 stages x 2 replicas, 960 samples, batch 32: 15 steps an epoch, a
+ * checkpoint every 5.  Rank 1 (replica 0's stage 1) killed at global step
+ * 22; the restarted group resumes from step 20 (epoch 2, step 5), and its
+ * last checkpoint (step 30) is the uninterrupted run's, bitwise.  ZeRO-1 on
+ * 2 ranks resumes that checkpoint with nothing left to train and saves the
+ * same weights. */
+static void test_pipeline_restart_resumes_bitwise(void **state)
+{
+    (void)state;
+    fx_write_split(dir, "train", 0, 960, 28, 28, 10);
+    fx_write_split(dir, "t10k", 0, 100, 28, 28, 10);
+    char common[512];
+    snprintf(common, sizeof common,
+             "--data %s --no-progress --epochs 2 --batch-size 32 --momentum 0.9 --lr 0.05 "
+             "--seed 5 --checkpoint-every 5", dir);
+    result a = sh("%s --standalone --nproc-per-node 4 %s %s --pipeline-stages 2 "
+                  "--micro-batches 2 --checkpoint-dir %s/ca", ddprun, bin, common, dir);
+    if (a.status != 0)
+        fail_msg("uninterrupted: exit %d: %s", a.status, a.out);
+    result b = sh("%s --standalone --nproc-per-node 4 --max-restarts 1 %s %s --pipeline-stages 2 "
+                  "--micro-batches 2 --checkpoint-dir %s/cb --crash-at-step 22",
+                  ddprun, bin, common, dir);
+    if (b.status != 0)
+        fail_msg("restarted: exit %d: %s", b.status, b.out);
+    assert_non_null(strstr(b.out, "was killed by signal 9 (Killed); restarting the group"));
+    if (!strstr(b.out, "/zero-latest: epoch 2, step 5 (saved by 2 replicas)"))
+        fail_msg("no resume from step 20: %s", b.out);
+    export_latest("ca", "a.safetensors");
+    export_latest("cb", "b.safetensors");
+    assert_true(same_files("a.safetensors", "b.safetensors"));
+
+    result c = sh("%s --standalone --nproc-per-node 2 %s %s --zero 1 --checkpoint-dir %s/ca "
+                  "--resume --save %s/c.safetensors", ddprun, bin, common, dir, dir);
+    if (c.status != 0 || !strstr(c.out, "epoch 3, step 0 (saved by 2 ranks)"))
+        fail_msg("ZeRO from the pipeline's checkpoint: exit %d: %s", c.status, c.out);
+    const int hidden[1] = {256};
+    ddp_model_t *ma = mnist_mlp_load(dir, hidden, 1, "a.safetensors");
+    ddp_model_t *mc = mnist_mlp_load(dir, hidden, 1, "c.safetensors");
+    assert_true(mnist_rel_diff(ma, mc) == 0.0);
+    ddp_model_destroy(ma);
+    ddp_model_destroy(mc);
+    free(a.out);
+    free(b.out);
+    free(c.out);
+}
+
 static void test_bad_pipeline_flags(void **state)
 {
     (void)state;
@@ -97,6 +158,7 @@ int main(void)
     snprintf(ddprun, sizeof ddprun, "%s/bin/ddprun", build);
     const struct CMUnitTest tests[] = {
         IN_SCRATCH(test_2x2_pipeline_equals_ddp),
+        IN_SCRATCH(test_pipeline_restart_resumes_bitwise),
         IN_SCRATCH(test_bad_pipeline_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,13 +25,6 @@
 
 static char bin[1024], ddprun[1024];
 
-static int same_files(const char *a, const char *b)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/%s %s/%s", dir, a, dir, b);
-    return system(cmd) == 0;
-}
-
 /* Runs world ranks of ddp-mnist by hand (file:// rendezvous) with flags,
  * rank 0 saving to dir/out; returns the exit status, output in *log. */
 static int run_ranks(int world, const char *flags, const char *out, char **log)

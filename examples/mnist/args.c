@@ -56,7 +56,8 @@ static void usage(FILE *f)
             "                    the first attempt: a fault to test restarts with\n"
             "  --pipeline-stages S  the model cut into S stages (1 or 2), one per rank:\n"
             "                    world = replicas x S, rank = replica * S + stage; the\n"
-            "                    last stage of replica 0 prints loss and test accuracy\n"
+            "                    last stage of replica 0 prints loss and test accuracy;\n"
+            "                    checkpoints are sharded as --zero's (DIR/zero-latest)\n"
             "  --micro-batches M micro-batches per step with a pipeline (default 1;\n"
             "                    1F1B schedule, docs/pipeline.md)\n"
             "  --help            this text\n"
@@ -149,9 +150,8 @@ static int check_pipeline_args(args *a)
             return bad_usage("--micro-batches needs --pipeline-stages");
         return 0;
     }
-    const char *bad = a->load ? "--load" : a->save ? "--save" : a->ckpt_dir ? "--checkpoint-dir"
+    const char *bad = a->load ? "--load" : a->save ? "--save"
                     : a->metrics ? "--metrics" : a->eval_every ? "--eval-every"
-                    : a->crash_at >= 0 ? "--crash-at-step"
                     : a->nhidden != 1 || a->hidden[0] != HIDDEN ? "--hidden" : NULL;
     if (bad)
         return bad_usage("--pipeline-stages does not support %s yet", bad);

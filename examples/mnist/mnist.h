@@ -109,8 +109,9 @@ void report_end(job *j);
  * DDP_ERROR_FILE for the launcher's failure report (ddprun). */
 __attribute__((format(printf, 1, 2))) void stop_error(const char *fmt, ...);
 
-/* train.c */
+/* train.c; maybe_crash: --crash-at-step's fault, at the step it names */
 int train(job *j, ddp_loader_t *dl);
+void maybe_crash(const job *j);
 
 /* zero.c: --zero.  zero_setup makes the optimizer a shard optimizer (after
  * DDP is set up, which --zero 2 goes without); the others are the step's,
@@ -122,6 +123,18 @@ int optimizer_step(job *j);
 void zero_teardown(job *j);
 /* Every rank writes its shard of a sharded checkpoint (collective). */
 int zero_checkpoint_save(job *j, const ddp_train_state *st);
+/* A sharded checkpoint (ZeRO's or a pipeline's) by save(folder, arg), a
+ * collective, into the folder of DIR that DIR/zero-latest does not name,
+ * then the link pointed at it; sharded_latest: DIR/zero-latest. */
+int sharded_save(job *j, int (*save)(const char *dir, void *arg), void *arg);
+void sharded_latest(const job *j, char *dir, size_t cap);
+/* --resume (or a ddprun restart): load(DIR/zero-latest, &st, arg) on every
+ * rank.  On another data-parallel size than the saving run's the position
+ * in the epoch is carried over as the share of the epoch's samples done
+ * (st.step batches per replica of st.world_size); rank 0 says where it
+ * resumes, "saved by N <unit>".  0 also when there is no checkpoint yet. */
+int sharded_resume(job *j, int (*load)(const char *dir, ddp_train_state *st, void *arg),
+                   void *arg, int replicas, const char *unit);
 /* pipeline.c: training and evaluation with --pipeline-stages; 0 or a
  * negative code (message in ddp_last_error) */
 int run_pipeline(job *j, ddp_dataset_t *train_ds);

@@ -8,6 +8,7 @@
  * the last stage the labels).  The last stage of replica 0 (world rank
  * S - 1) has the loss and the logits: it prints the step lines and the
  * test accuracy; rank 0 prints the throughput, as without a pipeline.
+ * --checkpoint-dir saves sharded checkpoints and resumes from them (below).
  * docs/pipeline.md. */
 #include <math.h>
 #include <stdio.h>
@@ -94,6 +95,45 @@ static int pipeline_eval(job *j, ddp_pipeline_t *pp, ddp_model_t *m)
     return rc < 0 ? rc : 0;
 }
 
+/* ==== checkpoints ===========================================================
+ * --checkpoint-dir DIR: every --checkpoint-every steps the stages save a
+ * sharded checkpoint (include/ddp/pipeline.h) into zero.c's folders, and a
+ * resume (or a ddprun restart) loads DIR/zero-latest: a pipeline's or a
+ * ZeRO run's, of any cut, replicas or world size. */
+
+typedef struct pp_save_args {
+    ddp_pipeline_t *pp;
+    ddp_optim_t *opt;
+    const ddp_train_state *st;
+} pp_save_args;
+
+static int pp_save(const char *dir, void *arg)
+{
+    pp_save_args *s = arg;
+    return ddp_pipeline_checkpoint_save(dir, s->pp, s->opt, s->st);
+}
+
+/* The position is in batches of one replica (st.world_size: replicas). */
+static int pipeline_save(job *j, ddp_pipeline_t *pp, ddp_optim_t *opt, long epoch, int64_t step)
+{
+    ddp_train_state st = {.epoch = epoch, .step = step, .global_step = j->st.global_step,
+                          .seed = j->a->seed, .world_size = ddp_pipeline_num_replicas(pp)};
+    pp_save_args s = {pp, opt, &st};
+    return sharded_save(j, pp_save, &s);
+}
+
+static int pp_load(const char *dir, ddp_train_state *st, void *arg)
+{
+    pp_save_args *s = arg;
+    return ddp_pipeline_checkpoint_load(dir, s->pp, s->opt, st);
+}
+
+static int pipeline_resume(job *j, ddp_pipeline_t *pp, ddp_optim_t *opt)
+{
+    pp_save_args s = {pp, opt, NULL};
+    return sharded_resume(j, pp_load, &s, ddp_pipeline_num_replicas(pp), "replicas");
+}
+
 static int pipeline_epochs(job *j, ddp_pipeline_t *pp, ddp_optim_t *opt, ddp_loader_t *dl)
 {
     const args *a = j->a;
@@ -101,12 +141,13 @@ static int pipeline_epochs(job *j, ddp_pipeline_t *pp, ddp_optim_t *opt, ddp_loa
     int printer = last && ddp_pipeline_replica(pp) == 0;
     size_t total = ddp_loader_length(dl);
     int rc = 0;
-    for (long epoch = 0; epoch < a->epochs && rc >= 0; epoch++) {
+    for (long epoch = (long)j->st.epoch; epoch < a->epochs && rc >= 0; epoch++) {
+        size_t skip = epoch == j->st.epoch ? (size_t)j->st.step : 0; /* trained before */
         ddp_batch b;
         rc = ddp_loader_epoch_begin(dl, (uint64_t)epoch);
         while (rc >= 0 && (rc = ddp_loader_next(dl, &b)) == 1) {
-            if ((long)b.size < a->micro_batches)
-                continue; /* a short last batch with fewer rows than micro-batches */
+            if (b.index < skip || (long)b.size < a->micro_batches)
+                continue; /* or a short last batch with fewer rows than micro-batches */
             ddp_tensor x;
             float loss;
             if ((rc = ddp_tensor_wrap(&x, b.x, 2, (int64_t[]){(int64_t)b.size, IN})) < 0)
@@ -116,9 +157,14 @@ static int pipeline_epochs(job *j, ddp_pipeline_t *pp, ddp_optim_t *opt, ddp_loa
                 (rc = ddp_optim_step(opt)) < 0)
                 break;
             j->samples += b.size;
+            j->st.global_step++;
+            maybe_crash(j);
             if (printer && (b.index + 1) % LOG_EVERY == 0)
                 printf("Epoch [%ld/%ld], Step [%zu/%zu], Loss: %.4f\n", epoch + 1, a->epochs,
                        b.index + 1, total, loss);
+            if (j->ckpt[0] && j->st.global_step % a->ckpt_every == 0)
+                rc = b.index + 1 == total ? pipeline_save(j, pp, opt, epoch + 1, 0)
+                                          : pipeline_save(j, pp, opt, epoch, (int64_t)b.index + 1);
         }
         fflush(stdout);
     }
@@ -163,7 +209,8 @@ int run_pipeline(job *j, ddp_dataset_t *train_ds)
     double t0 = ddp_time_now();
     int rc = stage_model(j->model, stage, S, &m);
     if (rc == 0 && (rc = ddp_pipeline_create(j->pg, m, &o, &pp)) == 0 &&
-        (rc = ddp_sgd_create(m, &so, &opt)) == 0 && train_ds &&
+        (rc = ddp_sgd_create(m, &so, &opt)) == 0 && (rc = pipeline_resume(j, pp, opt)) == 0 &&
+        train_ds &&
         (rc = replica_loader(j, train_ds, ddp_pipeline_replica(pp),
                              ddp_pipeline_num_replicas(pp), &sampler, &dl)) == 0) {
         t0 = ddp_time_now();

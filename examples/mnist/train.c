@@ -11,7 +11,7 @@ static const char *const phase_names[PH_N] = {"load", "forward", "backward", "op
 
 /* The fault that --crash-at-step injects: rank 1 (or a lone rank 0) dies
  * as kill -9 would kill it, in the first attempt only. */
-static void maybe_crash(const job *j)
+void maybe_crash(const job *j)
 {
     if (j->a->crash_at == j->st.global_step && j->restart == 0 &&
         j->rank == (j->world > 1 ? 1 : 0)) {

@@ -20,7 +20,9 @@
  * then points the symbolic link DIR/zero-latest at it, replaced atomically
  * (a new link renamed over the old): a crash during a save leaves the link
  * on the previous folder, whole.  Resuming loads DIR/zero-latest into any
- * world size (the load reshards). */
+ * world size (the load reshards).  --pipeline-stages saves its checkpoints
+ * the same way (pipeline.c): the format is the same, so either resumes the
+ * other's. */
 
 /* DIR/name */
 static void in_dir(const job *j, const char *name, char *out, size_t cap)
@@ -60,7 +62,7 @@ static int point_latest(const job *j, const char *folder, char *msg, size_t cap)
     return 0;
 }
 
-int zero_checkpoint_save(job *j, const ddp_train_state *st)
+int sharded_save(job *j, int (*save)(const char *dir, void *arg), void *arg)
 {
     const char *folder = next_folder(j);
     char dir[4096], msg[8448] = "";
@@ -68,7 +70,7 @@ int zero_checkpoint_save(job *j, const ddp_train_state *st)
     /* Every rank, so that none waits for another; a failure (other than
      * EEXIST) is the save's to report, naming the folder. */
     (void)mkdir(dir, 0777);
-    int rc = ddp_zero_checkpoint_save(dir, j->zero, j->opt, st);
+    int rc = save(dir, arg);
     if (rc < 0)
         return rc;
     int32_t r0 = j->rank == 0 ? point_latest(j, folder, msg, sizeof msg) : 0;
@@ -83,18 +85,37 @@ int zero_checkpoint_save(job *j, const ddp_train_state *st)
     return 0;
 }
 
-/* --resume (or a ddprun restart): DIR/zero-latest into the model and the
- * shard optimizer, on every rank.  At another world size the position in
- * the epoch is carried over as the share of the epoch's samples done
- * (st.step batches per rank of the saving run's world size). */
-static int zero_resume(job *j)
+typedef struct zero_save_args {
+    job *j;
+    const ddp_train_state *st;
+} zero_save_args;
+
+static int zero_save(const char *dir, void *arg)
+{
+    zero_save_args *a = arg;
+    return ddp_zero_checkpoint_save(dir, a->j->zero, a->j->opt, a->st);
+}
+
+int zero_checkpoint_save(job *j, const ddp_train_state *st)
+{
+    zero_save_args a = {j, st};
+    return sharded_save(j, zero_save, &a);
+}
+
+void sharded_latest(const job *j, char *dir, size_t cap)
+{
+    in_dir(j, "zero-latest", dir, cap);
+}
+
+int sharded_resume(job *j, int (*load)(const char *dir, ddp_train_state *st, void *arg),
+                   void *arg, int replicas, const char *unit)
 {
     if (!j->ckpt[0] || !(j->a->resume || j->restart > 0))
         return 0;
     char dir[4096];
-    in_dir(j, "zero-latest", dir, sizeof dir);
+    sharded_latest(j, dir, sizeof dir);
     ddp_train_state st;
-    int rc = ddp_zero_checkpoint_load(dir, j->zero, j->opt, &st);
+    int rc = load(dir, &st, arg);
     if (rc == DDP_ERR_NOT_FOUND) { /* every rank gets the same outcome */
         if (j->rank == 0)
             printf("No checkpoint at %s yet: starting from the beginning\n", dir);
@@ -102,13 +123,19 @@ static int zero_resume(job *j)
     }
     if (rc < 0)
         return rc;
-    if (st.world_size != j->world && st.world_size > 0)
-        st.step = st.step * st.world_size / j->world;
+    if (st.world_size != replicas && st.world_size > 0)
+        st.step = st.step * st.world_size / replicas;
     j->st = st;
     if (j->rank == 0)
-        printf("Resuming from %s: epoch %lld, step %lld (saved by %d ranks)\n", dir,
-               (long long)st.epoch + 1, (long long)st.step, st.world_size);
+        printf("Resuming from %s: epoch %lld, step %lld (saved by %d %s)\n", dir,
+               (long long)st.epoch + 1, (long long)st.step, st.world_size, unit);
     return 0;
+}
+
+static int zero_load(const char *dir, ddp_train_state *st, void *arg)
+{
+    job *j = arg;
+    return ddp_zero_checkpoint_load(dir, j->zero, j->opt, st);
 }
 
 int zero_setup(job *j)
@@ -126,7 +153,7 @@ int zero_setup(job *j)
     j->opt = NULL;
     if ((rc = ddp_sgd_create(ddp_zero_shard_model(j->zero), &so, &j->opt)) < 0)
         return rc;
-    return zero_resume(j);
+    return sharded_resume(j, zero_load, j, j->world, "ranks");
 }
 
 /* Stage 1: the real gradients (the shard model's are views of a part of

@@ -50,7 +50,9 @@
 #define DDP_PIPELINE_H
 
 #include "ddp/base.h"
+#include "ddp/ddp.h"
 #include "ddp/nn.h"
+#include "ddp/optim.h"
 #include "ddp/pg.h"
 #include "ddp/tensor.h"
 
@@ -141,6 +143,33 @@ DDP_API int ddp_pipeline_forward(ddp_pipeline_t *pp, const ddp_tensor *input, in
  * timeline (bench/pipeline_bubble.c). */
 DDP_API void ddp_pipeline_times(const ddp_pipeline_t *pp, double *busy_s, double *idle_s);
 DDP_API void ddp_pipeline_reset_times(ddp_pipeline_t *pp);
+
+/* ==== checkpoints ========================================================
+ * The sharded checkpoint format of include/ddp/zero.h (docs/zero.md), one
+ * shard per stage: stage s's parameters (and its optimizer's state) are a
+ * contiguous range of the unsplit model's flat block, and replica 0's stage
+ * s writes it.  So a pipeline's checkpoint loads into a pipeline cut at
+ * other points or with another number of replicas, into ZeRO at any world
+ * size (ddp_zero_checkpoint_load), and ddp_zero_checkpoint_export makes it
+ * one ordinary safetensors file; a ZeRO checkpoint loads into a pipeline.
+ * Every stage must use the same optimizer kind.  Stages with module
+ * buffers (BatchNorm) are refused (DDP_ERR_UNSUPPORTED): not yet. */
+
+/* Collective over the pipeline's world (every rank calls it, between
+ * steps): writes into dir (which must exist) replica 0's stages' shards,
+ * then rank 0 writes the index, naming the replicas as st's data-parallel
+ * size.  Any rank's failure fails every rank. */
+DDP_API int ddp_pipeline_checkpoint_save(const char *dir, ddp_pipeline_t *pp, ddp_optim_t *opt,
+                                         const ddp_train_state *st);
+/* Collective over the pipeline's world: every rank (every replica) reads
+ * its stage's parameters (found in the index by name: the same names and
+ * shapes in the same order), opt's state (may be NULL) and *st (may be
+ * NULL; world_size: the saving run's replicas) from the files that hold
+ * them.  Every rank checks first and the ranks agree: a missing, damaged
+ * or foreign file, or a model that does not match, fails every rank and
+ * changes nothing. */
+DDP_API int ddp_pipeline_checkpoint_load(const char *dir, ddp_pipeline_t *pp, ddp_optim_t *opt,
+                                         ddp_train_state *st);
 
 #ifdef __cplusplus
 }

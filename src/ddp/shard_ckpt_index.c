@@ -61,7 +61,9 @@ static int get_array(const char *path, const ddp__json *obj, const char *key,
 
 /* ==== the index =========================================================== */
 
-/* shards[i]: rank i, the partition's range, a plain file name in dir. */
+/* shards[i]: rank i, a plain file name in dir and a flat range, the ranges
+ * tiling [0, total) in rank order (ZeRO's partition, or a pipeline's
+ * stages, which may be empty: a stage without parameters). */
 static int parse_shards(const char *path, const ddp__json *arr, ddp__ckpt_index *ix)
 {
     DDP_FAIL_IF(arr->len != (size_t)ix->world, DDP_ERR_FORMAT,
@@ -69,6 +71,7 @@ static int parse_shards(const char *path, const ddp__json *arr, ddp__ckpt_index 
     ix->shards = calloc(arr->len, sizeof *ix->shards);
     DDP_FAIL_IF(!ix->shards, DDP_ERR_NOMEM, "%s: out of memory", path);
     int r = 0;
+    uint64_t at = 0;
     for (const ddp__json *s = arr->child; s; s = s->next, r++) {
         uint64_t rank, b, e;
         const char *file;
@@ -78,12 +81,13 @@ static int parse_shards(const char *path, const ddp__json *arr, ddp__ckpt_index 
         DDP_TRY(get_u64(path, s, "begin", &b));
         DDP_TRY(get_u64(path, s, "end", &e));
         DDP_TRY(get_str(path, s, "file", &file));
-        size_t pb, pe;
-        ddp__zero_partition(ix->total, ix->world, r, &pb, &pe);
-        DDP_FAIL_IF(rank != (uint64_t)r || b != pb || e != pe, DDP_ERR_FORMAT,
+        uint64_t last = r + 1 == ix->world ? (uint64_t)ix->total : e;
+        DDP_FAIL_IF(rank != (uint64_t)r || b != at || e < b || e != last || e > ix->total,
+                    DDP_ERR_FORMAT,
                     "%s: shard %d is rank %" PRIu64 " [%" PRIu64 ", %" PRIu64
-                    "), expected rank %d [%zu, %zu) (the flat partition of %zu over %d)",
-                    path, r, rank, b, e, r, pb, pe, ix->total, ix->world);
+                    "), expected rank %d from %" PRIu64 " (the shards tile [0, %zu) in order)",
+                    path, r, rank, b, e, r, at, ix->total);
+        at = e;
         /* A name inside the folder: never a path that leaves it. */
         DDP_FAIL_IF(!*file || strchr(file, '/') || strcmp(file, ".") == 0 ||
                         strcmp(file, "..") == 0,
@@ -177,6 +181,13 @@ static int parse_index(const char *path, const ddp__json *root, ddp__ckpt_index 
     DDP_TRY(get_i64(path, root, "optimizer_steps", &ix->opt_steps));
     ix->st.seed = seed;
     ix->st.world_size = ix->world;
+    if (ddp__json_get(root, "replicas")) { /* a pipeline's: not every shard is a replica */
+        uint64_t replicas;
+        DDP_TRY(get_u64(path, root, "replicas", &replicas));
+        DDP_FAIL_IF(replicas < 1 || replicas > 1u << 20, DDP_ERR_FORMAT,
+                    "%s: replicas %" PRIu64, path, replicas);
+        ix->st.world_size = (int)replicas;
+    }
     DDP_TRY(get_array(path, root, "states", &arr));
     DDP_TRY(parse_states(path, arr, ix));
     DDP_TRY(get_array(path, root, "shards", &arr));

@@ -19,11 +19,12 @@ typedef struct walk_ctx {
     ddp__st_file *files; /* per saved shard; data NULL when not opened */
     ddp__st_file bufs;   /* the buffers file; zeroed when there is none */
     int copy;            /* 0: check only */
-    /* load: */
-    ddp_zero_t *z;
-    ddp_optim_t *opt;
-    /* export: the whole block */
+    /* where flat position x goes: block[x - block_at], each optimizer
+     * state's [x - state_at] (a load: the model's and its optimizer's
+     * layout; an export: the whole block, no optimizer) */
     float *block;
+    size_t block_at, state_at;
+    ddp_optim_t *opt;
 } walk_ctx;
 
 static int open_needed(walk_ctx *c, size_t b, size_t e)
@@ -60,8 +61,7 @@ static int segment(walk_ctx *c, const ddp__ckpt_tensor *t, int r, size_t x, size
     if (!src)
         return rc;
     if (c->copy)
-        memcpy(c->block ? c->block + x : ddp_model_param_block(c->z->model, NULL) + x,
-               src + (x - pb), (y - x) * sizeof(float));
+        memcpy(c->block + (x - c->block_at), src + (x - pb), (y - x) * sizeof(float));
     int ns = c->opt ? c->ix->nstates : 0;
     for (int k = 0; k < ns; k++) {
         char name[DDP__CKPT_NAME_MAX];
@@ -70,8 +70,8 @@ static int segment(walk_ctx *c, const ddp__ckpt_tensor *t, int r, size_t x, size
             return rc;
         float *state;
         DDP_TRY(ddp_optim_state(c->opt, k, NULL, &state, NULL));
-        if (c->copy) /* the shard model's layout: flat position - begin */
-            memcpy(state + (x - c->z->begin), src + (x - pb), (y - x) * sizeof(float));
+        if (c->copy)
+            memcpy(state + (x - c->state_at), src + (x - pb), (y - x) * sizeof(float));
     }
     return 0;
 }
@@ -95,51 +95,68 @@ static int walk(walk_ctx *c, size_t b, size_t e)
     return 0;
 }
 
-/* The model (and optimizer) against the index: the first difference. */
-static int check_model(const char *dir, const ddp__ckpt_index *ix, ddp_zero_t *z,
-                       ddp_optim_t *opt)
+/* The model's parameters against the index's tensors from `first` on:
+ * the first difference. */
+static int check_params(const char *dir, const ddp__ckpt_index *ix, ddp_model_t *model,
+                        size_t first)
 {
-    size_t np = ddp_model_num_params(z->model);
-    DDP_FAIL_IF(np != ix->ntensors || z->total != ix->total, DDP_ERR_MISMATCH,
-                "ZeRO checkpoint %s holds %zu tensors of %zu values, the model %zu of %zu", dir,
-                ix->ntensors, ix->total, np, z->total);
+    size_t np = ddp_model_num_params(model);
     for (size_t i = 0; i < np; i++) {
-        const ddp_param *p = ddp_model_param(z->model, i);
-        const ddp__ckpt_tensor *t = &ix->tensors[i];
+        const ddp_param *p = ddp_model_param(model, i);
+        const ddp__ckpt_tensor *t = first + i < ix->ntensors ? &ix->tensors[first + i] : NULL;
+        DDP_FAIL_IF(!t, DDP_ERR_MISMATCH, "checkpoint %s ends before the model's %s (tensor "
+                    "%zu of the index)", dir, p->name, first + i);
         int same = strcmp(p->name, t->name) == 0 && p->ndim == t->ndim;
         for (int d = 0; same && d < p->ndim; d++)
             same = p->shape[d] == t->shape[d];
         DDP_FAIL_IF(!same, DDP_ERR_MISMATCH,
-                    "ZeRO checkpoint %s: tensor %zu is %s (%zu values), the model's is %s (%zu "
+                    "checkpoint %s: tensor %zu is %s (%zu values), the model's is %s (%zu "
                     "values) or of another shape",
-                    dir, i, t->name, t->numel, p->name, p->numel);
+                    dir, first + i, t->name, t->numel, p->name, p->numel);
     }
+    return 0;
+}
+
+/* The optimizer's state names against the index's. */
+static int check_states(const char *dir, const ddp__ckpt_index *ix, ddp_optim_t *opt)
+{
     if (!opt)
         return 0;
     int ns = ddp_optim_num_states(opt);
     DDP_FAIL_IF(ns != ix->nstates, DDP_ERR_MISMATCH,
-                "ZeRO checkpoint %s holds %d optimizer states, the optimizer has %d", dir,
+                "checkpoint %s holds %d optimizer states, the optimizer has %d", dir,
                 ix->nstates, ns);
     for (int k = 0; k < ns; k++) {
         const char *name;
         DDP_TRY(ddp_optim_state(opt, k, &name, NULL, NULL));
         DDP_FAIL_IF(strcmp(name, ix->states[k]) != 0, DDP_ERR_MISMATCH,
-                    "ZeRO checkpoint %s: optimizer state %d is %s, the optimizer's is %s", dir, k,
+                    "checkpoint %s: optimizer state %d is %s, the optimizer's is %s", dir, k,
                     ix->states[k], name);
     }
     return 0;
 }
 
-/* This rank's checks: the index, the model, every file its shard needs. */
-static int load_check(walk_ctx *c, ddp_zero_t *z, ddp_optim_t *opt)
+/* The whole model against the index (ZeRO: every rank holds it). */
+static int check_model(const char *dir, const ddp__ckpt_index *ix, ddp_zero_t *z)
 {
-    DDP_TRY(check_model(c->dir, c->ix, z, opt));
-    DDP_TRY(ddp__ckpt_buffers_check_model(c->dir, c->ix, z->model));
+    size_t np = ddp_model_num_params(z->model);
+    DDP_FAIL_IF(np != ix->ntensors || z->total != ix->total, DDP_ERR_MISMATCH,
+                "ZeRO checkpoint %s holds %zu tensors of %zu values, the model %zu of %zu", dir,
+                ix->ntensors, ix->total, np, z->total);
+    return check_params(dir, ix, z->model, 0);
+}
+
+/* This rank's checks past the model's: its buffers, every file that flat
+ * [b, e) needs and every piece in them. */
+static int load_check(walk_ctx *c, ddp_model_t *model, size_t b, size_t e)
+{
+    DDP_TRY(check_states(c->dir, c->ix, c->opt));
+    DDP_TRY(ddp__ckpt_buffers_check_model(c->dir, c->ix, model));
     DDP_TRY(ddp__ckpt_buffers_open(c->dir, c->ix, &c->bufs));
     c->files = calloc((size_t)c->ix->world, sizeof *c->files);
-    DDP_FAIL_IF(!c->files, DDP_ERR_NOMEM, "ZeRO checkpoint: out of memory");
-    DDP_TRY(open_needed(c, z->begin, z->end));
-    return walk(c, z->begin, z->end);
+    DDP_FAIL_IF(!c->files, DDP_ERR_NOMEM, "checkpoint %s: out of memory", c->dir);
+    DDP_TRY(open_needed(c, b, e));
+    return walk(c, b, e);
 }
 
 int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
@@ -147,11 +164,14 @@ int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
 {
     DDP_FAIL_IF(!dir || !z, DDP_ERR_INVALID_ARG, "ZeRO checkpoint load: NULL argument");
     ddp__ckpt_index ix;
-    walk_ctx c = {.dir = dir, .ix = &ix, .z = z, .opt = opt};
+    walk_ctx c = {.dir = dir, .ix = &ix, .opt = opt, .block = ddp_model_param_block(z->model, NULL),
+                  .state_at = z->begin}; /* the shard model's layout: flat position - begin */
     int rc = ddp__ckpt_index_read(dir, &ix);
     int have_ix = rc == 0;
     if (rc == 0)
-        rc = load_check(&c, z, opt);
+        rc = check_model(dir, &ix, z);
+    if (rc == 0)
+        rc = load_check(&c, z->model, z->begin, z->end);
     rc = ddp__shard_agree(z->pg, rc, "load", dir);
     if (rc == 0) { /* phase 2: every rank's checks passed */
         c.copy = 1;
@@ -168,6 +188,58 @@ int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
         ddp_optim_set_steps(opt, ix.opt_steps);
     if (rc == 0 && st)
         *st = ix.st;
+    if (have_ix)
+        ddp__ckpt_index_free(&ix);
+    return rc;
+}
+
+/* Where the model's tensors start in the index: at its first parameter's
+ * name (a model without parameters: nowhere, 0). */
+static int find_part(const char *dir, const ddp__ckpt_index *ix, ddp_model_t *model,
+                     size_t *first)
+{
+    *first = 0;
+    if (ddp_model_num_params(model) == 0)
+        return 0;
+    const char *name = ddp_model_param(model, 0)->name;
+    for (size_t i = 0; i < ix->ntensors; i++)
+        if (strcmp(ix->tensors[i].name, name) == 0) {
+            *first = i;
+            return 0;
+        }
+    return DDP_ERROR(DDP_ERR_MISMATCH, "checkpoint %s has no tensor %s (the model's first of "
+                     "%zu)", dir, name, ddp_model_num_params(model));
+}
+
+int ddp__ckpt_load_part(const char *dir, ddp_pg_t *pg, ddp_model_t *model, ddp_optim_t *opt,
+                        ddp_train_state *st)
+{
+    ddp__ckpt_index ix;
+    size_t n = 0, first = 0, b = 0;
+    walk_ctx c = {.dir = dir, .ix = &ix, .opt = opt, .block = ddp_model_param_block(model, &n)};
+    int rc = ddp__ckpt_index_read(dir, &ix);
+    int have_ix = rc == 0;
+    if (rc == 0 && (rc = find_part(dir, &ix, model, &first)) == 0 &&
+        (rc = check_params(dir, &ix, model, first)) == 0) {
+        b = n ? ix.tensors[first].offset : 0; /* the run is contiguous: the index tiles */
+        c.block_at = c.state_at = b;
+        rc = load_check(&c, model, b, b + n);
+    }
+    rc = ddp__shard_agree(pg, rc, "load", dir);
+    if (rc == 0) {
+        c.copy = 1;
+        rc = walk(&c, b, b + n);
+        if (rc == 0)
+            ddp__ckpt_buffers_copy(&ix, &c.bufs, model);
+    }
+    close_files(&c);
+    if (rc == 0) {
+        ddp_model_bump_param_version(model);
+        if (opt)
+            ddp_optim_set_steps(opt, ix.opt_steps);
+        if (st)
+            *st = ix.st;
+    }
     if (have_ix)
         ddp__ckpt_index_free(&ix);
     return rc;
