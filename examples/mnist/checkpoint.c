@@ -112,7 +112,8 @@ int load_checkpoint(job *j)
 {
     if (!j->ckpt[0] || !(j->a->resume || j->restart > 0) || j->rank != 0)
         return 0;
-    if (j->a->zero && j->pg) /* sharded: every rank loads, once ZeRO is set up (zero.c) */
+    /* sharded: every rank loads, once ZeRO or the pipeline is set up */
+    if ((j->a->zero || j->a->pipeline_stages) && j->pg)
         return 0;
     int rc = ddp_checkpoint_load(j->ckpt, j->model, j->opt, &j->st);
     if (rc == DDP_ERR_NOT_FOUND) {

@@ -103,7 +103,7 @@ int ddp_pipeline_checkpoint_save(const char *dir, ddp_pipeline_t *pp, ddp_optim_
 {
     DDP_FAIL_IF(!dir || !pp || !st, DDP_ERR_INVALID_ARG,
                 "pipeline checkpoint save: NULL argument");
-    DDP_FAIL_IF(pp->failed, DDP_ERR_INVALID_ARG,
+    DDP_FAIL_IF(pp->failed, DDP_ERR_STATE,
                 "pipeline checkpoint save: a step of this pipeline failed; its stages are out "
                 "of step");
     pp_tables t = {0};
