@@ -125,7 +125,7 @@ int ddp__ckpt_buffers_check_model(const char *dir, const ddp__ckpt_index *ix,
 {
     size_t nb = ddp_model_num_buffers(model);
     DDP_FAIL_IF(nb != ix->nbuffers, DDP_ERR_MISMATCH,
-                "ZeRO checkpoint %s holds %zu buffers, the model has %zu", dir, ix->nbuffers, nb);
+                "checkpoint %s holds %zu buffers, the model has %zu", dir, ix->nbuffers, nb);
     for (size_t i = 0; i < nb; i++) {
         const ddp_buffer *b = ddp_model_buffer(model, i);
         const ddp__ckpt_buffer *x = &ix->buffers[i];
@@ -137,7 +137,7 @@ int ddp__ckpt_buffers_check_model(const char *dir, const ddp__ckpt_index *ix,
             ddp__st_shape_str(a, sizeof a, x->ndim, x->shape);
             ddp__st_shape_str(c, sizeof c, b->ndim, b->shape);
             return DDP_ERROR(DDP_ERR_MISMATCH,
-                             "ZeRO checkpoint %s: buffer %zu is %s %s %s, the model's is %s %s %s",
+                             "checkpoint %s: buffer %zu is %s %s %s, the model's is %s %s %s",
                              dir, i, x->name, dtype_name(x->dtype), a, b->name,
                              dtype_name(b->dtype), c);
         }

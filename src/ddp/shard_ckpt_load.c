@@ -159,6 +159,27 @@ static int load_check(walk_ctx *c, ddp_model_t *model, size_t b, size_t e)
     return walk(c, b, e);
 }
 
+/* Both loads' second half: this rank's checks so far (rc) and those of
+ * the files flat [b, e) needs, agreed over pg; then the copy into model
+ * (and c->opt), its buffers and a new parameter version.  Closes the
+ * files. */
+static int load_agreed(walk_ctx *c, ddp_pg_t *pg, ddp_model_t *model, size_t b, size_t e, int rc)
+{
+    if (rc == 0)
+        rc = load_check(c, model, b, e);
+    rc = ddp__shard_agree(pg, rc, "load", c->dir);
+    if (rc == 0) { /* phase 2: every rank's checks passed */
+        c->copy = 1;
+        rc = walk(c, b, e);
+        if (rc == 0)
+            ddp__ckpt_buffers_copy(c->ix, &c->bufs, model);
+    }
+    close_files(c);
+    if (rc == 0)
+        ddp_model_bump_param_version(model);
+    return rc;
+}
+
 int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
                              ddp_train_state *st)
 {
@@ -170,20 +191,9 @@ int ddp_zero_checkpoint_load(const char *dir, ddp_zero_t *z, ddp_optim_t *opt,
     int have_ix = rc == 0;
     if (rc == 0)
         rc = check_model(dir, &ix, z);
+    rc = load_agreed(&c, z->pg, z->model, z->begin, z->end, rc);
     if (rc == 0)
-        rc = load_check(&c, z->model, z->begin, z->end);
-    rc = ddp__shard_agree(z->pg, rc, "load", dir);
-    if (rc == 0) { /* phase 2: every rank's checks passed */
-        c.copy = 1;
-        rc = walk(&c, z->begin, z->end);
-        if (rc == 0)
-            ddp__ckpt_buffers_copy(&ix, &c.bufs, z->model);
-    }
-    close_files(&c);
-    if (rc == 0) {
-        ddp_model_bump_param_version(z->model);
         rc = ddp__zero_gather(z);
-    }
     if (rc == 0 && opt)
         ddp_optim_set_steps(opt, ix.opt_steps);
     if (rc == 0 && st)
@@ -223,23 +233,12 @@ int ddp__ckpt_load_part(const char *dir, ddp_pg_t *pg, ddp_model_t *model, ddp_o
         (rc = check_params(dir, &ix, model, first)) == 0) {
         b = n ? ix.tensors[first].offset : 0; /* the run is contiguous: the index tiles */
         c.block_at = c.state_at = b;
-        rc = load_check(&c, model, b, b + n);
     }
-    rc = ddp__shard_agree(pg, rc, "load", dir);
-    if (rc == 0) {
-        c.copy = 1;
-        rc = walk(&c, b, b + n);
-        if (rc == 0)
-            ddp__ckpt_buffers_copy(&ix, &c.bufs, model);
-    }
-    close_files(&c);
-    if (rc == 0) {
-        ddp_model_bump_param_version(model);
-        if (opt)
-            ddp_optim_set_steps(opt, ix.opt_steps);
-        if (st)
-            *st = ix.st;
-    }
+    rc = load_agreed(&c, pg, model, b, b + n, rc);
+    if (rc == 0 && opt)
+        ddp_optim_set_steps(opt, ix.opt_steps);
+    if (rc == 0 && st)
+        *st = ix.st;
     if (have_ix)
         ddp__ckpt_index_free(&ix);
     return rc;
