@@ -239,11 +239,14 @@ static void test_conv_module(void **state)
 }
 
 /* A fusion case: Sequential(Conv2d(o), ReLU, [MaxPool2d(2),] Flatten) on
- * x (2, c, h, w), and the op Sequential runs for the fused modules. */
+ * x (2, c, h, w), and the op Sequential runs for the fused modules; ties:
+ * zero weights and biases of +-0.5, so that every pool window of an odd
+ * channel ties and only the first winner (MaxPool2d's) gives its dW. */
 typedef struct fuse_case {
     ddp_conv2d_options o;
     int pool, h, w;
     const char *op;
+    int ties;
 } fuse_case;
 
 /* One pass of a fuse_case against a loss sum(y * r): y, dy, dx and the
@@ -298,8 +301,8 @@ static size_t conv_relu_pass(ddp_model_t *m, const fuse_case *k, int fused, floa
 
 /* Sequential runs Conv2d + ReLU, and Conv2d + ReLU + MaxPool2d(2), as one
  * op (layers.c): bitwise the values and gradients of the ops one by one,
- * on the im2col path and on Winograd's, with groups; the pool fused where
- * Winograd's tiles are its windows (an even output), a separate op
+ * on the im2col path and on Winograd's (either tile), with groups; the pool
+ * fused where Winograd's tiles hold whole windows (an even output), a separate op
  * elsewhere; the module after them still runs (Flatten: it lets the loss's
  * gradient reach the fused op unmasked). */
 static void test_conv_relu_fused(void **state)
@@ -311,31 +314,42 @@ static void test_conv_relu_fused(void **state)
     ddp_conv2d_options grouped = ddp_conv2d_defaults(16, 16, 3);
     grouped.groups = 2;
     const fuse_case cases[] = {
-        {gemm, 0, 6, 5, "conv2d_relu"},
-        {wino, 0, 6, 5, "conv2d_relu"},
-        {wino, 1, 6, 6, "conv2d_relu_max_pool2d"},    /* 6 x 6 output: 3 x 3 tiles */
-        {grouped, 1, 8, 10, "conv2d_relu_max_pool2d"}, /* 6 x 8 */
-        {wino, 1, 6, 5, "max_pool2d"},                /* 6 x 5: pooled apart */
-        {gemm, 1, 6, 5, "max_pool2d"},
+        {gemm, 0, 6, 5, "conv2d_relu", 0},
+        {wino, 0, 6, 5, "conv2d_relu", 0},
+        {wino, 1, 6, 6, "conv2d_relu_max_pool2d", 0},     /* 6 x 6 output: 3 x 3 tiles */
+        {wino, 1, 6, 6, "conv2d_relu_max_pool2d", 1},     /* ties in every window */
+        {grouped, 1, 8, 10, "conv2d_relu_max_pool2d", 0}, /* 6 x 8 */
+        {wino, 1, 6, 5, "max_pool2d", 0},                 /* 6 x 5: pooled apart */
+        {gemm, 1, 6, 5, "max_pool2d", 0},
     };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (size_t k = 0; k < 2 * (sizeof cases / sizeof cases[0]); k++) {
+        if (k == sizeof cases / sizeof cases[0]) /* again with F(4x4)'s tiles (4 windows each) */
+            setenv("DDP_CONV_WINOGRAD", "4", 1);
+        const fuse_case *fc = &cases[k % (sizeof cases / sizeof cases[0])];
         ddp_module_t *l[4], *seq;
         ddp_model_t *m;
         ddp_pool2d_options po = ddp_pool2d_defaults(2);
         int nl = 0;
-        assert_int_equal(ddp_conv2d_create(&cases[k].o, 3, &l[nl++]), 0);
+        assert_int_equal(ddp_conv2d_create(&fc->o, 3, &l[nl++]), 0);
         assert_int_equal(ddp_relu_create(&l[nl++]), 0);
-        if (cases[k].pool)
+        if (fc->pool)
             assert_int_equal(ddp_max_pool2d_create(&po, &l[nl++]), 0);
         assert_int_equal(ddp_flatten_create(&l[nl++]), 0);
         assert_int_equal(ddp_sequential_create(l, nl, &seq), 0);
         assert_int_equal(ddp_model_from_module(seq, &m), 0);
+        if (fc->ties) {
+            ddp_param *w = ddp_model_find_param(m, "0.weight"), *bp = ddp_model_find_param(m, "0.bias");
+            memset(w->data, 0, w->numel * sizeof *w->data);
+            for (size_t i = 0; i < bp->numel; i++)
+                bp->data[i] = i % 2 ? 0.5f : -0.5f;
+        }
         static float a[8192], b[8192];
-        size_t n = conv_relu_pass(m, &cases[k], 1, a);
-        assert_int_equal(conv_relu_pass(m, &cases[k], 0, b), n);
+        size_t n = conv_relu_pass(m, fc, 1, a);
+        assert_int_equal(conv_relu_pass(m, fc, 0, b), n);
         assert_memory_equal(a, b, n * sizeof *a);
         ddp_model_destroy(m);
     }
+    unsetenv("DDP_CONV_WINOGRAD");
 }
 
 static void test_conv_errors(void **state)

@@ -1,9 +1,11 @@
-/* Conv2d's Winograd F(2x2, 3x3) path (src/nn/conv_winograd.c), which the op
- * picks for 3x3, stride-1, undilated convolutions of >= 8 channels: y and
- * the gradients of sum(y * r) against the convolution's definition in
- * float64 (odd and even outputs, padding 0, 1, 2 and uneven, groups, with and
- * without bias, the gradients accumulated by two uses), a float64 gradient
- * check, which geometries take the path, and the arena's steady size. */
+/* Conv2d's Winograd paths, F(2x2, 3x3) (src/nn/conv_winograd.c) and
+ * F(4x4, 3x3) (conv_winograd4.c), which the op picks for 3x3, stride-1,
+ * undilated convolutions of >= 8 channels: with each tile forced
+ * (DDP_CONV_WINOGRAD) and by default, y and the gradients of sum(y * r)
+ * against the convolution's definition in float64 (odd and even outputs,
+ * cut tiles, padding 0, 1, 2 and uneven, groups, with and without bias, the
+ * gradients accumulated by two uses), a float64 gradient check, which
+ * geometries take the path and which tile, and the arena's steady size. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,7 +31,19 @@ static const wcase cases[] = {
     {"pad2_groups", 1, 16, 5, 7, 16, 2, 2, 2, 1}, /* dx with padding 0 */
     {"uneven_pad", 1, 8, 6, 5, 8, 1, 0, 1, 1},
     {"mnist2", 2, 32, 26, 26, 64, 0, 0, 1, 1}, /* ddp-cnn's second layer */
+    {"cut17x21", 1, 8, 19, 21, 8, 0, 1, 1, 1}, /* by default F(4x4), both sides cut */
 };
+
+/* The tiles every case runs with: forced, then DDP_CONV_WINOGRAD's default. */
+static const char *const tiles[] = {"2", "4", NULL};
+
+static void set_tile(const char *tile)
+{
+    if (tile)
+        setenv("DDP_CONV_WINOGRAD", tile, 1);
+    else
+        unsetenv("DDP_CONV_WINOGRAD");
+}
 
 static int oh_of(const wcase *c) { return c->h + 2 * c->ph - 2; }
 static int ow_of(const wcase *c) { return c->w + 2 * c->pw - 2; }
@@ -140,7 +154,8 @@ static void check_case(const wcase *c, int uses)
     double ew = cu_rel_err(ddp_var_grad(wv), dw, wnum(c));
     double eb = b ? cu_rel_err(ddp_var_grad(bv), db, (size_t)c->o) : 0;
     if (getenv("DDP_TEST_VERBOSE") || fmax(fmax(ey, ex), fmax(ew, eb)) > 1e-5)
-        fprintf(stderr, "%s x%d: y %.3g dx %.3g dw %.3g db %.3g\n", c->name, uses, ey, ex, ew,
+        fprintf(stderr, "%s x%d tile %s: y %.3g dx %.3g dw %.3g db %.3g\n", c->name, uses,
+                getenv("DDP_CONV_WINOGRAD") ? getenv("DDP_CONV_WINOGRAD") : "auto", ey, ex, ew,
                 eb);
     assert_true(ey <= 1e-5 && ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5);
     ddp_tape_destroy(tape);
@@ -155,17 +170,58 @@ static ddp__conv_geom geom(const wcase *c)
     return g;
 }
 
-/* Every case takes the Winograd path and matches the definition. */
+/* Every case takes the Winograd path and matches the definition, with
+ * either tile. */
 static void test_winograd_reference(void **state)
 {
     (void)state;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const wcase *c = &cases[k];
-        ddp__conv_geom g = geom(c);
-        assert_true(ddp__wino_fits(&g, c->o / c->groups));
-        check_case(c, 1);
-        check_case(c, 2);
+    for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++) {
+        set_tile(tiles[ti]);
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            const wcase *c = &cases[k];
+            ddp__conv_geom g = geom(c);
+            assert_true(ddp__wino_fits(&g, c->o / c->groups));
+            check_case(c, 1);
+            check_case(c, 2);
+        }
     }
+    set_tile(NULL);
+}
+
+/* Which tile: by default F(4x4) from a 16x16 output (ddp-cnn's conv2),
+ * F(2x2) below; DDP_CONV_WINOGRAD forces either; a bad value is an error
+ * of the op that reads it. */
+static void test_winograd_tile(void **state)
+{
+    (void)state;
+    ddp__conv_geom g = geom(&cases[4]);
+    int m = 0;
+    assert_int_equal(ddp__wino_tile(&g, &m), 0);
+    assert_int_equal(m, 4);
+    g.oh = DDP__WINO4_MIN - 1;
+    assert_int_equal(ddp__wino_tile(&g, &m), 0);
+    assert_int_equal(m, 2);
+    set_tile("4");
+    assert_int_equal(ddp__wino_tile(&g, &m), 0);
+    assert_int_equal(m, 4);
+    g = geom(&cases[4]);
+    set_tile("2");
+    assert_int_equal(ddp__wino_tile(&g, &m), 0);
+    assert_int_equal(m, 2);
+    set_tile("3");
+    assert_int_equal(ddp__wino_tile(&g, &m), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "DDP_CONV_WINOGRAD=3"));
+    const wcase *c = &cases[1];
+    float buf[4096] = {0};
+    ddp_tape_t *tape;
+    assert_int_equal(ddp_tape_create(&tape), 0);
+    ddp_conv2d_options o = options(c);
+    ddp_var_t *xv = cu_input(tape, buf, 4, (int64_t[]){c->n, c->c, c->h, c->w}, 1);
+    ddp_var_t *wv = cu_input(tape, buf, 4, (int64_t[]){c->o, c->c, 3, 3}, 1), *y;
+    assert_int_equal(ddp_op_conv2d(tape, xv, wv, NULL, &o, &y), DDP_ERR_INVALID_ARG);
+    assert_non_null(strstr(ddp_last_error(), "DDP_CONV_WINOGRAD=3"));
+    ddp_tape_destroy(tape);
+    set_tile(NULL);
 }
 
 /* What takes the path: ddp-cnn's conv2, not conv1 (1 input channel), nor
@@ -207,11 +263,10 @@ static double ref_loss(double *const *v, void *ctx)
     return s;
 }
 
-/* float64 central differences on a small padded, grouped case. */
-static void test_winograd_gradcheck(void **state)
+/* float64 central differences on a small padded, grouped case, with
+ * either tile. */
+static void gradcheck_case(const wcase *c)
 {
-    (void)state;
-    const wcase *c = &cases[2];
     ddp__rng rng;
     ddp__rng_seed(&rng, 5);
     size_t lens[3] = {xnum(c), wnum(c), (size_t)c->o};
@@ -241,11 +296,20 @@ static void test_winograd_gradcheck(void **state)
     free(r), free(rd);
 }
 
-/* Steady steps allocate nothing new (filters and scratch from the arena). */
-static void test_winograd_arena_stable(void **state)
+static void test_winograd_gradcheck(void **state)
 {
     (void)state;
-    const wcase *c = &cases[1];
+    for (int ti = 0; ti < 2; ti++) {
+        set_tile(tiles[ti]);
+        gradcheck_case(&cases[2]);
+    }
+    set_tile(NULL);
+}
+
+/* Steady steps allocate nothing new (filters and scratch from the arena),
+ * with either tile. */
+static void arena_case(const wcase *c)
+{
     ddp__rng rng;
     ddp__rng_seed(&rng, 3);
     float *x = randoms(xnum(c), &rng), *w = randoms(wnum(c), &rng), *r = randoms(ynum(c), &rng);
@@ -267,11 +331,22 @@ static void test_winograd_arena_stable(void **state)
     free(x), free(w), free(r);
 }
 
+static void test_winograd_arena_stable(void **state)
+{
+    (void)state;
+    for (int ti = 0; ti < 2; ti++) {
+        set_tile(tiles[ti]);
+        arena_case(&cases[1]);
+    }
+    set_tile(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_winograd_reference),
         cmocka_unit_test(test_winograd_fits),
+        cmocka_unit_test(test_winograd_tile),
         cmocka_unit_test(test_winograd_gradcheck),
         cmocka_unit_test(test_winograd_arena_stable),
     };

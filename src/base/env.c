@@ -45,6 +45,9 @@ static const ddp__env_var table[] = {
     /* compute, data, logging */
     INT("DDP_NUM_THREADS", 1, 4096, NULL,
         "BLAS threads per process (default: OPENBLAS_NUM_THREADS, else 1)"),
+    WORD("DDP_CONV_WINOGRAD", "auto",
+         "Winograd tile of 3x3 convolutions: auto (4x4 from a 16x16 output, else 2x2), 2 or 4",
+         "auto", "2", "4"),
     PATH("DDP_DATA_CACHE_DIR",
          "cache of decompressed IDX files (default $XDG_CACHE_HOME/libddp or ~/.cache/libddp)"),
     BOOL("DDP_DATA_CACHE", "1", "0: no cache of decompressed IDX files"),

@@ -26,7 +26,7 @@
 typedef struct conv_ctx {
     ddp__conv_geom g; /* one group of one sample */
     int n, groups, og; /* batch, groups, output channels per group */
-    int wino;          /* forward and input gradient by Winograd F(2x2, 3x3) */
+    int wino;          /* 0, or the tile m of Winograd F(m x m, 3x3) (2 or 4) */
     int relu;          /* a ReLU fused in: y = max(conv, 0) */
     uint8_t *arg;      /* MaxPool2d(2) fused in after the ReLU: each window's winner */
 } conv_ctx;
@@ -106,7 +106,9 @@ static int conv_geometry(const ddp_var_t *x, const ddp_var_t *w, const ddp_var_t
     c->n = (int)x->t.shape[0];
     c->groups = o->groups;
     c->og = (int)(cout / o->groups);
-    c->wino = ddp__wino_fits(g, c->og);
+    c->wino = 0;
+    if (ddp__wino_fits(g, c->og))
+        DDP_TRY(ddp__wino_tile(g, &c->wino));
     return 0;
 }
 
@@ -150,19 +152,25 @@ static int conv_forward_gemm(ddp_tape_t *tape, const conv_ctx *c, const ddp_var_
     return 0;
 }
 
-/* Winograd's filters for every group: (16, Og, C) each, or (16, C, Og)
+/* The points of c's Winograd tiles times (Og, C): one group's filters. */
+static size_t conv_wino_per_group(const conv_ctx *c)
+{
+    return (size_t)ddp__wino_points(c->wino) * (size_t)c->og * (size_t)c->g.c;
+}
+
+/* Winograd's filters for every group: (P, Og, C) each, or (P, C, Og)
  * flipped for the input gradient; NULL when the arena is out of memory. */
 static float *conv_wino_filters(ddp_tape_t *tape, const conv_ctx *c, const float *w, int flip)
 {
-    size_t per = 16 * (size_t)c->og * (size_t)c->g.c;
+    size_t per = conv_wino_per_group(c);
     float *u = ddp__tape_alloc(tape, per * (size_t)c->groups * sizeof *u);
     for (int gi = 0; u && gi < c->groups; gi++)
         ddp__wino_filters(u + (size_t)gi * per, w + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9,
-                          c->og, c->g.c, flip);
+                          c->wino, c->og, c->g.c, flip);
     return u;
 }
 
-/* One Winograd F(2x2, 3x3) convolution per sample and group.  flip 0: the
+/* One Winograd convolution per sample and group.  flip 0: the
  * forward, out = y (+ the bias in the output transform), in = x; flip 1: the
  * input gradient, out = dx (=|+= by acc), in = dy, with the filters rotated
  * by 180 degrees and their channels swapped, padding 2 - p. */
@@ -171,15 +179,16 @@ static int conv_wino_run(ddp_tape_t *tape, const conv_ctx *c, int flip, float *o
 {
     ddp__wino_plan pl;
     if (flip)
-        ddp__wino_plan_init(&pl, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph, 2 - c->g.pw);
+        ddp__wino_plan_init(&pl, c->wino, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph,
+                            2 - c->g.pw);
     else
-        ddp__wino_plan_init(&pl, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+        ddp__wino_plan_init(&pl, c->wino, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
     float *u = conv_wino_filters(tape, c, w, flip);
     float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
     if (!u || !scratch)
         return DDP_ERR_NOMEM;
     size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w;
-    size_t ys = (size_t)c->og * (size_t)conv_p(c), us = 16 * (size_t)c->og * (size_t)c->g.c;
+    size_t ys = (size_t)c->og * (size_t)conv_p(c), us = conv_wino_per_group(c);
     uint8_t *arg = flip ? NULL : c->arg; /* pooled: a quarter of y per sample */
     size_t os = flip ? xs : arg ? ys / 4 : ys, is = flip ? ys : xs;
     for (int s = 0; s < c->n; s++)
@@ -192,14 +201,14 @@ static int conv_wino_run(ddp_tape_t *tape, const conv_ctx *c, int flip, float *o
     return 0;
 }
 
-/* dw (=|+= by acc) by Winograd F(3x3, 2x2) (conv_winograd_dw.c): dU (16,
+/* dw (=|+= by acc) by Winograd F(3x3, m x m) (conv_winograd_dw.c): dU (P,
  * Og, C) per group summed over the samples, then G^T dU G. */
 static int conv_wino_dw(ddp_tape_t *tape, const conv_ctx *c, float *dw, const float *x,
                         const float *dy, int acc)
 {
     ddp__wino_plan pl;
-    ddp__wino_plan_init(&pl, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
-    size_t us = 16 * (size_t)c->og * (size_t)c->g.c;
+    ddp__wino_plan_init(&pl, c->wino, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+    size_t us = conv_wino_per_group(c);
     float *du = ddp__tape_alloc(tape, us * sizeof *du);
     float *scratch = ddp__tape_alloc(tape, ddp__wino_scratch_floats(&pl) * sizeof *scratch);
     if (!du || !scratch)
@@ -211,8 +220,8 @@ static int conv_wino_dw(ddp_tape_t *tape, const conv_ctx *c, float *dw, const fl
             size_t sg = (size_t)s * (size_t)c->groups + (size_t)gi;
             ddp__wino_dw_sample(&pl, du, x + sg * xs, dy + sg * ys, s > 0, scratch);
         }
-        ddp__wino_filters_grad(dw + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9, du, c->og,
-                               c->g.c, acc);
+        ddp__wino_filters_grad(dw + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9, du,
+                               c->wino, c->og, c->g.c, acc);
     }
     return 0;
 }
@@ -413,13 +422,14 @@ static int conv_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
     ddp_var_t *x = v->in[0], *w = v->in[1], *b = v->nin > 2 ? v->in[2] : NULL;
     const conv_ctx *c = v->ctx;
     size_t xs = (size_t)c->g.c * (size_t)c->g.h * (size_t)c->g.w, p = (size_t)conv_p(c);
-    size_t ys = (size_t)c->og * p, us = 16 * (size_t)c->og * (size_t)c->g.c;
+    size_t ys = (size_t)c->og * p, us = conv_wino_per_group(c);
     size_t cout = (size_t)c->og * (size_t)c->groups;
     int acc, acc_b = 0, acc_w = 0, acc_x = 0;
     float *db = NULL, *dw = NULL, *dx = NULL, *du = NULL, *sw = NULL, *uf = NULL, *sx = NULL;
     ddp__wino_plan pw, px;
-    ddp__wino_plan_init(&pw, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
-    ddp__wino_plan_init(&px, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph, 2 - c->g.pw);
+    ddp__wino_plan_init(&pw, c->wino, c->g.c, c->og, c->g.h, c->g.w, c->g.ph, c->g.pw);
+    ddp__wino_plan_init(&px, c->wino, c->og, c->g.c, c->g.oh, c->g.ow, 2 - c->g.ph,
+                        2 - c->g.pw);
     if (b && b->requires_grad) {
         DDP_GRAD_TARGET(g, b);
         db = g, acc_b = acc;
@@ -462,6 +472,6 @@ static int conv_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
     }
     for (int gi = 0; dw && gi < c->groups; gi++)
         ddp__wino_filters_grad(dw + (size_t)gi * (size_t)c->og * (size_t)c->g.c * 9,
-                               du + (size_t)gi * us, c->og, c->g.c, acc_w);
+                               du + (size_t)gi * us, c->wino, c->og, c->g.c, acc_w);
     return 0;
 }

@@ -1,4 +1,5 @@
-/* Winograd F(2x2, 3x3) for one sample (see conv_winograd.h).
+/* Winograd F(2x2, 3x3) for one sample (see conv_winograd.h), and the
+ * functions that take either tile size.
  *
  * Per sample, with t = ceil(oh / 2) * ceil(ow / 2) tiles:
  *   input transform   V (16, c, t) = B^T d B of every tile's 4x4 patch
@@ -26,6 +27,8 @@
 
 #include <string.h>
 
+#include "base/env.h"
+#include "base/error.h"
 #include "ddp/tensor.h"
 #include "tensor/kernels.h"
 
@@ -35,12 +38,20 @@ int ddp__wino_fits(const ddp__conv_geom *g, int og)
            g->ph <= 2 && g->pw <= 2 && g->c >= 8 && og >= 8;
 }
 
-void ddp__wino_plan_init(ddp__wino_plan *p, int c, int o, int h, int w, int ph, int pw)
+int ddp__wino_tile(const ddp__conv_geom *g, int *m)
 {
-    *p = (ddp__wino_plan){.c = c, .o = o, .h = h, .w = w, .ph = ph, .pw = pw,
+    int pick;
+    DDP_TRY(ddp__env_word("DDP_CONV_WINOGRAD", &pick)); /* auto, 2, 4 */
+    *m = pick == 1 ? 2 : pick == 2 ? 4 : g->oh >= DDP__WINO4_MIN && g->ow >= DDP__WINO4_MIN ? 4 : 2;
+    return 0;
+}
+
+void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, int ph, int pw)
+{
+    *p = (ddp__wino_plan){.m = m, .c = c, .o = o, .h = h, .w = w, .ph = ph, .pw = pw,
                           .oh = h + 2 * ph - 2, .ow = w + 2 * pw - 2};
-    p->th = (p->oh + 1) / 2, p->tw = (p->ow + 1) / 2;
-    p->wp = 2 * p->tw + 2;
+    p->th = (p->oh + m - 1) / m, p->tw = (p->ow + m - 1) / m;
+    p->wp = m * (p->tw + 1);
     p->t = p->th * (p->tw + 1); /* one spare tile per row: see the top of the file */
 }
 
@@ -53,6 +64,8 @@ static size_t rows_floats(const ddp__wino_plan *p)
 
 size_t ddp__wino_scratch_floats(const ddp__wino_plan *p)
 {
+    if (p->m == 4)
+        return ddp__wino4_scratch_floats(p);
     size_t in = 2 * (size_t)p->c * rows_floats(p);
     size_t vm = 16 * (size_t)p->t * ((size_t)p->c + (size_t)p->o);
     size_t rows = 2 * (size_t)p->th * (size_t)p->wp; /* one channel's output rows */
@@ -80,20 +93,24 @@ static void filter_transform(float u[16], const float g[9])
     }
 }
 
-void ddp__wino_filters(float *restrict u, const float *restrict w, int o, int c, int flip)
+void ddp__wino_filters(float *restrict u, const float *restrict w, int m, int o, int c, int flip)
 {
+    int np = ddp__wino_points(m);
     /* u_i is (rows, cols): (o, c) forward, (c, o) for the input gradient */
     size_t rows = (size_t)(flip ? c : o), cols = (size_t)(flip ? o : c);
     for (int oi = 0; oi < o; oi++)
         for (int ci = 0; ci < c; ci++) {
             const float *g = w + ((size_t)oi * (size_t)c + (size_t)ci) * 9;
-            float rot[9], t[16];
+            float rot[9], t[36];
             if (flip)
                 for (int k = 0; k < 9; k++)
                     rot[k] = g[8 - k];
-            filter_transform(t, flip ? rot : g);
+            if (m == 4)
+                ddp__wino4_filter(t, flip ? rot : g);
+            else
+                filter_transform(t, flip ? rot : g);
             size_t at = flip ? (size_t)ci * cols + (size_t)oi : (size_t)oi * cols + (size_t)ci;
-            for (int i = 0; i < 16; i++)
+            for (int i = 0; i < np; i++)
                 u[(size_t)i * rows * cols + at] = t[i];
         }
 }
@@ -295,6 +312,10 @@ void ddp__wino_input(const ddp__wino_plan *p, const float *x, const ddp__wino_sc
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, uint8_t *arg, const float *x,
                     const float *u, const float *bias, int acc, int fresh, float *scratch)
 {
+    if (p->m == 4) {
+        ddp__wino4_conv(p, y, arg, x, u, bias, acc, fresh, scratch);
+        return;
+    }
     ddp__wino_scratch s = ddp__wino_scratch_parts(p, scratch);
     size_t vs = (size_t)p->c * (size_t)p->t;
     ddp__wino_input(p, x, &s);

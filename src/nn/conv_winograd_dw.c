@@ -72,6 +72,10 @@ static void grad_transform(float *m, const float *dy, float *rows, const ddp__wi
 void ddp__wino_dw_sample(const ddp__wino_plan *p, float *du, const float *x, const float *dy,
                          int acc, float *scratch)
 {
+    if (p->m == 4) {
+        ddp__wino4_dw_sample(p, du, x, dy, acc, scratch);
+        return;
+    }
     ddp__wino_scratch s = ddp__wino_scratch_parts(p, scratch);
     size_t vs = (size_t)p->c * (size_t)p->t, ms = (size_t)p->o * (size_t)p->t;
     ddp__wino_input(p, x, &s);
@@ -101,13 +105,18 @@ static void filter_grad(float g[9], const float d[16], int acc)
     }
 }
 
-void ddp__wino_filters_grad(float *restrict dw, const float *restrict du, int o, int c, int acc)
+void ddp__wino_filters_grad(float *restrict dw, const float *restrict du, int m, int o, int c,
+                            int acc)
 {
     size_t oc = (size_t)o * (size_t)c;
+    int np = ddp__wino_points(m);
     for (size_t at = 0; at < oc; at++) { /* at = oi * c + ci, as dw's (o, c) */
-        float d[16];
-        for (int i = 0; i < 16; i++)
+        float d[36];
+        for (int i = 0; i < np; i++)
             d[i] = du[(size_t)i * oc + at];
-        filter_grad(dw + at * 9, d, acc);
+        if (m == 4)
+            ddp__wino4_filter_grad(dw + at * 9, d, acc);
+        else
+            filter_grad(dw + at * 9, d, acc);
     }
 }

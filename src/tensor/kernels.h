@@ -29,6 +29,15 @@
 #define DDP_KERNEL
 #endif
 
+/* Before a loop that writes several rows of one array (o[z], o[os + z],
+ * ...): gcc cannot prove the rows apart and leaves such loops scalar; the
+ * caller's strides keep them apart. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define DDP_ROWS_APART _Pragma("GCC ivdep")
+#else
+#define DDP_ROWS_APART
+#endif
+
 /* y = x */
 void ddp__vec_copy(float *restrict y, const float *restrict x, size_t n);
 /* y (=|+=) x */
