@@ -237,15 +237,7 @@ DDP_KERNEL static void output_tiles_pool(float *restrict y, float *restrict arg,
     for (int z = 0; z < t; z++) {
         float v[4];
         tile_out(v, m, ms, z, bias);
-        for (int k = 0; k < 4; k++)
-            v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        float best = v[0], at = 0.0f;
-        for (int k = 1; k < 4; k++) {
-            int take = v[k] > best;
-            best = take ? v[k] : best, at = take ? (float)k : at;
-        }
-        y[z] = best;
-        arg[z] = at;
+        y[z] = ddp__wino_relu_max4(v, &arg[z]);
     }
 }
 

@@ -41,6 +41,23 @@ int ddp__wino_tile(const ddp__conv_geom *g, int *m);
 /* (m + 2)^2: the transformed tile's points, the number of GEMMs. */
 static inline int ddp__wino_points(int m) { return (m + 2) * (m + 2); }
 
+/* One 2x2 pool window v (row-major) through a ReLU: the largest value and
+ * its place 2 row + column in *at (a float: a byte store kept the callers'
+ * loops scalar), the first maximum as MaxPool2d's (no NaN survives the
+ * ReLU).  Both tile sizes' fused pools use it. */
+static inline float ddp__wino_relu_max4(float v[4], float *at)
+{
+    for (int k = 0; k < 4; k++)
+        v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+    float best = v[0], a = 0.0f;
+    for (int k = 1; k < 4; k++) {
+        int take = v[k] > best;
+        best = take ? v[k] : best, a = take ? (float)k : a;
+    }
+    *at = a;
+    return best;
+}
+
 void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, int ph, int pw);
 /* Scratch floats ddp__wino_conv and ddp__wino_dw_sample need (the split
  * input, V, M, transform rows). */

@@ -205,24 +205,15 @@ DDP_KERNEL static void at_rows(float *restrict o, size_t os, const float *restri
     }
 }
 
-/* One 2x2 pool window of n tiles through a ReLU: q[z] the largest of the
- * four (y0 y1 / y2 y3), a[z] its place 2 row + column (as a float: a byte
- * store kept the loop scalar), the first maximum as MaxPool2d's (no NaN
- * survives the ReLU). */
+/* One 2x2 pool window (y0 y1 / y2 y3) of n tiles through a ReLU: q[z]
+ * its largest value, a[z] where (ddp__wino_relu_max4). */
 DDP_KERNEL static void pool_window(float *restrict q, float *restrict a, const float *restrict y0,
                                    const float *restrict y1, const float *restrict y2,
                                    const float *restrict y3, int n)
 {
     for (int z = 0; z < n; z++) {
         float v[4] = {y0[z], y1[z], y2[z], y3[z]};
-        for (int k = 0; k < 4; k++)
-            v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        float best = v[0], at = 0.0f;
-        for (int k = 1; k < 4; k++) {
-            int take = v[k] > best;
-            best = take ? v[k] : best, at = take ? (float)k : at;
-        }
-        q[z] = best, a[z] = at;
+        q[z] = ddp__wino_relu_max4(v, &a[z]);
     }
 }
 
