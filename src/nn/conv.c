@@ -389,28 +389,6 @@ static int conv2d_backward(ddp_tape_t *tape, ddp_var_t *v)
 
 /* ==== Conv2d + ReLU + MaxPool2d(2) ========================================= */
 
-/* One sample's conv output gradient dy (planes, 2 qh, 2 qw) from the pooled
- * gradient g, output y and winners arg (planes, qh, qw): each window's
- * winner gets g where y > 0, everything else 0, the values max pool's and
- * the ReLU's backwards give (their masks, one after the other). */
-DDP_KERNEL static void unpool_relu(float *restrict dy, const float *restrict g,
-                                   const float *restrict y, const uint8_t *restrict arg,
-                                   size_t planes, int qh, int qw)
-{
-    size_t w = 2 * (size_t)qw;
-    for (size_t i = 0; i < planes * (size_t)qh; i++) { /* pooled rows of every plane */
-        float *r0 = dy + 2 * i * w, *r1 = r0 + w;
-        const float *gi = g + i * (size_t)qw, *yi = y + i * (size_t)qw;
-        const uint8_t *ai = arg + i * (size_t)qw;
-        for (size_t j = 0; j < (size_t)qw; j++) {
-            float v = yi[j] > 0.0f ? gi[j] : 0.0f;
-            int k = ai[j];
-            r0[2 * j] = k == 0 ? v : 0.0f, r0[2 * j + 1] = k == 1 ? v : 0.0f;
-            r1[2 * j] = k == 2 ? v : 0.0f, r1[2 * j + 1] = k == 3 ? v : 0.0f;
-        }
-    }
-}
-
 /* The fused op's backward, one sample at a time: its conv output gradient
  * (147 KiB for the MNIST network's second layer) made in cache from the
  * pooled one and used there by the bias, the weight (Winograd dU, summed
@@ -455,7 +433,7 @@ static int conv_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
         return DDP_ERR_NOMEM;
     size_t q = cout * p / 4; /* one sample's pooled outputs */
     for (int s = 0; s < c->n; s++) {
-        unpool_relu(dy, v->grad + (size_t)s * q, v->t.data + (size_t)s * q, c->arg + (size_t)s * q,
+        ddp__wino_unpool_relu(dy, v->grad + (size_t)s * q, v->t.data + (size_t)s * q, c->arg + (size_t)s * q,
                     cout, c->g.oh / 2, c->g.ow / 2);
         if (db)
             conv_bias_backward(db, dy, c, 1, acc_b || s > 0);

@@ -284,6 +284,30 @@ static void output_transform(float *y, uint8_t *arg, float *m, const float *bias
     }
 }
 
+/* ==== the fused pool's backward ========================================== */
+
+/* One pooled row's windows, branch-free so that it vectorises (winners
+ * fall at random: a branch per window mispredicts); the place compared as
+ * a float, as gcc vectorises a select only between values of one type. */
+DDP_KERNEL static void unpool_row(float *restrict r0, float *restrict r1, const float *restrict g,
+                                  const float *restrict y, const uint8_t *restrict arg, int qw)
+{
+    for (int j = 0; j < qw; j++) {
+        float gj = g[j], yj = y[j], v = yj > 0.0f ? gj : 0.0f, k = (float)arg[j];
+        r0[2 * j] = k == 0.0f ? v : 0.0f, r0[2 * j + 1] = k == 1.0f ? v : 0.0f;
+        r1[2 * j] = k == 2.0f ? v : 0.0f, r1[2 * j + 1] = k == 3.0f ? v : 0.0f;
+    }
+}
+
+void ddp__wino_unpool_relu(float *restrict dy, const float *restrict g, const float *restrict y,
+                           const uint8_t *restrict arg, size_t planes, int qh, int qw)
+{
+    size_t w = 2 * (size_t)qw;
+    for (size_t i = 0; i < planes * (size_t)qh; i++) /* pooled rows of every plane */
+        unpool_row(dy + 2 * i * w, dy + (2 * i + 1) * w, g + i * (size_t)qw, y + i * (size_t)qw,
+                   arg + i * (size_t)qw, qw);
+}
+
 /* ==== one sample ========================================================== */
 
 ddp__wino_scratch ddp__wino_scratch_parts(const ddp__wino_plan *p, float *scratch)

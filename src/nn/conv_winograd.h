@@ -58,6 +58,14 @@ static inline float ddp__wino_relu_max4(float v[4], float *at)
     return best;
 }
 
+/* The fused pool's backward for one sample: its conv output gradient dy
+ * (planes, 2 qh, 2 qw) from the pooled gradient g, pooled output y and
+ * winners arg (planes, qh, qw): each window's winner gets g where y > 0,
+ * everything else 0, the values max pool's and the ReLU's backwards give
+ * (their masks, one after the other). */
+void ddp__wino_unpool_relu(float *restrict dy, const float *restrict g, const float *restrict y,
+                           const uint8_t *restrict arg, size_t planes, int qh, int qw);
+
 void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, int ph, int pw);
 /* Scratch floats ddp__wino_conv and ddp__wino_dw_sample need (the split
  * input, V, M, transform rows). */

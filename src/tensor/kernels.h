@@ -38,6 +38,10 @@
 #define DDP_ROWS_APART
 #endif
 
+/* The name of the kernel set OpenBLAS runs (openblas_get_corename(): "Haswell",
+ * "SkylakeX", "Cooperlake", ...), for choices that depend on its kernels. */
+const char *ddp__blas_corename(void);
+
 /* y = x */
 void ddp__vec_copy(float *restrict y, const float *restrict x, size_t n);
 /* y (=|+=) x */

@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/env.h"
+#include "tensor/kernels.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "tensor/shape.h"
@@ -166,6 +167,11 @@ static void blas_core_check(void)
     if (ddp__cpu_blas_warning(msg, sizeof msg, openblas_get_corename(), ddp__cpu_features(),
                               getenv("OPENBLAS_CORETYPE")))
         DDP_WARN("%s", msg);
+}
+
+const char *ddp__blas_corename(void)
+{
+    return openblas_get_corename();
 }
 
 /* A bad DDP_NUM_THREADS cannot fail the GEMM that first reads it: it is
