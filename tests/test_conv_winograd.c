@@ -224,6 +224,41 @@ static void test_winograd_tile(void **state)
     set_tile(NULL);
 }
 
+/* F(4x4)'s two ways with M: its GEMMs writing it (beta 0, where OpenBLAS
+ * makes that free) or adding into an M that the previous call's output
+ * transform cleared (elsewhere): the same outputs, a first call and a
+ * second on the same scratch alike, whichever way this host's OpenBLAS
+ * takes.  12 output channels: a block of 8 and a short one; 10 input
+ * channels, the same in the input transform. */
+static void test_wino4_beta_paths(void **state)
+{
+    (void)state;
+    enum { C = 10, O = 12, H = 18, W = 18 };
+    ddp__rng rng;
+    ddp__rng_seed(&rng, 3);
+    float *x = randoms(C * H * W, &rng), *w = randoms(O * C * 9, &rng), *b = randoms(O, &rng);
+    float *u = malloc(36 * O * C * sizeof *u), *y[4];
+    ddp__wino_filters(u, w, 4, O, C, 0);
+    ddp__wino_plan p;
+    ddp__wino_plan_init(&p, 4, C, O, H, W, 1, 1);
+    assert_int_equal(p.beta0, ddp__wino_beta0_free());
+    size_t ny = (size_t)O * (size_t)p.oh * (size_t)p.ow;
+    float *scratch = malloc(ddp__wino_scratch_floats(&p) * sizeof *scratch);
+    for (int k = 0; k < 4; k++) { /* beta 0, then clearing; fresh, then not */
+        p.beta0 = k < 2;
+        y[k] = malloc(ny * sizeof *y[k]);
+        ddp__wino_conv(&p, y[k], NULL, x, u, b, 0, k % 2 == 0, scratch);
+    }
+    for (int k = 1; k < 4; k++)
+        for (size_t i = 0; i < ny; i++)
+            if (y[k][i] != y[0][i])
+                fail_msg("way %d: y[%zu] %.9g, beta 0's first call %.9g", k, i, y[k][i],
+                         y[0][i]);
+    for (int k = 0; k < 4; k++)
+        free(y[k]);
+    free(x), free(w), free(b), free(u), free(scratch);
+}
+
 /* What takes the path: ddp-cnn's conv2, not conv1 (1 input channel), nor
  * strides, dilations, other kernels or padding beyond 2. */
 static void test_winograd_fits(void **state)
@@ -346,6 +381,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_winograd_reference),
         cmocka_unit_test(test_winograd_fits),
+        cmocka_unit_test(test_wino4_beta_paths),
         cmocka_unit_test(test_winograd_tile),
         cmocka_unit_test(test_winograd_gradcheck),
         cmocka_unit_test(test_winograd_arena_stable),

@@ -433,8 +433,8 @@ static int conv_pool_backward(ddp_tape_t *tape, ddp_var_t *v)
         return DDP_ERR_NOMEM;
     size_t q = cout * p / 4; /* one sample's pooled outputs */
     for (int s = 0; s < c->n; s++) {
-        ddp__wino_unpool_relu(dy, v->grad + (size_t)s * q, v->t.data + (size_t)s * q, c->arg + (size_t)s * q,
-                    cout, c->g.oh / 2, c->g.ow / 2);
+        ddp__wino_unpool_relu(dy, v->grad + (size_t)s * q, v->t.data + (size_t)s * q,
+                              c->arg + (size_t)s * q, cout, c->g.oh / 2, c->g.ow / 2);
         if (db)
             conv_bias_backward(db, dy, c, 1, acc_b || s > 0);
         for (int gi = 0; gi < c->groups; gi++) {

@@ -53,6 +53,19 @@ void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, i
     p->th = (p->oh + m - 1) / m, p->tw = (p->ow + m - 1) / m;
     p->wp = m * (p->tw + 1);
     p->t = p->th * (p->tw + 1); /* one spare tile per row: see the top of the file */
+    p->beta0 = m == 4 && ddp__wino_beta0_free();
+}
+
+int ddp__wino_beta0_free(void)
+{
+    static _Atomic int known = -1; /* OpenBLAS's kernels are chosen once, when it loads */
+    int k = known;
+    if (k < 0) {
+        const char *name = ddp__blas_corename();
+        k = name && (!strcmp(name, "SkylakeX") || !strcmp(name, "Cooperlake"));
+        known = k;
+    }
+    return k;
 }
 
 /* One channel's even or odd padded rows: th + 1 rows of wp, and 2 floats

@@ -24,6 +24,9 @@
 typedef struct ddp__wino_plan {
     int m, c, o, h, w, ph, pw, oh, ow;
     int th, tw, t, wp;
+    int beta0; /* F(4x4): its GEMMs write M with beta 0 (else they add into an M the
+                * output transform left zero); plan_init sets it where OpenBLAS's
+                * small-matrix kernels make beta 0 free (conv_winograd4.c) */
 } ddp__wino_plan;
 
 /* Does conv2d's geometry g (one group of og output channels) take the
@@ -67,6 +70,10 @@ void ddp__wino_unpool_relu(float *restrict dy, const float *restrict g, const fl
                            const uint8_t *restrict arg, size_t planes, int qh, int qw);
 
 void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, int ph, int pw);
+/* Does beta 0 cost the GEMMs nothing (OpenBLAS's SkylakeX and Cooperlake
+ * kernel sets: their small-matrix beta-0 kernels write C without reading
+ * it)?  Elsewhere beta 0 is a pass of its own over C. */
+int ddp__wino_beta0_free(void);
 /* Scratch floats ddp__wino_conv and ddp__wino_dw_sample need (the split
  * input, V, M, transform rows). */
 size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);

@@ -381,34 +381,24 @@ static void output_block(float *y, uint8_t *arg, float *m, const float *bias, in
 
 /* ==== one sample ========================================================== */
 
-/* OpenBLAS's small-matrix kernels (its SkylakeX and Cooperlake sets) write
- * C for beta 0 without reading it; elsewhere beta 0 is a pass of its own
- * over C, and adding into an M the output transform left zero is cheaper. */
-static int blas_beta0_free(void)
-{
-    static int known = -1;
-    if (known < 0) {
-        const char *k = ddp__blas_corename();
-        known = k && (!strcmp(k, "SkylakeX") || !strcmp(k, "Cooperlake"));
-    }
-    return known;
-}
-
 void ddp__wino4_conv(const ddp__wino_plan *p, float *y, uint8_t *arg, const float *x,
                      const float *u, const float *bias, int acc, int fresh, float *scratch)
 {
     scratch4 s = parts(p, scratch);
     size_t pf = plane_floats(p), vs = (size_t)p->c * pf, ms = (size_t)p->o * (size_t)p->t;
-    int b0 = blas_beta0_free();
     split_planes(s.planes, x, s.pad, p);
     input_transform(s.v, s.planes, s.tmp, p);
-    /* M_i (o, t) = U_i (o, c) V_i (c, t) */
+    /* M_i (o, t) = U_i (o, c) V_i (c, t), written (beta 0) where that is
+     * free, else added into an M left zero by the last output transform
+     * (beta 0 would clear C in a pass of its own) or fresh */
     for (int i = 0; i < 36; i++)
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
-                  p->c, s.v + (size_t)i * vs, (int)pf, fresh || b0 ? 0.0f : 1.0f,
+                  p->c, s.v + (size_t)i * vs, (int)pf, fresh || p->beta0 ? 0.0f : 1.0f,
                   s.m + (size_t)i * ms, p->t);
-    for (int o0 = 0; o0 < p->o; o0 += CB)
-        output_block(y, arg, s.m, bias, acc, !b0, o0, p->o - o0 < CB ? p->o - o0 : CB, s.tmp, p);
+    for (int o0 = 0; o0 < p->o; o0 += CB) {
+        int no = p->o - o0 < CB ? p->o - o0 : CB;
+        output_block(y, arg, s.m, bias, acc, !p->beta0, o0, no, s.tmp, p);
+    }
 }
 
 /* ==== weight gradient ===================================================== */
