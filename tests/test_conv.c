@@ -313,12 +313,15 @@ static void test_conv_relu_fused(void **state)
     wino.padding[0] = wino.padding[1] = 1;
     ddp_conv2d_options grouped = ddp_conv2d_defaults(16, 16, 3);
     grouped.groups = 2;
+    ddp_conv2d_options wide = ddp_conv2d_defaults(8, 12, 3); /* F(4x4)'s blocks: 8 + 4 */
+    wide.padding[0] = wide.padding[1] = 1;
     const fuse_case cases[] = {
         {gemm, 0, 6, 5, "conv2d_relu", 0},
         {wino, 0, 6, 5, "conv2d_relu", 0},
         {wino, 1, 6, 6, "conv2d_relu_max_pool2d", 0},     /* 6 x 6 output: 3 x 3 tiles */
         {wino, 1, 6, 6, "conv2d_relu_max_pool2d", 1},     /* ties in every window */
         {grouped, 1, 8, 10, "conv2d_relu_max_pool2d", 0}, /* 6 x 8 */
+        {wide, 1, 16, 16, "conv2d_relu_max_pool2d", 0},   /* 16 x 16: F(4x4) by default */
         {wino, 1, 6, 5, "max_pool2d", 0},                 /* 6 x 5: pooled apart */
         {gemm, 1, 6, 5, "max_pool2d", 0},
     };

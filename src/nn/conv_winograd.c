@@ -1,5 +1,6 @@
-/* Winograd F(2x2, 3x3) for one sample (see conv_winograd.h), and the
- * functions that take either tile size.
+/* Winograd F(2x2, 3x3) for one sample (see conv_winograd.h), the
+ * functions that take either tile size, and the fused ReLU + MaxPool2d(2)'s
+ * backward (ddp__wino_unpool_relu).
  *
  * Per sample, with t = ceil(oh / 2) * ceil(ow / 2) tiles:
  *   input transform   V (16, c, t) = B^T d B of every tile's 4x4 patch
@@ -26,6 +27,7 @@
 #include "nn/conv_winograd.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "base/env.h"
 #include "base/error.h"
@@ -62,7 +64,7 @@ int ddp__wino_beta0_free(void)
     int k = known;
     if (k < 0) {
         const char *name = ddp__blas_corename();
-        k = name && (!strcmp(name, "SkylakeX") || !strcmp(name, "Cooperlake"));
+        k = name && (!strcasecmp(name, "SkylakeX") || !strcasecmp(name, "Cooperlake"));
         known = k;
     }
     return k;

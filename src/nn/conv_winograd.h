@@ -75,7 +75,7 @@ void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, i
  * it)?  Elsewhere beta 0 is a pass of its own over C. */
 int ddp__wino_beta0_free(void);
 /* Scratch floats ddp__wino_conv and ddp__wino_dw_sample need (the split
- * input, V, M, transform rows). */
+ * input, V, M, transform rows; F(4x4) also a zero-padded block of rows). */
 size_t ddp__wino_scratch_floats(const ddp__wino_plan *p);
 
 /* u (P, o, c) = G w G^T for w (o, c, 3, 3), P = ddp__wino_points(m).  With
@@ -93,9 +93,11 @@ void ddp__wino_filters(float *restrict u, const float *restrict w, int m, int o,
  * acc 1 adds to y, DDP__WINO_RELU writes it through a ReLU,
  * DDP__WINO_RELU_POOL writes y (o, oh / 2, ow / 2) pooled and arg (the
  * same) each window's winner (2 row + column in its window: the first
- * maximum, as MaxPool2d's).  scratch: ddp__wino_scratch_floats(p) floats; fresh 1 the
- * first time it is used, 0 when a previous call left it (its M part is
- * then zero, which saves clearing it). */
+ * maximum, as MaxPool2d's).  scratch: ddp__wino_scratch_floats(p) floats;
+ * fresh 1 the first time it is used, 0 when a previous call with the same
+ * plan left it (its M part is then zero, which saves clearing it; F(4x4)
+ * with p->beta0 writes M whole and neither needs nor keeps it zero, so a
+ * scratch goes on with the beta0 it started with). */
 void ddp__wino_conv(const ddp__wino_plan *p, float *y, uint8_t *arg, const float *x,
                     const float *u, const float *bias, int acc, int fresh, float *scratch);
 

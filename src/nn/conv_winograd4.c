@@ -5,23 +5,29 @@
  * infinity: 36 multiplications per tile and input channel for 16 outputs
  * (2.25 per output) against F(2x2)'s 16 for 4 (4 per output) and the
  * direct 9.  Per sample, with t = ceil(oh / 4) (ceil(ow / 4) + 1) tiles:
- *   input transform   V (36, c, t) = B^T d B of every tile
+ *   input transform   V (36, c, t) = B^T d B of every tile (stored with a
+ *                     channel stride pf >= t, below)
  *   36 GEMMs          M_i (o, t)   = U_i (o, c) V_i (c, t)
  *   output transform  y (o, oh, ow) = A^T m A of every tile (+ bias)
  * For the MNIST network's second layer (32 -> 64 channels, 24x24 output:
  * 36 tiles, 42 with the spare ones) that is 6.2 MFLOP of GEMM against
- * F(2x2)'s 10.2 and im2col's 21.2, and V and M take 580 KiB against
- * F(2x2)'s 960 KiB: near a 512 KiB L2 rather than far past it.  The
+ * F(2x2)'s 10.2 and im2col's 21.2, and V and M take 603 KiB against
+ * F(2x2)'s 960 KiB: near a 512 KiB-1 MiB L2 rather than far past it.  The
  * larger points cost accuracy (products scaled by up to 8 and 1/24):
- * relative errors stay near 1e-6 here against F(2x2)'s 1e-7.
+ * relative errors of 1e-6 to 6e-6 here against F(2x2)'s 1e-7.
  *
- * As in F(2x2), the transforms are vector loops over all of a channel's
- * tiles at once.  The padded input is split into 16 planes by (row mod 4,
+ * The transforms are vector loops over the tiles of CHANNEL_BLOCK
+ * channels at once (F(2x2)'s run over one channel's: here one channel has
+ * too few tiles to fill the vectors).  The padded input is split into 16 planes by (row mod 4,
  * column mod 4), each (th + 1) rows of tw + 1: tile z = ti (tw + 1) + tj
  * reads its element (r, s) at z + (r / 4) (tw + 1) + s / 4 of plane
  * (r % 4, s % 4), one contiguous stream per (r, s); the price is the spare
- * tile per row (tw + 1 per row), whose outputs are never read. */
-/* no-tree-loop-distribute-patterns: keeps the short row copies loops (gcc
+ * tile per row (tw + 1 per row), whose outputs are never read.  Each
+ * plane holds every channel's, pf = (th + 1) (tw + 1) + 1 floats apart,
+ * and V keeps that channel stride, so that one stream runs through the
+ * tiles of several channels (and their spare floats, whose results no
+ * GEMM reads: the GEMMs take V with ldb = pf). */
+/* no-tree-loop-distribute-patterns: keeps the short row copies as loops (gcc
  * would turn them back into memcpy calls, 6 % of ddp-cnn's cycles). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-tree-loop-distribute-patterns")
@@ -77,10 +83,11 @@ void ddp__wino4_filter_grad(float g[9], const float d[36], int acc)
 /* ==== scratch ============================================================= */
 
 /* Channels per pass of the transforms: their loops run over the tiles of
- * CB channels at once (one channel's 42-56 tiles leave 16-float vectors
- * mostly in their scalar tails), with the intermediate rows still near L1
- * (36 CB (th + 1) (tw + 1) floats: 75 KiB for conv2 of the MNIST network). */
-#define CB 8
+ * this many channels at once (one channel's 42-56 tiles leave 16-float
+ * vectors mostly in their scalar tails), with the intermediate rows still
+ * near L1 (36 CHANNEL_BLOCK pf floats: 55 KiB for conv2 of the MNIST
+ * network's forward, 73 KiB for its input gradient). */
+#define CHANNEL_BLOCK 8
 
 /* One plane of one channel: th + 1 rows of tw + 1, and the float that the
  * last spare tile reads past its end. */
@@ -91,16 +98,18 @@ static size_t plane_floats(const ddp__wino_plan *p)
 
 /* planes (16, c, pf); V (36, c, pf), each channel's t tiles with the
  * planes' stride (the GEMMs read them with ldb pf); M (36, o, t); tmp, the
- * transforms' rows for CB channels; pad, four blocks of th + 1 padded rows
- * of 4 (tw + 1) floats (rows 4 i + a in block a). */
+ * transforms' rows for CHANNEL_BLOCK channels; pad, four blocks of th + 1
+ * padded rows of 4 (tw + 1) floats (rows 4 i + a in block a; the weight
+ * gradient's dY uses th rows per block). */
 typedef struct scratch4 {
     float *planes, *v, *m, *tmp, *pad;
 } scratch4;
 
 static size_t tmp_floats(const ddp__wino_plan *p)
 {
-    size_t in = 36 * CB * plane_floats(p), t = (size_t)p->t;
-    size_t out = 49 * CB * t + 16 * t; /* S, Y, pool values and places, bias; one channel's rows */
+    size_t in = 36 * CHANNEL_BLOCK * plane_floats(p), t = (size_t)p->t;
+    /* S, Y, the pool's values and places, the bias; one channel's rows */
+    size_t out = 49 * CHANNEL_BLOCK * t + 16 * t;
     return in > out ? in : out;
 }
 
@@ -143,8 +152,8 @@ DDP_KERNEL static void copy_row(float *restrict d, const float *restrict s, size
         d[i] = s[i];
 }
 
-/* One channel src (sh, sw) placed at (oy, ox) in a zero image of rows
- * (4 rows) x (4 q) and split into 16 planes, plane 4 a + b at d + (4 a +
+/* One channel src (sh, sw) placed at (oy, ox) in a zero image of
+ * (4 rows) x (4 q) floats and split into 16 planes, plane 4 a + b at d + (4 a +
  * b) ds holding its elements (4 i + a, 4 j + b) as row i of q: each block
  * of pad (rows 4 i + a, ready zero: its pads stay so, since every channel
  * writes the same places) is dealt out four ways in one pass. */
@@ -202,16 +211,16 @@ DDP_KERNEL static void bt_rows(float *restrict o, size_t os, const float *restri
     }
 }
 
-/* V (36, c, pf) from the planes, CB channels at a time: T (6 k, 6 s) = B^T
- * d (the rows k of every tile's column s), then V_{6k + l} = T[k] B.  A
- * block's streams run through its channels' spare floats (t to pf), whose
+/* V (36, c, pf) from the planes, CHANNEL_BLOCK channels at a time: T (6 k,
+ * 6 s) = B^T d (the rows k of every tile's column s), then V_{6k + l} =
+ * T[k] B.  A block's streams run through its channels' spare floats (t to pf), whose
  * results the GEMMs never read; they stop at the last channel's t. */
 static void input_transform(float *v, const float *pl, float *tmp, const ddp__wino_plan *p)
 {
     size_t pf = plane_floats(p), q = (size_t)p->tw + 1, t = (size_t)p->t;
-    size_t cs = (size_t)p->c * pf, bs = CB * pf;
-    for (int c0 = 0; c0 < p->c; c0 += CB) {
-        int nc = p->c - c0 < CB ? p->c - c0 : CB;
+    size_t cs = (size_t)p->c * pf, bs = CHANNEL_BLOCK * pf;
+    for (int c0 = 0; c0 < p->c; c0 += CHANNEL_BLOCK) {
+        int nc = p->c - c0 < CHANNEL_BLOCK ? p->c - c0 : CHANNEL_BLOCK;
         size_t n = (size_t)(nc - 1) * pf + t, at = (size_t)c0 * pf;
         for (int s = 0; s < 6; s++) {
             const float *d[6];
@@ -318,7 +327,7 @@ DDP_KERNEL static void interleave4(float *restrict o, const float *restrict d0,
 
 /* One channel's outputs (oh, ow) (=|+=, or through a ReLU: acc) from its
  * tiles Y (stream 4 a + b at yt + (4 a + b) ys): per a, the rows 4 i + a
- * of its tiles interleaved into rows (t floats: th rows of 4 (tw + 1)). */
+ * of its tiles interleaved into rows (4 t floats per a: th rows of 4 (tw + 1)). */
 static void channel_rows(float *yc, const float *yt, size_t ys, float *rows, int acc,
                          const ddp__wino_plan *p)
 {
@@ -395,8 +404,8 @@ void ddp__wino4_conv(const ddp__wino_plan *p, float *y, uint8_t *arg, const floa
         ddp_sgemm(0, 0, p->o, p->t, p->c, 1.0f, u + (size_t)i * (size_t)p->o * (size_t)p->c,
                   p->c, s.v + (size_t)i * vs, (int)pf, fresh || p->beta0 ? 0.0f : 1.0f,
                   s.m + (size_t)i * ms, p->t);
-    for (int o0 = 0; o0 < p->o; o0 += CB) {
-        int no = p->o - o0 < CB ? p->o - o0 : CB;
+    for (int o0 = 0; o0 < p->o; o0 += CHANNEL_BLOCK) {
+        int no = p->o - o0 < CHANNEL_BLOCK ? p->o - o0 : CHANNEL_BLOCK;
         output_block(y, arg, s.m, bias, acc, !p->beta0, o0, no, s.tmp, p);
     }
 }
@@ -422,8 +431,8 @@ DDP_KERNEL static void a_rows(float *restrict o, size_t os, const float *restric
     }
 }
 
-/* dM (36, o, t) = A dY A^T of every tile of dy (o, oh, ow), CB channels at
- * a time: their tiles dY (4 a, 4 b) (zero past oh, ow and in the spare
+/* dM (36, o, t) = A dY A^T of every tile of dy (o, oh, ow), CHANNEL_BLOCK
+ * channels at a time: their tiles dY (4 a, 4 b) (zero past oh, ow and in the spare
  * tiles, whose V is the next row's data), through R (6 k, 4 b). */
 static void grad_transform(float *m, const float *dy, float *tmp, float *pad,
                            const ddp__wino_plan *p)
@@ -431,8 +440,8 @@ static void grad_transform(float *m, const float *dy, float *tmp, float *pad,
     size_t t = (size_t)p->t, q = (size_t)p->tw + 1, ms = (size_t)p->o * t;
     size_t cs = (size_t)p->oh * (size_t)p->ow;
     memset(pad, 0, pad_floats(p) * sizeof *pad);
-    for (int o0 = 0; o0 < p->o; o0 += CB) {
-        int no = p->o - o0 < CB ? p->o - o0 : CB;
+    for (int o0 = 0; o0 < p->o; o0 += CHANNEL_BLOCK) {
+        int no = p->o - o0 < CHANNEL_BLOCK ? p->o - o0 : CHANNEL_BLOCK;
         size_t n = (size_t)no * t;
         float *yt = tmp, *rt = tmp + 16 * n;
         for (int oi = 0; oi < no; oi++)

@@ -11,9 +11,9 @@
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/env.h"
-#include "tensor/kernels.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "tensor/kernels.h"
 #include "tensor/shape.h"
 
 /* ---- shapes --------------------------------------------------------------- */
