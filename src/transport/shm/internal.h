@@ -11,7 +11,8 @@
  * Segment layout (one per group, rank 0 creates it):
  *   header      magic, version, size, ring bytes, attach count
  *   slots[n]    per rank: pid, state (live/left/aborted + reason), CMA probe
- *   bells[n]    per rank, own cache line: "sleeping" flag and futex word
+ *   bells[n]    per rank, own cache line: "sleeping" flag, futex word, the
+ *               CPU it last waited on
  *   ctl[n*n]    per ordered pair s->d: head (producer), tail (consumer) and
  *               acked (CMA messages completed), each on its own cache line
  *   wflag[n][4] per rank: the window's flags, one cache line each
@@ -69,6 +70,7 @@ typedef struct seg_slot {
 typedef struct seg_bell {
     _Atomic uint32_t sleeping;
     _Atomic uint32_t word; /* futex */
+    _Atomic uint32_t cpu1; /* 1 + the CPU its rank last waited on (0: not yet) */
 } __attribute__((aligned(LINE))) seg_bell;
 
 typedef struct ring_ctl {
@@ -136,6 +138,8 @@ static inline void cpu_relax(void)
 void ddp__shm_ring_bell(shm *s, int r);
 void ddp__shm_notify(shm *s, int r);
 void ddp__shm_nap(shm *s, double secs, int (*done)(void *arg), void *arg);
+uint32_t ddp__shm_note_cpu(shm *s);
+int ddp__shm_shares_cpu(shm *s, int who);
 int ddp__shm_tx_progress(shm *s, peer *p);
 int ddp__shm_progress_all(shm *s);
 int ddp__shm_body_started(shm *s, peer *p);

@@ -53,6 +53,7 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
     shm *s = (shm *)tp;
     double start = 0, idle_since = 0;
     unsigned spins = 0;
+    ddp__shm_note_cpu(s);
     for (;;) {
         int rc = ddp__match_poll(&s->m, reqs, n, flags);
         if (rc <= 0)
@@ -78,7 +79,11 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
         if (now >= deadline)
             return ddp__match_timeout(&s->m, reqs, n, now - start);
         double idle = now - idle_since;
-        if (idle < s->spin_s)
+        /* A peer on this CPU runs only once we stop: neither spin nor
+         * yield (a yield may hand the core to another process for a whole
+         * time slice), sleep (ddp__shm_shares_cpu). */
+        int shared = ddp__shm_shares_cpu(s, -1);
+        if (idle < s->spin_s && !shared)
             continue;
         if (idle < s->yield_s) {
             sched_yield();

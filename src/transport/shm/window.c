@@ -54,6 +54,7 @@ int ddp__shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double de
     shm *s = (shm *)tp;
     double start = 0;
     unsigned spins = 0;
+    ddp__shm_note_cpu(s);
     for (;;) {
         int who = ready(arg);
         if (who < 0)
@@ -82,8 +83,9 @@ int ddp__shm_win_wait(ddp__tp *tp, int (*ready)(void *arg), void *arg, double de
          * rank stays runnable and loses its core for a whole time slice of
          * whatever runs instead, where a sleeper is woken by the post and
          * preempts at once (64 MiB, 2 ranks, other jobs running: 3.6 GB/s
-         * with the yield phase, 5.9 without). */
-        if (now - start < s->spin_s)
+         * with the yield phase, 5.9 without).  No spin either when the
+         * peer last waited on this CPU (ddp__shm_shares_cpu). */
+        if (now - start < s->spin_s && !ddp__shm_shares_cpu(s, who))
             continue;
         win_cond c = {ready, arg};
         double left = deadline - now;
