@@ -108,5 +108,10 @@ int check_outputs(job *j)
     else
         stop_error("rank %d: stopping: rank 0 cannot write its output: %s",
                    j->rank, msg);
+    /* Every rank has said why before any exits: the launcher stops the
+     * others when the first exits, which could cut a slower rank's message
+     * (best effort: the job stops either way). */
+    if (j->pg)
+        (void)ddp_pg_barrier(j->pg);
     return 2;
 }
