@@ -78,6 +78,20 @@ static void test_blas_core_advice(void **state)
     assert_null(ddp__cpu_blas_core_for(NULL, avx512));
 }
 
+/* Where beta 0 is free (Winograd F(4x4)'s GEMMs write M then, instead of
+ * adding into an M kept zero): OpenBLAS's small-matrix kernel sets only,
+ * by name in any case, whatever this host's OpenBLAS. */
+static void test_blas_beta0_free(void **state)
+{
+    (void)state;
+    assert_true(ddp__cpu_blas_beta0_free("SkylakeX"));
+    assert_true(ddp__cpu_blas_beta0_free("COOPERLAKE"));
+    const char *not[] = {"Haswell", "Zen", "Prescott", "Skylake", ""};
+    for (size_t i = 0; i < sizeof not / sizeof *not; i++)
+        assert_false(ddp__cpu_blas_beta0_free(not[i]));
+    assert_false(ddp__cpu_blas_beta0_free(NULL));
+}
+
 /* The warning's text for every branch, whatever this host's OpenBLAS. */
 static void test_blas_warning_text(void **state)
 {
@@ -136,6 +150,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_features_match_cpuinfo),
         cmocka_unit_test(test_blas_core_advice),
+        cmocka_unit_test(test_blas_beta0_free),
         cmocka_unit_test(test_blas_warning_text),
         cmocka_unit_test(test_first_gemm_warns_of_fallback),
     };

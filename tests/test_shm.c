@@ -547,7 +547,7 @@ static int one_cpu_rank(int rank, void *arg)
     return 0;
 }
 
-static void test_no_spin_on_one_cpu(void **state)
+static void test_peer_on_same_cpu_seen(void **state)
 {
     (void)state;
     cpu_set_t mine; /* the CPUs this test may use: the first two */
@@ -684,7 +684,7 @@ int main(void)
         cmocka_unit_test(test_kill9_during_large_all_reduce),
         cmocka_unit_test(test_peer_leaves),
         cmocka_unit_test(test_wait_honours_deadline),
-        cmocka_unit_test(test_no_spin_on_one_cpu),
+        cmocka_unit_test(test_peer_on_same_cpu_seen),
         cmocka_unit_test(test_cross_memory_attach),
         cmocka_unit_test(test_ring_only),
         cmocka_unit_test(test_tiny_ring_wraps),

@@ -74,6 +74,11 @@ const char *ddp__cpu_blas_core_for(const char *chosen, unsigned features)
     return NULL;
 }
 
+int ddp__cpu_blas_beta0_free(const char *chosen)
+{
+    return chosen && (!strcasecmp(chosen, "SkylakeX") || !strcasecmp(chosen, "Cooperlake"));
+}
+
 const char *ddp__cpu_blas_core(const char *chosen)
 {
     return ddp__cpu_blas_core_for(chosen, ddp__cpu_features());

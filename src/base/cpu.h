@@ -25,6 +25,12 @@ unsigned ddp__cpu_features(void);
  * NULL. */
 const char *ddp__cpu_blas_core_for(const char *chosen, unsigned features);
 
+/* Does a GEMM with beta 0 cost nothing over beta 1 under OpenBLAS's kernel
+ * set `chosen`?  1 for its SkylakeX and Cooperlake sets, whose small-matrix
+ * beta-0 kernels write C without reading it; elsewhere (and for NULL) beta
+ * 0 is a pass of its own over C before the product. */
+int ddp__cpu_blas_beta0_free(const char *chosen);
+
 /* The same for this CPU. */
 const char *ddp__cpu_blas_core(const char *chosen);
 

@@ -27,8 +27,8 @@
 #include "nn/conv_winograd.h"
 
 #include <string.h>
-#include <strings.h>
 
+#include "base/cpu.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "ddp/tensor.h"
@@ -63,8 +63,7 @@ int ddp__wino_beta0_free(void)
     static _Atomic int known = -1; /* OpenBLAS's kernels are chosen once, when it loads */
     int k = known;
     if (k < 0) {
-        const char *name = ddp__blas_corename();
-        k = name && (!strcasecmp(name, "SkylakeX") || !strcasecmp(name, "Cooperlake"));
+        k = ddp__cpu_blas_beta0_free(ddp__blas_corename());
         known = k;
     }
     return k;

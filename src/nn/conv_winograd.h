@@ -70,9 +70,8 @@ void ddp__wino_unpool_relu(float *restrict dy, const float *restrict g, const fl
                            const uint8_t *restrict arg, size_t planes, int qh, int qw);
 
 void ddp__wino_plan_init(ddp__wino_plan *p, int m, int c, int o, int h, int w, int ph, int pw);
-/* Does beta 0 cost the GEMMs nothing (OpenBLAS's SkylakeX and Cooperlake
- * kernel sets: their small-matrix beta-0 kernels write C without reading
- * it)?  Elsewhere beta 0 is a pass of its own over C. */
+/* Does beta 0 cost the GEMMs nothing under the OpenBLAS kernels this
+ * process runs (ddp__cpu_blas_beta0_free), asked once? */
 int ddp__wino_beta0_free(void);
 /* Scratch floats ddp__wino_conv and ddp__wino_dw_sample need (the split
  * input, V, M, transform rows; F(4x4) also a zero-padded block of rows). */

@@ -80,11 +80,9 @@ static int shm_wait(ddp__tp *tp, ddp__req *const *reqs, int n, double deadline, 
             return ddp__match_timeout(&s->m, reqs, n, now - start);
         double idle = now - idle_since;
         /* A peer on this CPU runs only once we stop: no spin, yield at
-         * once (ddp__shm_shares_cpu; the yield hands it the core: 4.2 us
-         * per small all-reduce with both ranks on one CPU, 8-9 us going
-         * straight to sleep). */
-        int shared = ddp__shm_shares_cpu(s, -1);
-        if (idle < s->spin_s && !shared)
+         * once (ddp__shm_shares_cpu; the yield hands it the core now,
+         * where a sleep would wait for its wake-up as well). */
+        if (idle < s->spin_s && !ddp__shm_shares_cpu(s, -1))
             continue;
         if (idle < s->yield_s) {
             sched_yield();
