@@ -60,7 +60,14 @@
  * everything on the root), a rank other than the root folds into its slot
  * (its buffer is the caller's input and stays unchanged), and only the
  * root copies the peers' shares out.  Not in symmetric memory: the peers'
- * results are in their slots.  Out of place (the root's output is not its
+ * results are in their slots.  Of 2 ranks, the root's share is the whole
+ * chunk: the other rank stages all of it and folds nothing, the root folds
+ * it all and copies nothing out.  Spreading the fold cannot pay there: the
+ * other rank's half would cost the root a copy into its slot and a copy
+ * back out, 4 passes over that half, where folding it itself costs the
+ * other rank's one copy in (ZeRO-2's 2-rank step: 1/4 of the gradient's
+ * bytes less memcpy per rank).  From 3 ranks a root folding everything
+ * would read n streams alone, slower than the spread fold plus copies.  Out of place (the root's output is not its
  * input, as MPI_Reduce's recv), the root folds straight into its output and
  * copies the shares out there: its input is only read (ZeRO-2's owner
  * writes the average into its gradient shard, no copy in between). */
@@ -90,6 +97,7 @@ typedef struct shared {
     ddp_dtype dt;
     ddp_reduce_op op;
     int root;               /* reduce: the rank that gets the result; -1: all-reduce */
+    int whole;              /* a reduce of 2 ranks: the root's share is the whole chunk */
     ddp__reduce_fn fn;
     size_t chunk;           /* elements per chunk, a multiple of n * (64 / es) */
     size_t slot_bytes, nslots;
@@ -157,8 +165,12 @@ static size_t chunk_len(const shared *s, size_t j, size_t *first, size_t *share)
 }
 
 /* Share q of a chunk of len elements cut in shares of S: [*off, *off + ret). */
-static size_t share_of(size_t len, size_t S, int q, size_t *off)
+static size_t share_of(const shared *s, size_t len, size_t S, int q, size_t *off)
 {
+    if (s->whole) {
+        *off = 0;
+        return q == s->root ? len : 0;
+    }
     size_t a = (size_t)q * S;
     *off = a;
     return a >= len ? 0 : len - a < S ? len - a : S;
@@ -185,7 +197,7 @@ static void copy_in(shared *s, size_t j)
     size_t first, S, len = chunk_len(s, j, &first, &S), off, n;
     uint8_t *mine = slot(s, s->r, j);
     for (int q = 0; q < s->n; q++)
-        if (q != s->r && (n = share_of(len, S, q, &off)) > 0)
+        if (q != s->r && (n = share_of(s, len, S, q, &off)) > 0)
             memcpy(mine + off * s->es, s->buf + (first + off) * s->es, n * s->es);
 }
 
@@ -224,7 +236,7 @@ static void reduce_block(shared *s, size_t j, size_t first, size_t off, size_t n
 static void reduce(shared *s, size_t j)
 {
     size_t first, S, len = chunk_len(s, j, &first, &S), off;
-    size_t n = share_of(len, S, s->r, &off), block = REDUCE_BLOCK / s->es;
+    size_t n = share_of(s, len, S, s->r, &off), block = REDUCE_BLOCK / s->es;
     for (size_t b = 0; b < n; b += block)
         reduce_block(s, j, first, off + b, n - b < block ? n - b : block);
 }
@@ -235,7 +247,7 @@ static void copy_out(shared *s, size_t j)
         return;
     size_t first, S, len = chunk_len(s, j, &first, &S), off, n;
     for (int q = 0; q < s->n; q++)
-        if (q != s->r && (n = share_of(len, S, q, &off)) > 0)
+        if (q != s->r && (n = share_of(s, len, S, q, &off)) > 0)
             memcpy(s->out + (first + off) * s->es, peer_data(s, q, j, first, off), n * s->es);
 }
 
@@ -294,6 +306,7 @@ static int run(ddp__coll_ctx *c, const void *buf, void *out, size_t count, ddp_d
                 c->tp->vt->window ? " without a window" : "");
     shared s = {.w = w, .n = c->size, .r = c->rank, .buf = buf, .out = out, .count = count,
                 .es = ddp_dtype_size(dt), .dt = dt, .op = op, .root = root,
+                .whole = root >= 0 && c->size == 2,
                 .fn = ddp__reduce_kernel(dt, op)};
     s.slot_bytes = ddp__allreduce_shared_slot(c, w);
     DDP_FAIL_IF(s.slot_bytes == 0, DDP_ERR_INVALID_ARG,
