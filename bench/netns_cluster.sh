@@ -26,13 +26,15 @@
 #        train: "1 2 4 8"), MIN_BYTES (4), MAX_BYTES (16M), STEP (4), ITERS
 #        (10), MODELS ("256 2048,2048"), TRAIN_SAMPLES (7680), PSGD_RANK (4),
 #        PSGD_START (2: one plain step, so that the step time is PowerSGD's),
-#        EPOCHS (3), DATA (/usr/share/datasets/fashion-mnist)
+#        EPOCHS (3), DATA (/usr/share/datasets/fashion-mnist), BATCH (64: samples
+#        per rank and step, train and powersgd)
 set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-}
 reps=${2:-3}
 build=${BUILD:-build}
 rate=${RATE:-1gbit}
+batch=${BATCH:-64}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
 bench="$(pwd)/$build/bin/ddp-bench-collectives"
 mnist="$(pwd)/$build/bin/ddp-mnist"
@@ -187,11 +189,11 @@ train_row() {
     : >"$tmp/ddp_us" >"$tmp/alone_us" >"$tmp/thr"
     for i in $(seq "$reps"); do
         if [ "$n" -gt 1 ]; then
-            ddp_job "$n" "$tmp/data-$k" "$tmp/o.ddp" --hidden "$model" --epochs 1 "$@"
+            ddp_job "$n" "$tmp/data-$k" "$tmp/o.ddp" --hidden "$model" --epochs 1 --batch-size "$batch" "$@"
             us_step "$tmp/o.ddp" >>"$tmp/ddp_us"
             thr "$tmp/o.ddp" >>"$tmp/thr"
         fi
-        alone_job "$n" "$tmp/data-$((k / n))" "$tmp/o.alone" --hidden "$model" --epochs 1 "$@"
+        alone_job "$n" "$tmp/data-$((k / n))" "$tmp/o.alone" --hidden "$model" --epochs 1 --batch-size "$batch" "$@"
         us_step "$tmp/o.alone" >>"$tmp/alone_us"
         [ "$n" -gt 1 ] || thr "$tmp/o.alone" >>"$tmp/thr"
     done
@@ -228,7 +230,7 @@ link)
 train)
     hosts=${HOSTS:-1 2 4 8}
     cluster_up "$(echo "$hosts" | tr ' ' '\n' | sort -n | tail -n 1)" "$rate"
-    echo "ddp-mnist, ${TRAIN_SAMPLES:-7680} training samples, batch 64 per rank, every link tbf $rate;"
+    echo "ddp-mnist, ${TRAIN_SAMPLES:-7680} training samples, batch $batch per rank, every link tbf $rate;"
     echo "alone: the same ranks at once without communication; comm = ddp - alone; median of $reps runs"
     train_head
     for model in ${MODELS:-256 2048,2048}; do
@@ -238,7 +240,7 @@ train)
 powersgd)
     cluster_up 2 "$rate"
     r=${PSGD_RANK:-4} s=${PSGD_START:-2}
-    echo "wide MLP 784-2048-2048-10 on 2 hosts, links tbf $rate, ${TRAIN_SAMPLES:-7680} samples, batch 64 per rank; median of $reps runs"
+    echo "wide MLP 784-2048-2048-10 on 2 hosts, links tbf $rate, ${TRAIN_SAMPLES:-7680} samples, batch $batch per rank; median of $reps runs"
     train_head
     train_row 2 2048,2048
     echo "with --powersgd $r --powersgd-start $s:"
