@@ -45,8 +45,9 @@ typedef struct {
 } launch;
 
 /* Starts ddprun with argv (NULL-terminated), stderr to a pipe, stdout to
- * out_path (NULL: /dev/null). */
-static inline launch start_to(char *const argv[], const char *out_path)
+ * out_path (NULL: /dev/null); in_child, when given, runs in ddprun's
+ * process before the exec (its CPUs, a seccomp filter). */
+static inline launch start_with(char *const argv[], const char *out_path, void (*in_child)(void))
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
@@ -57,11 +58,18 @@ static inline launch start_to(char *const argv[], const char *out_path)
         int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(out, 1);
         close(p[0]);
+        if (in_child)
+            in_child();
         execv(argv[0], argv);
         _exit(126);
     }
     close(p[1]);
     return (launch){pid, p[0]};
+}
+
+static inline launch start_to(char *const argv[], const char *out_path)
+{
+    return start_with(argv, out_path, NULL);
 }
 
 static inline launch start(char *const argv[]) { return start_to(argv, NULL); }

@@ -25,6 +25,9 @@
  *   signals DIR      records each SIGUSR1 ("USR1") and SIGTERM/SIGINT
  *                    ("TERM"/"INT", then exit 0) in DIR/signals.RANK after
  *                    writing DIR/ready.RANK; waits up to 30 s
+ *   cpus DIR         writes DIR/cpus.RANK: its Cpus_allowed_list, the
+ *                    threads its OpenBLAS took when it loaded, and
+ *                    ddp_num_threads(); exit 0
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -116,6 +119,25 @@ static int record_signals(const char *dir, int rank)
     return 0;
 }
 
+/* Where the worker may run and how many BLAS threads it took: OpenBLAS's
+ * count first, as its constructor set it, before libddp sets its own. */
+static int report_cpus(const char *dir, int rank)
+{
+    char line[1024], list[1024] = "", text[2048];
+    int openblas = openblas_get_num_threads();
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 94;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Cpus_allowed_list: %1023s", list) == 1)
+            break;
+    fclose(f);
+    snprintf(text, sizeof text, "allowed=%s\nopenblas=%d\nddp=%d\n", list, openblas,
+             ddp_num_threads());
+    write_file(dir, "cpus", rank, text);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rank = env_int("RANK");
@@ -140,6 +162,8 @@ int main(int argc, char **argv)
         write_file(argv[2], "blas", rank, text);
         return 0;
     }
+    if (argc == 3 && !strcmp(argv[1], "cpus"))
+        return report_cpus(argv[2], rank);
     if (argc == 3 && !strcmp(argv[1], "runid")) {
         const char *id = getenv("TORCHELASTIC_RUN_ID");
         write_file(argv[2], "runid", rank, id ? id : "");

@@ -8,6 +8,7 @@
  *              and its log directory
  *   rdzv.c     the launchers' own rendezvous across nodes (--rdzv-backend
  *              c10d): rounds, node ranks, coordinated restarts
+ *   bind.c     --bind-to core: each worker on CPUs of its own
  * Names shared across these files start with ddprun_ (libddp's own ddp_ and
  * ddp__ prefixes stay the library's). */
 #ifndef DDPRUN_H
@@ -42,6 +43,9 @@ typedef struct {
     /* Per local rank: STD_* bits of --redirects and --tee, and whether the
      * console shows it (--local-ranks-filter). */
     unsigned char redirects[MAX_WORKERS], tee[MAX_WORKERS], shown[MAX_WORKERS];
+    int bind_core;   /* --bind-to core */
+    int *bind_cpus;  /* with it: ddprun's allowed CPUs, ascending (bind.c) */
+    int bind_ncpus;
     char **argv; /* the program and its arguments */
 } ddprun_options;
 
@@ -126,6 +130,13 @@ void ddprun_job_close(const ddprun_options *o, ddprun_job *job);
 /* blas_env.c: OPENBLAS_CORETYPE in ddprun's environment (so the workers')
  * where OpenBLAS would fall back to older kernels than the CPU runs. */
 void ddprun_blas_env(void);
+
+/* bind.c: with --bind-to core, ddprun's CPUs into o, or the exit status
+ * (2) after a message on stderr when there are fewer than the workers. */
+int ddprun_bind_plan(ddprun_options *o);
+/* In a worker before exec: binds it to its share of those CPUs; 0, or -1
+ * after a message on its stderr. */
+int ddprun_bind_worker(const ddprun_options *o, int local_rank);
 
 /* output.c */
 void ddprun_output_pump_all(const ddprun_options *o, ddprun_worker *ws, int timeout_ms);

@@ -49,6 +49,9 @@ static void usage(FILE *f)
             "  -t, --tee S          streams to the log files and the console, each\n"
             "                       console line prefixed \"[rank]:\" (same syntax)\n"
             "  --local-ranks-filter L  the console shows only these local ranks (0,2)\n"
+            "  --bind-to none|core  none (default): workers run where the scheduler puts\n"
+            "                       them; core: local rank l runs on CPUs l*k..(l+1)*k-1 of\n"
+            "                       ddprun's own, k = its CPUs / --nproc-per-node\n"
             "  -h, --help           this text\n");
 }
 
@@ -321,6 +324,10 @@ static int parse_valued(ddprun_options *o, int argc, char **argv, int *i, named_
         if (parse_rank_list(v, o->shown, &top->filter))
             return fail_usage("bad --local-ranks-filter '%s': want local ranks, as in 0,2", v);
         o->filtered = 1;
+    } else if ((v = flag_value(argc, argv, i, "--bind-to", NULL))) {
+        if (strcmp(v, "none") && strcmp(v, "core"))
+            return fail_usage("bad --bind-to '%s': want none or core", v);
+        o->bind_core = !strcmp(v, "core");
     } else {
         return fail_usage("unknown option '%s'", argv[*i]);
     }
@@ -389,7 +396,7 @@ int ddprun_parse_options(int argc, char **argv, ddprun_options *o)
                           "the job (launchers of other jobs are kept apart by it)");
     if ((long)o->nproc * o->nnodes > (1L << 24))
         return fail_usage("world size too large");
-    if ((rc = check_ranks(o, &top)))
+    if ((rc = check_ranks(o, &top)) || (rc = ddprun_bind_plan(o)))
         return rc;
     if (standalone) {
         if (o->nnodes != 1)

@@ -22,7 +22,9 @@ static void set_env_int(const char *name, long v)
     setenv(name, buf, 1);
 }
 
-/* In the child: environment, own process group, death with the parent. */
+/* In the child: environment, own process group, death with the parent,
+ * its CPUs (--bind-to core; before exec, so that the program's libraries
+ * size their thread pools by them when they load). */
 static void exec_worker(const ddprun_options *o, const ddprun_job *job, const ddprun_worker *w,
                         int restart, int out_fd, int err_fd, pid_t parent)
 {
@@ -38,6 +40,8 @@ static void exec_worker(const ddprun_options *o, const ddprun_job *job, const dd
     if (out_fd >= 0)
         dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
+    if (ddprun_bind_worker(o, w->local_rank) < 0) /* said on its stderr */
+        _exit(127);
     set_env_int("RANK", w->rank);
     set_env_int("LOCAL_RANK", w->local_rank);
     set_env_int("WORLD_SIZE", (long)o->nproc * o->nnodes);
