@@ -140,72 +140,134 @@ static void test_powersgd_two_ranks(void **state)
     free(ll);
 }
 
-/* A resume from dir/cb that must fail. */
-static result failed_resume(const char *common)
+/* A resume from dir/D that must fail. */
+static result failed_resume(const char *common, const char *d)
 {
-    result r = sh("%s --standalone --nproc-per-node 2 %s %s --checkpoint-dir %s/cb --resume",
-                  ddprun, bin, common, dir);
+    result r = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 2 --checkpoint-dir %s/%s "
+                  "--resume",
+                  ddprun, bin, common, dir, d);
     assert_int_not_equal(r.status, 0);
     return r;
 }
 
+/* Whether dir/A.safetensors and dir/B.safetensors are the same bytes. */
+static void assert_same_weights(const char *a, const char *b, const char *what)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/%s.safetensors %s/%s.safetensors", dir, a, dir, b);
+    if (system(cmd) != 0) {
+        const int h[] = {64};
+        char fa[64], fb[64];
+        snprintf(fa, sizeof fa, "%s.safetensors", a);
+        snprintf(fb, sizeof fb, "%s.safetensors", b);
+        ddp_model_t *ma = mnist_mlp_load(dir, h, 1, fa), *mb = mnist_mlp_load(dir, h, 1, fb);
+        fail_msg("%s: the weights differ by %.3g", what, mnist_rel_diff(ma, mb));
+    }
+}
+
+/* The PowerSGD state files in dir/D: exactly one per rank, of step STEP. */
+static void assert_states_of(const char *d, int step)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s/%s && test \"$(ls | grep -c powersgd)\" = 2 && "
+             "test -f checkpoint.safetensors.powersgd.step%d.rank0 && "
+             "test -f checkpoint.safetensors.powersgd.step%d.rank1",
+             dir, d, step, step);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "ls %s/%s", dir, d);
+        result l = sh("%s", cmd);
+        fail_msg("want the states of step %d alone in %s: %s", step, d, l.out);
+    }
+}
+
 /* Checkpoints carry every rank's PowerSGD state (its error feedback, Q,
- * the iteration, the generator): under ddprun, rank 1 killed at global
- * step 22 of 30 and the group restarted resumes from step 20 (epoch 2,
- * step 5; compressed since step 4) and ends with the uninterrupted run's
- * weights, bitwise.  A checkpoint without a rank's state is refused with
- * a message naming the file. */
+ * the iteration, the generator), named after the checkpoint's step: under
+ * ddprun, rank 1 killed at global step 22 of 30 and the group restarted
+ * resumes from step 20 (epoch 2, step 5; compressed since step 4) and
+ * ends with the uninterrupted run's weights, bitwise; every save removed
+ * the older states.  A save cut off between the states and the checkpoint
+ * (states of step 32 there, garbage here; the checkpoint still step 28's)
+ * does not disturb the resume: it reads step 28's and ends as the
+ * uninterrupted run.  A damaged or missing state, or one of another step
+ * under the checkpoint's name, is refused with a message naming it. */
 static void test_powersgd_restart_resumes_bitwise(void **state)
 {
     (void)state;
     write_data();
     char common[512];
     snprintf(common, sizeof common,
-             "--data %s --no-progress --hidden 64 --epochs 2 --batch-size 32 --lr 0.05 --seed 7 "
+             "--data %s --no-progress --hidden 64 --batch-size 32 --lr 0.05 --seed 7 "
              "--powersgd 2 --powersgd-start 4 --checkpoint-every 4",
              dir);
-    result a = sh("%s --standalone --nproc-per-node 2 %s %s --checkpoint-dir %s/ca "
-                  "--save %s/a.safetensors",
-                  ddprun, bin, common, dir, dir);
-    if (a.status != 0)
-        fail_msg("uninterrupted: exit %d: %s", a.status, a.out);
-    result b = sh("%s --standalone --nproc-per-node 2 --max-restarts 1 %s %s --checkpoint-dir "
-                  "%s/cb --crash-at-step 22 --save %s/b.safetensors",
+    for (int e = 2; e <= 3; e++) {
+        result a = sh("%s --standalone --nproc-per-node 2 %s %s --epochs %d --checkpoint-dir "
+                      "%s/ca%d --save %s/a%d.safetensors",
+                      ddprun, bin, common, e, dir, e, dir, e);
+        if (a.status != 0)
+            fail_msg("uninterrupted, %d epochs: exit %d: %s", e, a.status, a.out);
+        free(a.out);
+    }
+    result b = sh("%s --standalone --nproc-per-node 2 --max-restarts 1 %s %s --epochs 2 "
+                  "--checkpoint-dir %s/cb --crash-at-step 22 --save %s/b.safetensors",
                   ddprun, bin, common, dir, dir);
     if (b.status != 0)
         fail_msg("restarted: exit %d: %s", b.status, b.out);
     assert_non_null(strstr(b.out, "was killed by signal 9 (Killed); restarting the group"));
     if (!strstr(b.out, "/checkpoint.safetensors: epoch 2, step 5"))
         fail_msg("no resume from step 20: %s", b.out);
+    assert_same_weights("a2", "b", "the resumed run against the uninterrupted one");
+    assert_states_of("cb", 28);
+
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/a.safetensors %s/b.safetensors", dir, dir);
-    if (system(cmd) != 0) {
-        const int h[] = {64};
-        ddp_model_t *ma = mnist_mlp_load(dir, h, 1, "a.safetensors"),
-                    *mb = mnist_mlp_load(dir, h, 1, "b.safetensors");
-        fail_msg("the resumed run's weights differ from the uninterrupted run's by %.3g",
-                 mnist_rel_diff(ma, mb));
-    }
-    /* rank 0's state cut short, rank 1's gone: the resume stops, naming them */
-    snprintf(cmd, sizeof cmd, "truncate -s 10 %s/cb/checkpoint.safetensors.powersgd.rank0", dir);
+    snprintf(cmd, sizeof cmd,
+             "cd %s/cb && head -c 4096 /dev/urandom >checkpoint.safetensors.powersgd.step32.rank0 "
+             "&& cp checkpoint.safetensors.powersgd.step32.rank0 "
+             "checkpoint.safetensors.powersgd.step32.rank1",
+             dir);
     assert_int_equal(system(cmd), 0);
-    result t = failed_resume(common);
+    result d = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 3 --checkpoint-dir %s/cb "
+                  "--resume --save %s/d.safetensors",
+                  ddprun, bin, common, dir, dir);
+    if (d.status != 0 || !strstr(d.out, "/checkpoint.safetensors: epoch 2, step 13"))
+        fail_msg("resume beside a cut-off save: exit %d: %s", d.status, d.out);
+    assert_same_weights("a3", "d", "the run resumed beside a cut-off save");
+    assert_states_of("cb", 44);
+
+    /* rank 0's state cut short, rank 1's gone: the resume stops, naming them */
+    snprintf(cmd, sizeof cmd, "truncate -s 10 %s/cb/checkpoint.safetensors.powersgd.step44.rank0",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    result t = failed_resume(common, "cb");
     if (!strstr(t.out, "rank 0: ") ||
-        !strstr(t.out, "/cb/checkpoint.safetensors.powersgd.rank0: ") ||
+        !strstr(t.out, "/cb/checkpoint.safetensors.powersgd.step44.rank0: ") ||
         !strstr(t.out, "powersgd state: not a PowerSGD state (10 bytes)") ||
         !strstr(t.out, "rank 1: another rank could not load its PowerSGD state: stopping"))
         fail_msg("want the damaged state named: %s", t.out);
-    free(t.out);
-    snprintf(cmd, sizeof cmd, "rm %s/cb/checkpoint.safetensors.powersgd.rank1", dir);
+    snprintf(cmd, sizeof cmd, "rm %s/cb/checkpoint.safetensors.powersgd.step44.rank1", dir);
     assert_int_equal(system(cmd), 0);
-    result c = failed_resume(common);
+    result c = failed_resume(common, "cb");
     if (!strstr(c.out, "rank 1: the checkpoint ") ||
-        !strstr(c.out, "has no PowerSGD state for this rank: ") ||
-        !strstr(c.out, "/cb/checkpoint.safetensors.powersgd.rank1: No such file or directory"))
+        !strstr(c.out, "(step 44) has no PowerSGD state for this rank: ") ||
+        !strstr(c.out, "/cb/checkpoint.safetensors.powersgd.step44.rank1: No such file or directory"))
         fail_msg("want the missing state named: %s", c.out);
-    free(a.out);
+
+    /* step 28's states (run a2's) under the name of a step-44 checkpoint
+     * (run a3's): refused, naming both steps */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && for r in 0 1; do cp ca2/checkpoint.safetensors.powersgd.step28.rank$r "
+             "ca3/checkpoint.safetensors.powersgd.step44.rank$r || exit 1; done",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    result m = failed_resume(common, "ca3");
+    if (!strstr(m.out, "/ca3/checkpoint.safetensors.powersgd.step44.rank0 holds PowerSGD's "
+                       "state after step 28, not the checkpoint's step 44"))
+        fail_msg("want the state of another step refused: %s", m.out);
     free(b.out);
+    free(d.out);
+    free(t.out);
     free(c.out);
+    free(m.out);
 }
 
 static void test_bad_flags(void **state)

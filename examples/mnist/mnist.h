@@ -146,6 +146,10 @@ int check_outputs(job *j);
 int save_checkpoint(job *j, int64_t epoch, int64_t step);
 int load_checkpoint(job *j);
 int share_checkpoint(job *j, int loaded);
+/* powersgd_state.c: with --powersgd, every rank's state under this step's
+ * name, then rank 0's checkpoint, then the older states removed; after a
+ * resume, the states of the checkpoint's step (0 or an exit status). */
+int powersgd_checkpoint_save(job *j, const ddp_train_state *st);
 int resume_powersgd(job *j);
 
 #endif
