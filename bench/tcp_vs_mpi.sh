@@ -10,7 +10,8 @@
 #
 # Defaults: 4 B to 64 MiB, factor 4, 50 iterations (20 from 16 MiB), 7 rounds.
 # Extra environment (DDP_SOCKET_NUM_STREAMS, DDP_TCP_SPIN_US, ...) reaches
-# the libddp runs only.  Needs mpicc/mpirun (openmpi-bin, libopenmpi-dev).
+# the libddp runs only.  BIND=core binds libddp's rank r to CPU r (taskset),
+# as mpirun binds Open MPI's 2 ranks to cores by default.  Needs mpicc/mpirun (openmpi-bin, libopenmpi-dev).
 set -e
 cd "$(dirname "$0")/.."
 MIN=${1:-4}
@@ -28,7 +29,9 @@ i=0
 while [ "$i" -lt "$ROUNDS" ]; do
     i=$((i + 1))
     for r in 1 0; do
-        DDP_TRANSPORT=tcp "$BUILD/bin/ddp-bench-collectives" --rank "$r" --world-size 2 \
+        pin= # BIND=core: rank r on CPU r, as mpirun binds its 2 ranks
+        [ "${BIND:-}" = core ] && pin="taskset -c $r"
+        DDP_TRANSPORT=tcp $pin "$BUILD/bin/ddp-bench-collectives" --rank "$r" --world-size 2 \
             --init-method "file://$D/store.$i" --min-bytes "$MIN" --max-bytes "$MAX" \
             --step-factor "$FACTOR" --iters "$ITERS" >"$D/ddp.$r" &
     done
@@ -40,7 +43,7 @@ while [ "$i" -lt "$ROUNDS" ]; do
 done
 echo "# all_reduce float32 sum, 2 ranks, loopback TCP: libddp vs Open MPI btl tcp,self;"
 echo "# $ROUNDS alternated rounds of $ITERS iterations (20 from 16 MiB); load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# env: DDP_SOCKET_NUM_STREAMS=${DDP_SOCKET_NUM_STREAMS:-} DDP_TCP_SPIN_US=${DDP_TCP_SPIN_US:-}"
+echo "# env: DDP_SOCKET_NUM_STREAMS=${DDP_SOCKET_NUM_STREAMS:-} DDP_TCP_SPIN_US=${DDP_TCP_SPIN_US:-} BIND=${BIND:-}"
 printf '%10s | %24s | %24s | %s\n' bytes "ddp us: median (min-max)" "mpi us: median (min-max)" \
     "ddp/mpi per round, sorted"
 for s in $(awk '{print $3}' "$D/all" | sort -nu); do
