@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/rng.h"
+#include "base/timeline.h"
 #include "ddp/powersgd.h"
 #include "ddp/powersgd_impl.h"
 
@@ -314,7 +315,9 @@ static int launch(void *state, ddp_pg_t *pg, int b, float *data, size_t n, ddp_w
         s->after += compressed(s, &t[i]) ? (double)(t[i].rows + t[i].cols) * rank_of(s, &t[i])
                                          : full;
     }
+    uint64_t t0 = ddp__tl_begin();
     compute_ps(s, k, data, t, nt);
+    ddp__tl_end(t0, "powersgd P = M Q", "bucket", b);
     if (k->nu + k->np == 0)
         return 0;
     return ddp_pg_all_reduce_async(pg, k->u, k->nu + k->np, DDP_FLOAT32, DDP_SUM, work);
@@ -335,6 +338,7 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
     const float ws = (float)ddp_pg_size(pg);
     unpack_uncompressed(s, k, data, t, nt, 1.0f / ws);
     size_t pi = 0, qi = 0;
+    uint64_t t0 = ddp__tl_begin();
     for (int i = 0; i < nt; i++) { /* orthogonalise P, Q = M^T P */
         if (!compressed(s, &t[i]))
             continue;
@@ -346,8 +350,11 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
         pi += (size_t)t[i].rows * (size_t)r;
         qi += (size_t)t[i].cols * (size_t)r;
     }
+    ddp__tl_end(t0, "powersgd Q = M^T P", "bucket", b);
     if (k->nq) {
+        t0 = ddp__tl_begin();
         int rc = ddp_pg_all_reduce(pg, k->q, k->nq, DDP_FLOAT32, DDP_SUM);
+        ddp__tl_end(t0, "powersgd Q all-reduce", "bucket", b);
         if (rc != 0) { /* the error buffer holds M now, not the error: start afresh
                         * (every size back to 0, so a save after it stays loadable) */
             bucket_free(k);
@@ -357,6 +364,7 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
     for (size_t e = 0; e < k->nq; e++)
         k->q[e] /= ws;
     pi = qi = 0;
+    t0 = ddp__tl_begin();
     for (int i = 0; i < nt; i++) { /* M = P Q^T; the error what it left out */
         if (!compressed(s, &t[i]))
             continue;
@@ -367,6 +375,7 @@ static int finish(void *state, ddp_pg_t *pg, int b, float *data, size_t n)
         pi += (size_t)t[i].rows * (size_t)r;
         qi += (size_t)t[i].cols * (size_t)r;
     }
+    ddp__tl_end(t0, "powersgd M = P Q^T", "bucket", b);
     if (!s->o.use_error_feedback) /* the buffer held M for this iteration only */
         memset(k->error, 0, n * sizeof *k->error);
     if (!s->o.warm_start)
