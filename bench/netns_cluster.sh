@@ -27,7 +27,8 @@
 #        (10), MODELS ("256 2048,2048"), TRAIN_SAMPLES (7680), PSGD_RANK (4),
 #        PSGD_START (2: one plain step, so that the step time is PowerSGD's),
 #        EPOCHS (3), DATA (/usr/share/datasets/fashion-mnist), BATCH (64: samples
-#        per rank and step, train and powersgd)
+#        per rank and step in the step-time runs of train and powersgd; the
+#        accuracy runs keep ddp-mnist's 64)
 set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-}

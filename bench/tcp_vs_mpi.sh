@@ -20,6 +20,7 @@ FACTOR=${3:-4}
 ITERS=${4:-50}
 ROUNDS=${5:-7}
 BUILD=${BUILD:-build}
+case ${BIND:-} in "" | none | core) ;; *) echo "tcp_vs_mpi.sh: BIND=$BIND: want none or core" >&2; exit 2 ;; esac
 command -v mpicc >/dev/null || { echo "skipped: no mpicc (Open MPI is installed by scripts/install-deps.sh)"; exit 0; }
 make -s -j2 "$BUILD/bin/ddp-bench-collectives" >/dev/null
 D=$(mktemp -d /tmp/ddp_tcpmpi.XXXXXX)

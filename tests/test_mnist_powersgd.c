@@ -175,7 +175,7 @@ static void assert_states_of(const char *d, int step)
              "test -f checkpoint.safetensors.powersgd.step%d.rank1",
              dir, d, step, step);
     if (system(cmd) != 0) {
-        snprintf(cmd, sizeof cmd, "ls %s/%s", dir, d);
+        snprintf(cmd, sizeof cmd, "ls %s/%s | tr '\\n' ' '", dir, d);
         result l = sh("%s", cmd);
         fail_msg("want the states of step %d alone in %s: %s", step, d, l.out);
     }
@@ -234,6 +234,32 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
     assert_same_weights("a3", "d", "the run resumed beside a cut-off save");
     assert_states_of("cb", 44);
 
+    /* rank 1 cannot write its state of step 24 (a folder where its file
+     * goes): every rank stops before rank 0 replaces the step-20
+     * checkpoint, which then resumes as the uninterrupted run */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/cf/checkpoint.safetensors.powersgd.step24.rank1.tmp",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    result f = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 2 --checkpoint-dir %s/cf",
+                  ddprun, bin, common, dir);
+    if (f.status == 0 || !strstr(f.out, "rank 1: cannot write ") ||
+        !strstr(f.out, "rank 0: another rank could not write its part of the checkpoint"))
+        fail_msg("want the failed save to stop every rank: exit %d: %s", f.status, f.out);
+    snprintf(cmd, sizeof cmd, "rmdir %s/cf/checkpoint.safetensors.powersgd.step24.rank1.tmp",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "cd %s/cf && test -f checkpoint.safetensors.powersgd.step20.rank0 && "
+             "test -f checkpoint.safetensors.powersgd.step20.rank1",
+             dir);
+    assert_int_equal(system(cmd), 0); /* the step-20 checkpoint's states stay */
+    result g = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 2 --checkpoint-dir %s/cf "
+                  "--resume --save %s/g.safetensors",
+                  ddprun, bin, common, dir, dir);
+    if (g.status != 0 || !strstr(g.out, "/checkpoint.safetensors: epoch 2, step 5"))
+        fail_msg("resume after the failed save: exit %d: %s", g.status, g.out);
+    assert_same_weights("a2", "g", "the run resumed after a failed save");
+
     /* rank 0's state cut short, rank 1's gone: the resume stops, naming them */
     snprintf(cmd, sizeof cmd, "truncate -s 10 %s/cb/checkpoint.safetensors.powersgd.step44.rank0",
              dir);
@@ -265,6 +291,8 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
         fail_msg("want the state of another step refused: %s", m.out);
     free(b.out);
     free(d.out);
+    free(f.out);
+    free(g.out);
     free(t.out);
     free(c.out);
     free(m.out);

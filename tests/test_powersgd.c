@@ -19,8 +19,10 @@
 #include "ddp.h"
 #include "ddp/pg.h"
 #include "ddp/powersgd.h"
+#include "ddp/powersgd_impl.h"
 #include "fork_children.h"
 #include "pg_util.h"
+#include "tensor/kernels.h"
 
 /* A (8 x 6) compressed, a bias (6) as it is, B (5 x 4) compressed. */
 static const ddp_powersgd_tensor LAYOUT[3] = {{0, 8, 6}, {48, 6, 1}, {54, 5, 4}};
@@ -361,6 +363,35 @@ static void test_layout_change_resets_state(void **state)
     job_cleanup(&J);
 }
 
+/* Q = M^T P (powersgd_kernels.c's accumulate_q, which sums blocks of 8
+ * rows 16 columns at a time in registers) against one axpy per row in row
+ * order, the sums it must equal bit for bit: rows below, at and across
+ * the block of 8, columns below, at and across 16, ranks 1 to 9. */
+static void test_accumulate_q_is_row_axpys(void **state)
+{
+    (void)state;
+    const int rows[] = {1, 7, 8, 9, 17}, cols[] = {1, 15, 16, 17, 33, 48}, ranks[] = {1, 2, 4, 9};
+    static float e[17 * 48], p[17 * 9], got[9 * 48], want[9 * 48];
+    for (int i = 0; i < 17 * 48; i++)
+        e[i] = (float)sin(0.37 * i) * 3.1f;
+    for (int i = 0; i < 17 * 9; i++)
+        p[i] = (float)cos(0.11 * i + 0.5) / 7.0f;
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 6; b++)
+            for (int c = 0; c < 4; c++) {
+                int m = rows[a], n = cols[b], r = ranks[c];
+                memset(got, 0x7f, sizeof got);
+                memset(want, 0, sizeof want);
+                for (int k = 0; k < m; k++)
+                    for (int j = 0; j < r; j++)
+                        ddp__vec_axpy(want + j * n, p[k * r + j], e + k * n, (size_t)n);
+                ddp__psgd_accumulate_q(got, e, p, m, n, r);
+                if (memcmp(got, want, (size_t)(r * n) * sizeof *got) != 0)
+                    fail_msg("accumulate_q of %d x %d, rank %d differs from the row axpys", m,
+                             n, r);
+            }
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -394,6 +425,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_accumulate_q_is_row_axpys),
         cmocka_unit_test(test_layout_change_resets_state),
         cmocka_unit_test(test_under_ddp),
     };

@@ -214,7 +214,7 @@ int main(int argc, char **argv)
         goto out;
     status = 0;
 out:
-    if (rc < 0) {
+    if (rc < 0 && ddp_last_error()[0]) { /* else said already (stop_error) */
         if (j.pg)
             stop_error("rank %d: %s", j.rank, ddp_last_error());
         else

@@ -1,7 +1,8 @@
 /* ddp-mnist, the reference program (main.c says what it does): what its
  * files share.  args.c reads the command line, model.c holds the model and
  * the evaluation, train.c the training loop, checkpoint.c checkpoints and
- * resuming, main.c joins the job and runs it. */
+ * resuming, powersgd_state.c every rank's PowerSGD state beside them,
+ * main.c joins the job and runs it. */
 #ifndef DDP_EXAMPLES_MNIST_H
 #define DDP_EXAMPLES_MNIST_H
 

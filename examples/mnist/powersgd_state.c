@@ -2,17 +2,19 @@
  * own error feedback and Q) in a file of its own beside the checkpoint,
  * named after the step it belongs to: "<checkpoint>.powersgd.step<G>.rank<r>".
  *
- * Why the step in the name: the ranks write their states, then rank 0
- * replaces the checkpoint.  A job stopped in between (a rank killed, a
- * node lost) must resume from the old checkpoint with the old states, not
- * with states one save newer that no checkpoint matches.  So a save never
- * overwrites the states the current checkpoint names; once every rank
- * knows the new checkpoint is written, each removes its older files.  A
+ * Why the step in the name: a save is two phases.  Every rank writes its
+ * state (durably: fsync'd), and the ranks agree that all did; only then
+ * does rank 0 replace the checkpoint, and only once every rank knows that
+ * it did does each remove its older states.  A job stopped at any point
+ * (a rank killed, a disk full, a node lost) resumes from whichever
+ * checkpoint is in place with that checkpoint's own states: a save never
+ * overwrites or removes the states the current checkpoint names.  A
  * resume reads the file of the checkpoint's own step, and refuses a state
  * whose iteration count is not that step (a file renamed by hand, or
  * written by a version without the step in the name). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +28,20 @@ static void state_path(const job *j, int64_t g, char *path, size_t len)
     snprintf(path, len, "%s.powersgd.step%lld.rank%d", j->ckpt, (long long)g, j->rank);
 }
 
-/* Writes this rank's state of this step (to a temporary name, then
- * renamed, so that a crash mid-write leaves no half file under the name). */
+/* The folder of the checkpoint path (".", "/" or its leading part). */
+static void ckpt_dir(const job *j, char *dir, size_t len)
+{
+    const char *slash = strrchr(j->ckpt, '/');
+    if (!slash)
+        snprintf(dir, len, ".");
+    else
+        snprintf(dir, len, "%.*s", slash == j->ckpt ? 1 : (int)(slash - j->ckpt), j->ckpt);
+}
+
+/* Writes this rank's state of this step: to a temporary name, fsync'd,
+ * renamed, the folder fsync'd, so that neither a crash mid-write nor a
+ * power loss after the checkpoint leaves a half or empty file under the
+ * name the checkpoint will point at. */
 static int save_state(const job *j)
 {
     char path[4200], tmp[4300];
@@ -39,12 +53,21 @@ static int save_state(const job *j)
     if (rc < 0)
         return rc;
     FILE *f = fopen(tmp, "wb");
-    int bad = !f || fwrite(blob, 1, len, f) != len;
+    int bad = !f || fwrite(blob, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= f && fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) { /* said here: the library has no message for it */
         stop_error("rank %d: cannot write %s: %s", j->rank, path, strerror(errno));
         ddp_clear_error();
+        unlink(tmp);
         rc = DDP_ERR_IO;
+    } else {
+        char dir[4096];
+        ckpt_dir(j, dir, sizeof dir);
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+        if (dfd >= 0) { /* the rename itself, durable (best effort: some file systems refuse) */
+            fsync(dfd);
+            close(dfd);
+        }
     }
     free(blob);
     return rc;
@@ -52,29 +75,28 @@ static int save_state(const job *j)
 
 /* Removes this rank's state files of other steps than the checkpoint's
  * (best effort: a file left over costs only disk, and the next save tries
- * again), and the one file of versions before the step was in the name. */
+ * again), their temporary files left by a crash mid-write, and the one
+ * file of versions before the step was in the name. */
 static void prune_states(const job *j)
 {
-    char dir[4096], keep[4200], legacy[4200], mine[64];
+    char dir[4096], keep[4200], legacy[4200], mine[64], mine_tmp[64];
     const char *slash = strrchr(j->ckpt, '/');
     const char *base = slash ? slash + 1 : j->ckpt;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == j->ckpt ? 1 : (int)(slash - j->ckpt),
-                 j->ckpt);
+    ckpt_dir(j, dir, sizeof dir);
     snprintf(mine, sizeof mine, ".rank%d", j->rank);
+    snprintf(mine_tmp, sizeof mine_tmp, ".rank%d.tmp", j->rank);
     snprintf(keep, sizeof keep, "%s.powersgd.step%lld%s", base, (long long)j->st.global_step,
              mine);
     snprintf(legacy, sizeof legacy, "%s.powersgd%s", j->ckpt, mine);
     unlink(legacy);
-    size_t blen = strlen(base), mlen = strlen(mine);
+    size_t blen = strlen(base), mlen = strlen(mine), tlen = strlen(mine_tmp);
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));) {
         size_t n = strlen(e->d_name);
-        if (n <= blen + mlen || strncmp(e->d_name, base, blen) != 0 ||
-            strncmp(e->d_name + blen, ".powersgd.step", 14) != 0 ||
-            strcmp(e->d_name + n - mlen, mine) != 0 || strcmp(e->d_name, keep) == 0)
+        int ours = (n > blen + mlen && strcmp(e->d_name + n - mlen, mine) == 0) ||
+                   (n > blen + tlen && strcmp(e->d_name + n - tlen, mine_tmp) == 0);
+        if (!ours || strncmp(e->d_name, base, blen) != 0 ||
+            strncmp(e->d_name + blen, ".powersgd.step", 14) != 0 || strcmp(e->d_name, keep) == 0)
             continue;
         char path[8400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -84,23 +106,45 @@ static void prune_states(const job *j)
         closedir(d);
 }
 
-int powersgd_checkpoint_save(job *j, const ddp_train_state *st)
+/* Whether every rank's `mine` is 0 (an all-reduce of the failures): 0
+ * when all are, DDP_ERR_IO once this rank has said that another one
+ * failed, or the all-reduce's error. */
+static int all_ok(job *j, int mine)
 {
-    int rc = save_state(j);
-    if (rc == 0 && j->rank == 0)
-        rc = ddp_checkpoint_save(j->ckpt, j->model, j->opt, st);
-    /* Whether every rank's part is written: only then does the new
-     * checkpoint name states that all exist, and the old ones may go. */
-    int32_t bad = rc < 0;
-    int arc = ddp_pg_all_reduce(j->pg, &bad, 1, DDP_INT32, DDP_MAX);
+    int32_t bad = mine < 0;
+    int rc = ddp_pg_all_reduce(j->pg, &bad, 1, DDP_INT32, DDP_MAX);
     if (rc < 0)
         return rc;
-    if (arc < 0)
-        return arc;
-    if (bad) {
+    if (bad && mine == 0) {
         stop_error("rank %d: another rank could not write its part of the checkpoint %s: "
                    "stopping",
                    j->rank, j->ckpt);
+        ddp_clear_error();
+        return DDP_ERR_IO;
+    }
+    return bad ? mine : 0;
+}
+
+int powersgd_checkpoint_save(job *j, const ddp_train_state *st)
+{
+    /* Phase 1: every rank's state of this step, and all know all are
+     * there before the checkpoint names them. */
+    int rc = all_ok(j, save_state(j));
+    if (rc < 0)
+        return rc;
+    /* Phase 2: rank 0's checkpoint, and all know it is in place before the
+     * states it no longer names go. */
+    rc = j->rank == 0 ? ddp_checkpoint_save(j->ckpt, j->model, j->opt, st) : 0;
+    if (rc < 0 && j->rank == 0)
+        stop_error("rank 0: %s", ddp_last_error());
+    int32_t r0 = rc;
+    int brc = ddp_pg_broadcast(j->pg, &r0, 1, DDP_INT32, 0);
+    if (brc < 0)
+        return brc;
+    if (r0 < 0) {
+        if (j->rank != 0)
+            stop_error("rank %d: rank 0 could not write the checkpoint %s: stopping", j->rank,
+                       j->ckpt);
         ddp_clear_error();
         return DDP_ERR_IO;
     }

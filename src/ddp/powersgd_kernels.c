@@ -18,7 +18,9 @@
  * registers (below): 1.8 ms, the same bits (every sum keeps its row order).
  * Built with the full vectoriser and AVX-512/AVX2 clones as
  * tensor/kernels.c (its header says why); the sums have fixed lanes and
- * orders, so every clone computes the same bits. */
+ * orders, so every clone computes the same bits, as long as the build does
+ * not contract a * b + c into one FMA (the Makefile's -std=c11 keeps gcc
+ * from it; -std=gnu11 in CFLAGS would let the AVX-512 clone do it). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
@@ -77,10 +79,10 @@ DDP_KERNEL void ddp__psgd_accumulate_q(float *restrict qt, const float *restrict
 {
     for (int64_t i = 0; i < (int64_t)r * cols; i++)
         qt[i] = 0;
-    const int64_t main = cols - cols % LANES;
+    const int64_t cols16 = cols - cols % LANES;
     for (int64_t k0 = 0; k0 < rows; k0 += ROWS) {
         const int64_t k1 = min64(k0 + ROWS, rows);
-        for (int64_t c = 0; c < main; c += LANES)
+        for (int64_t c = 0; c < cols16; c += LANES)
             for (int j = 0; j < r; j++) {
                 float *qj = qt + (int64_t)j * cols + c, acc[LANES];
                 for (int l = 0; l < LANES; l++)
@@ -95,7 +97,7 @@ DDP_KERNEL void ddp__psgd_accumulate_q(float *restrict qt, const float *restrict
             }
         for (int j = 0; j < r; j++) /* the columns past the last 16 */
             for (int64_t k = k0; k < k1; k++)
-                for (int64_t c = main; c < cols; c++)
+                for (int64_t c = cols16; c < cols; c++)
                     qt[(int64_t)j * cols + c] += p[k * r + j] * e[k * cols + c];
     }
 }

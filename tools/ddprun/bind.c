@@ -1,5 +1,5 @@
-/* --bind-to core: each worker on CPUs of its own, as mpirun's --bind-to
- * core does.  Why: on a small host, two ranks beside a busy process are
+/* --bind-to core: each worker on CPUs of its own, after mpirun's --bind-to
+ * core (which binds whole physical cores; see below).  Why: on a small host, two ranks beside a busy process are
  * often put on one core by the scheduler, and a shared-memory collective
  * that waits for its peer then waits for a time slice too, where Open
  * MPI's ranks, bound by mpirun, never meet that placement (docs/shm.md,
@@ -13,7 +13,10 @@
  * OMP_NUM_THREADS says) starts as many threads as its peers and none waits
  * for a slower one; the CPUs left over stay free for ddprun itself and
  * whatever else runs there.  A "core" here is a CPU as the kernel numbers
- * them (a hardware thread where SMT is on).
+ * them (a hardware thread where SMT is on): with the usual numbering
+ * (siblings n apart), 2 ranks on 2 cores x 2 threads get {0,1} and {2,3},
+ * one thread of each core each, where mpirun would give each rank a whole
+ * core.  Grouping by /sys/.../topology/core_id is not done.
  * Fewer CPUs than workers is refused, as mpirun refuses to oversubscribe
  * under binding: two workers pinned to one CPU is the slow case made
  * certain. */
