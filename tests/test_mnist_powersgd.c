@@ -165,6 +165,22 @@ static void assert_same_weights(const char *a, const char *b, const char *what)
     }
 }
 
+/* A resume from dir/D for EPOCHS epochs: it starts at AT ("epoch E, step
+ * S") and ends with the weights of dir/REF.safetensors. */
+static void resume_equals(const char *common, const char *d, int epochs, const char *at,
+                          const char *ref, const char *what)
+{
+    result r = sh("%s --standalone --nproc-per-node 2 %s %s --epochs %d --checkpoint-dir %s/%s "
+                  "--resume --save %s/resumed.safetensors",
+                  ddprun, bin, common, epochs, dir, d, dir);
+    char want[128];
+    snprintf(want, sizeof want, "/checkpoint.safetensors: %s", at);
+    if (r.status != 0 || !strstr(r.out, want))
+        fail_msg("%s: exit %d, want a resume from %s: %s", what, r.status, at, r.out);
+    free(r.out);
+    assert_same_weights(ref, "resumed", what);
+}
+
 /* The PowerSGD state files in dir/D: exactly one per rank, of step STEP. */
 static void assert_states_of(const char *d, int step)
 {
@@ -226,12 +242,7 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
              "checkpoint.safetensors.powersgd.step32.rank1",
              dir);
     assert_int_equal(system(cmd), 0);
-    result d = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 3 --checkpoint-dir %s/cb "
-                  "--resume --save %s/d.safetensors",
-                  ddprun, bin, common, dir, dir);
-    if (d.status != 0 || !strstr(d.out, "/checkpoint.safetensors: epoch 2, step 13"))
-        fail_msg("resume beside a cut-off save: exit %d: %s", d.status, d.out);
-    assert_same_weights("a3", "d", "the run resumed beside a cut-off save");
+    resume_equals(common, "cb", 3, "epoch 2, step 13", "a3", "the resume beside a cut-off save");
     assert_states_of("cb", 44);
 
     /* rank 1 cannot write its state of step 24 (a folder where its file
@@ -253,12 +264,7 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
              "test -f checkpoint.safetensors.powersgd.step20.rank1",
              dir);
     assert_int_equal(system(cmd), 0); /* the step-20 checkpoint's states stay */
-    result g = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 2 --checkpoint-dir %s/cf "
-                  "--resume --save %s/g.safetensors",
-                  ddprun, bin, common, dir, dir);
-    if (g.status != 0 || !strstr(g.out, "/checkpoint.safetensors: epoch 2, step 5"))
-        fail_msg("resume after the failed save: exit %d: %s", g.status, g.out);
-    assert_same_weights("a2", "g", "the run resumed after a failed save");
+    resume_equals(common, "cf", 2, "epoch 2, step 5", "a2", "the resume after a failed save");
 
     /* rank 0's state cut short, rank 1's gone: the resume stops, naming them */
     snprintf(cmd, sizeof cmd, "truncate -s 10 %s/cb/checkpoint.safetensors.powersgd.step44.rank0",
@@ -290,9 +296,7 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
                        "state after step 28, not the checkpoint's step 44"))
         fail_msg("want the state of another step refused: %s", m.out);
     free(b.out);
-    free(d.out);
     free(f.out);
-    free(g.out);
     free(t.out);
     free(c.out);
     free(m.out);
