@@ -172,7 +172,15 @@ static void test_core_splits_ddprun_cpus(void **state)
         }
         remove_dir(dir);
     }
+}
+
+/* After it, pass or fail: the thread variables as the other tests expect
+ * them (unset). */
+static int forget_thread_env(void **state)
+{
+    (void)state;
     unsetenv("OMP_NUM_THREADS");
+    return 0;
 }
 
 /* The CPUs are ddprun's own, not the machine's: confined to its last CPU,
@@ -301,7 +309,7 @@ int main(void)
 {
     ddprun_paths();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_core_splits_ddprun_cpus),
+        cmocka_unit_test_teardown(test_core_splits_ddprun_cpus, forget_thread_env),
         cmocka_unit_test(test_core_uses_ddprun_own_set),
         cmocka_unit_test(test_none_leaves_cpus),
         cmocka_unit_test(test_core_refuses_oversubscription),

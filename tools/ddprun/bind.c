@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddprun.h"
 
@@ -73,6 +74,40 @@ static int allowed_cpus(int **out)
     return -1;
 }
 
+/* Each local rank's set and the words of its refusal, made here in ddprun
+ * before any fork: the forked worker then only asks the kernel and writes
+ * (malloc and stdio in a child of a process with threads, as ddprun is
+ * when it hosts the launchers' store, can block on a lock another thread
+ * held at the fork). */
+static int make_sets(ddprun_options *o, const int *cpus, int n)
+{
+    int k = n / o->nproc, bits = cpus[n - 1] + 1; /* ascending: the last is the highest */
+    o->bind_set_size = CPU_ALLOC_SIZE(bits);
+    o->bind_sets = calloc((size_t)o->nproc, sizeof *o->bind_sets);
+    o->bind_refused = calloc((size_t)o->nproc, sizeof *o->bind_refused);
+    if (!o->bind_sets || !o->bind_refused)
+        return -1;
+    for (int l = 0; l < o->nproc; l++) {
+        const int *mine = cpus + (size_t)l * (size_t)k;
+        cpu_set_t *set = CPU_ALLOC(bits);
+        char list[256], *msg = malloc(320);
+        if (!set || !msg) {
+            CPU_FREE(set);
+            free(msg);
+            return -1;
+        }
+        CPU_ZERO_S(o->bind_set_size, set);
+        for (int i = 0; i < k; i++)
+            CPU_SET_S(mine[i], o->bind_set_size, set);
+        cpu_list(mine, k, list, sizeof list);
+        snprintf(msg, 320, "ddprun: cannot bind local rank %d to CPU%s %s: ", l,
+                 k == 1 ? "" : "s", list);
+        o->bind_sets[l] = set;
+        o->bind_refused[l] = msg;
+    }
+    return 0;
+}
+
 int ddprun_bind_plan(ddprun_options *o)
 {
     if (!o->bind_core)
@@ -94,34 +129,36 @@ int ddprun_bind_plan(ddprun_options *o)
         free(cpus);
         return 2;
     }
-    o->bind_cpus = cpus;
-    o->bind_ncpus = n;
+    int rc = make_sets(o, cpus, n);
+    free(cpus);
+    if (rc < 0) {
+        fprintf(stderr, "ddprun: --bind-to core: out of memory\n");
+        return 2;
+    }
     return 0;
+}
+
+/* All of s to fd, as far as it goes (a worker's last words). */
+static void say(int fd, const char *s)
+{
+    for (size_t len = strlen(s); len > 0;) {
+        ssize_t w = write(fd, s, len);
+        if (w <= 0)
+            return;
+        s += w;
+        len -= (size_t)w;
+    }
 }
 
 int ddprun_bind_worker(const ddprun_options *o, int local_rank)
 {
-    if (!o->bind_cpus)
+    if (!o->bind_sets)
         return 0;
-    int k = o->bind_ncpus / o->nproc;
-    const int *mine = o->bind_cpus + (size_t)local_rank * (size_t)k;
-    int bits = mine[k - 1] + 1; /* ascending: the last is the highest */
-    cpu_set_t *set = CPU_ALLOC(bits);
-    size_t size = CPU_ALLOC_SIZE(bits);
-    int rc = -1, err = ENOMEM;
-    if (set) {
-        CPU_ZERO_S(size, set);
-        for (int i = 0; i < k; i++)
-            CPU_SET_S(mine[i], size, set);
-        rc = sched_setaffinity(0, size, set);
-        err = errno;
-        CPU_FREE(set);
-    }
-    if (rc == 0)
+    if (sched_setaffinity(0, o->bind_set_size, (cpu_set_t *)o->bind_sets[local_rank]) == 0)
         return 0;
-    char list[256];
-    cpu_list(mine, k, list, sizeof list);
-    fprintf(stderr, "ddprun: cannot bind local rank %d to CPU%s %s: %s\n", local_rank,
-            k == 1 ? "" : "s", list, strerror(err));
+    const char *why = strerrordesc_np(errno); /* a constant string: no locale, no lock */
+    say(STDERR_FILENO, o->bind_refused[local_rank]);
+    say(STDERR_FILENO, why ? why : "unknown error");
+    say(STDERR_FILENO, "\n");
     return -1;
 }

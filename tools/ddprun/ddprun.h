@@ -43,9 +43,10 @@ typedef struct {
     /* Per local rank: STD_* bits of --redirects and --tee, and whether the
      * console shows it (--local-ranks-filter). */
     unsigned char redirects[MAX_WORKERS], tee[MAX_WORKERS], shown[MAX_WORKERS];
-    int bind_core;   /* --bind-to core */
-    int *bind_cpus;  /* with it: ddprun's allowed CPUs, ascending (bind.c) */
-    int bind_ncpus;
+    int bind_core;         /* --bind-to core */
+    void **bind_sets;      /* with it, per local rank: its cpu_set_t (bind.c) */
+    size_t bind_set_size;  /* their size in bytes */
+    char **bind_refused;   /* per local rank: what its worker says if refused */
     char **argv; /* the program and its arguments */
 } ddprun_options;
 
