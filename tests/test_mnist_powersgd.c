@@ -281,7 +281,8 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
     result c = failed_resume(common, "cb");
     if (!strstr(c.out, "rank 1: the checkpoint ") ||
         !strstr(c.out, "(step 44) has no PowerSGD state for this rank: ") ||
-        !strstr(c.out, "/cb/checkpoint.safetensors.powersgd.step44.rank1: No such file or directory"))
+        !strstr(c.out,
+                "/cb/checkpoint.safetensors.powersgd.step44.rank1: No such file or directory"))
         fail_msg("want the missing state named: %s", c.out);
 
     /* step 28's states (run a2's) under the name of a step-44 checkpoint

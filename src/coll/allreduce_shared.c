@@ -67,10 +67,12 @@
  * back out, 4 passes over that half, where folding it itself costs the
  * other rank's one copy in (ZeRO-2's 2-rank step: 1/4 of the gradient's
  * bytes less memcpy per rank).  From 3 ranks a root folding everything
- * would read n streams alone, slower than the spread fold plus copies.  Out of place (the root's output is not its
- * input, as MPI_Reduce's recv), the root folds straight into its output and
- * copies the shares out there: its input is only read (ZeRO-2's owner
- * writes the average into its gradient shard, no copy in between). */
+ * would read n streams alone, which by the byte count is a longer reduce
+ * than the spread fold plus copies (not measured).  Out of place (the
+ * root's output is not its input, as MPI_Reduce's recv), the root folds
+ * straight into its output and copies the shares out there: its input is
+ * only read (ZeRO-2's owner writes the average into its gradient shard, no
+ * copy in between). */
 #include <stdatomic.h>
 #include <string.h>
 

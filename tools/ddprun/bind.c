@@ -1,6 +1,7 @@
 /* --bind-to core: each worker on CPUs of its own, after mpirun's --bind-to
- * core (which binds whole physical cores; see below).  Why: on a small host, two ranks beside a busy process are
- * often put on one core by the scheduler, and a shared-memory collective
+ * core (which binds whole physical cores; see below).  Why: on a small
+ * host, two ranks beside a busy process are often put on one core by the
+ * scheduler, and a shared-memory collective
  * that waits for its peer then waits for a time slice too, where Open
  * MPI's ranks, bound by mpirun, never meet that placement (docs/shm.md,
  * "Waiting", has the figures).

@@ -63,11 +63,12 @@ static void prefault(uint8_t *p, size_t len)
 /* Every page this rank will use: its rings to and from each peer and every
  * rank's window.  A first touch of a page of the segment is a page fault in
  * each process; without this a fresh group paid them in its first few
- * hundred collectives, until its rings had wrapped (an
- * 8 KiB all-reduce took 8 us for its first ~300 calls, 1.5-2 us after;
- * 64 KiB 30-50 us in its first 25, 9 us after).  The pages are the
- * segment's, shared: nothing is allocated twice, and a job that moves
- * data touches them all within its first steps anyway. */
+ * hundred collectives, until its rings had wrapped (2 ranks: the median
+ * 8 KiB all-reduce of a fresh group's first 200 calls took 8 us, of its
+ * first 400 2 us; of its first 25 at 64 KiB 27-42 us, 11.5-13.6 with
+ * this; bench/RESULTS.md, session 18).  The pages are the segment's,
+ * shared: nothing is allocated twice, and a job that moves data touches
+ * them all within its first steps anyway. */
 static void populate(shm *s, const seg_off *o, int rank, int size, size_t ring, size_t window)
 {
     for (int q = 0; q < size; q++) {
