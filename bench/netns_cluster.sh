@@ -127,21 +127,7 @@ fi
 
 # ---- training -------------------------------------------------------------
 
-# subset K DIR: the first K training samples of $data (IDX, header rewritten)
-# and the whole test split, in DIR.
-subset() {
-    mkdir -p "$2"
-    for f in images-idx3:16:784 labels-idx1:8:1; do
-        name=${f%%:*} rest=${f#*:}
-        hdr=${rest%%:*} per=${rest#*:}
-        src=$data/train-$name-ubyte.gz
-        [ -f "$src" ] || src=$data/train-$name-ubyte
-        { zcat -f "$src" | head -c "$hdr" | perl -e 'read STDIN, $h, 16; my @v = unpack("N*", $h);
-              $v[1] = $ARGV[0]; print pack("N*", @v)' "$1"
-          zcat -f "$src" | tail -c +$((hdr + 1)) | head -c $(($1 * per)); } >"$2/train-$name-ubyte"
-        cp "$data"/t10k-$name-ubyte* "$2/"
-    done
-}
+. bench/mnist_subset.sh # subset K DIR: the first K training samples
 
 # us_step FILE: rank 0's wall time per step from DDP_MNIST_PROFILE.
 us_step() { sed -n 's/^Profile rank 0: [0-9]* steps, \([0-9.]*\) us\/step.*/\1/p' "$1" | head -n 1; }

@@ -12,18 +12,16 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ddprun_util.h"
+#include "seccomp_util.h"
 
 /* ---- CPU sets ------------------------------------------------------------ */
 
@@ -80,18 +78,7 @@ static int confine_to = -1;
 /* Whether ddprun's sched_setaffinity fails with EPERM (a seccomp filter). */
 static int deny_binding;
 
-static int deny_setaffinity(void)
-{
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sched_setaffinity, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof f / sizeof *f, .filter = f};
-    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
-           prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
-}
+static int deny_setaffinity(void) { return deny_syscall(__NR_sched_setaffinity, -1, 0, EPERM); }
 
 static void set_up_ddprun(void)
 {

@@ -140,12 +140,12 @@ static void test_powersgd_two_ranks(void **state)
     free(ll);
 }
 
-/* A resume from dir/D that must fail. */
-static result failed_resume(const char *common, const char *d)
+/* A resume from dir/D for EPOCHS epochs that must fail. */
+static result failed_resume(const char *common, const char *d, int epochs)
 {
-    result r = sh("%s --standalone --nproc-per-node 2 %s %s --epochs 2 --checkpoint-dir %s/%s "
+    result r = sh("%s --standalone --nproc-per-node 2 %s %s --epochs %d --checkpoint-dir %s/%s "
                   "--resume",
-                  ddprun, bin, common, dir, d);
+                  ddprun, bin, common, epochs, dir, d);
     assert_int_not_equal(r.status, 0);
     return r;
 }
@@ -205,8 +205,10 @@ static void assert_states_of(const char *d, int step)
  * the older states.  A save cut off between the states and the checkpoint
  * (states of step 32 there, garbage here; the checkpoint still step 28's)
  * does not disturb the resume: it reads step 28's and ends as the
- * uninterrupted run.  A damaged or missing state, or one of another step
- * under the checkpoint's name, is refused with a message naming it. */
+ * uninterrupted run.  A save that fails on either side (rank 1's state,
+ * rank 0's checkpoint) stops every rank and leaves the checkpoint before it
+ * resumable.  A damaged or missing state, or one of another step under the
+ * checkpoint's name, is refused with a message naming it. */
 static void test_powersgd_restart_resumes_bitwise(void **state)
 {
     (void)state;
@@ -266,11 +268,33 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
     assert_int_equal(system(cmd), 0); /* the step-20 checkpoint's states stay */
     resume_equals(common, "cf", 2, "epoch 2, step 5", "a2", "the resume after a failed save");
 
+    /* rank 0 cannot write the checkpoint itself (its temporary name taken)
+     * at step 32, after every rank wrote its state of that step: every
+     * rank stops, rank 1 saying why; the step-28 checkpoint and its states
+     * stay, and resume as the uninterrupted run */
+    snprintf(cmd, sizeof cmd, "cp -r %s/ca2 %s/cg && mkdir %s/cg/checkpoint.safetensors.tmp", dir,
+             dir, dir);
+    assert_int_equal(system(cmd), 0);
+    result g = failed_resume(common, "cg", 3);
+    if (!strstr(g.out, "rank 0: ") || !strstr(g.out, "checkpoint.safetensors.tmp") ||
+        !strstr(g.out, "rank 1: rank 0 could not write the checkpoint ") ||
+        !strstr(g.out, "/cg/checkpoint.safetensors: stopping"))
+        fail_msg("want rank 0's failed save to stop every rank: exit %d: %s", g.status, g.out);
+    snprintf(cmd, sizeof cmd,
+             "rmdir %s/cg/checkpoint.safetensors.tmp && cd %s/cg && "
+             "test -f checkpoint.safetensors.powersgd.step28.rank0 && "
+             "test -f checkpoint.safetensors.powersgd.step28.rank1",
+             dir, dir);
+    assert_int_equal(system(cmd), 0);
+    resume_equals(common, "cg", 3, "epoch 2, step 13", "a3",
+                  "the resume after rank 0's failed save");
+    assert_states_of("cg", 44);
+
     /* rank 0's state cut short, rank 1's gone: the resume stops, naming them */
     snprintf(cmd, sizeof cmd, "truncate -s 10 %s/cb/checkpoint.safetensors.powersgd.step44.rank0",
              dir);
     assert_int_equal(system(cmd), 0);
-    result t = failed_resume(common, "cb");
+    result t = failed_resume(common, "cb", 2);
     if (!strstr(t.out, "rank 0: ") ||
         !strstr(t.out, "/cb/checkpoint.safetensors.powersgd.step44.rank0: ") ||
         !strstr(t.out, "powersgd state: not a PowerSGD state (10 bytes)") ||
@@ -278,7 +302,7 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
         fail_msg("want the damaged state named: %s", t.out);
     snprintf(cmd, sizeof cmd, "rm %s/cb/checkpoint.safetensors.powersgd.step44.rank1", dir);
     assert_int_equal(system(cmd), 0);
-    result c = failed_resume(common, "cb");
+    result c = failed_resume(common, "cb", 2);
     if (!strstr(c.out, "rank 1: the checkpoint ") ||
         !strstr(c.out, "(step 44) has no PowerSGD state for this rank: ") ||
         !strstr(c.out,
@@ -292,12 +316,13 @@ static void test_powersgd_restart_resumes_bitwise(void **state)
              "ca3/checkpoint.safetensors.powersgd.step44.rank$r || exit 1; done",
              dir);
     assert_int_equal(system(cmd), 0);
-    result m = failed_resume(common, "ca3");
+    result m = failed_resume(common, "ca3", 2);
     if (!strstr(m.out, "/ca3/checkpoint.safetensors.powersgd.step44.rank0 holds PowerSGD's "
                        "state after step 28, not the checkpoint's step 44"))
         fail_msg("want the state of another step refused: %s", m.out);
     free(b.out);
     free(f.out);
+    free(g.out);
     free(t.out);
     free(c.out);
     free(m.out);

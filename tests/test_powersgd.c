@@ -14,6 +14,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/rng.h"
 #include "ddp.h"
@@ -149,6 +151,50 @@ static int check_state_blob(ddp_powersgd_t *s)
     return 0;
 }
 
+/* The state as a file (ddp_powersgd_state_save_file / load_file): the
+ * blob's bytes back; a missing file (DDP_ERR_NOT_FOUND), one cut short
+ * (DDP_ERR_FORMAT naming the file and the blob's fault) and a temporary
+ * name that cannot be made (DDP_ERR_IO, nothing left behind) each fail with
+ * their message and leave the state as it was. */
+static int check_state_file(ddp_powersgd_t *s, int rank)
+{
+    char path[128], cmd[320];
+    void *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    snprintf(path, sizeof path, "%s/state.rank%d", J.dir, rank);
+    CHILD_CHECK(ddp_powersgd_state_save(s, &a, &na) == 0);
+    CHILD_CHECK(ddp_powersgd_state_save_file(s, path) == 0);
+    CHILD_CHECK(ddp_powersgd_state_load_file(s, path) == 0);
+    CHILD_CHECK(ddp_powersgd_state_save(s, &b, &nb) == 0 && nb == na && !memcmp(a, b, na));
+    free(b);
+    snprintf(cmd, sizeof cmd, "cmp -s %s /dev/stdin", path); /* the file is the blob */
+    FILE *p = popen(cmd, "w");
+    CHILD_CHECK(p && fwrite(a, 1, na, p) == na && pclose(p) == 0);
+
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s.none", path);
+    CHILD_CHECK(ddp_powersgd_state_load_file(s, missing) == DDP_ERR_NOT_FOUND);
+    CHILD_CHECK(contains(ddp_last_error(), missing) &&
+                contains(ddp_last_error(), "No such file or directory"));
+    CHILD_CHECK(truncate(path, 10) == 0);
+    CHILD_CHECK(ddp_powersgd_state_load_file(s, path) == DDP_ERR_FORMAT);
+    CHILD_CHECK(contains(ddp_last_error(), path) &&
+                contains(ddp_last_error(), "powersgd state: not a PowerSGD state (10 bytes)"));
+    snprintf(cmd, sizeof cmd, "mkdir %s.tmp", path); /* the temporary name taken */
+    CHILD_CHECK(system(cmd) == 0);
+    CHILD_CHECK(ddp_powersgd_state_save_file(s, path) == DDP_ERR_IO);
+    CHILD_CHECK(contains(ddp_last_error(), "cannot create ") &&
+                contains(ddp_last_error(), ".tmp: Is a directory"));
+    struct stat st;
+    CHILD_CHECK(stat(path, &st) == 0 && st.st_size == 10); /* the old file as it was */
+    CHILD_CHECK(ddp_powersgd_state_save(s, &b, &nb) == 0 && nb == na && !memcmp(a, b, na));
+    free(b);
+    free(a);
+    snprintf(cmd, sizeof cmd, "%s.tmp", path);
+    CHILD_CHECK(rmdir(cmd) == 0 && unlink(path) == 0); /* the folder empty again */
+    return 0;
+}
+
 static int rank_main(int rank, void *arg)
 {
     (void)arg;
@@ -183,6 +229,7 @@ static int rank_main(int rank, void *arg)
     CHILD_CHECK(ddp_powersgd_state(s, 1, &name, &buf, &cnt) == 0);
     CHILD_CHECK(strcmp(name, "powersgd.q.0") == 0 && cnt == 6 + 4);
     CHILD_CHECK(check_state_blob(s) == 0);
+    CHILD_CHECK(check_state_file(s, rank) == 0);
     ddp_powersgd_destroy(s);
     ddp_destroy_process_group(pg);
     return 0;

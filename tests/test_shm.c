@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "pg/internal.h"
 #include "pg_util.h"
 #include "fork_children.h"
+#include "seccomp_util.h"
 #include "transport/shm.h"
 #include "transport/shm/internal.h"
 #include "transport/transport.h"
@@ -615,6 +617,44 @@ static void test_setup_maps_rings_and_windows(void **state)
     job_cleanup(&J);
 }
 
+/* Whether madvise(MADV_POPULATE_WRITE) fails with EINVAL here after
+ * deny_syscall, as on kernels before 5.14 (a container may forbid
+ * filters). */
+static int populate_deniable(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        _exit(p == MAP_FAILED || deny_syscall(__NR_madvise, 2, MADV_POPULATE_WRITE, EINVAL) ||
+              madvise(p, 4096, MADV_POPULATE_WRITE) == 0 || errno != EINVAL);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static int populated_by_reads_rank(int rank, void *arg)
+{
+    CHILD_CHECK(deny_syscall(__NR_madvise, 2, MADV_POPULATE_WRITE, EINVAL) == 0);
+    return populated_rank(rank, arg);
+}
+
+/* The same where the kernel has no MADV_POPULATE_WRITE (before 5.14):
+ * segment.c reads a byte of each page instead, and the pages are mapped
+ * all the same. */
+static void test_setup_maps_pages_without_populate(void **state)
+{
+    (void)state;
+    if (!populate_deniable()) {
+        fprintf(stderr, "skipped: no seccomp filter here to make MADV_POPULATE_WRITE fail\n");
+        skip();
+    }
+    job_init(&J);
+    assert_int_equal(run_children(2, populated_by_reads_rank, NULL, 60.0), 0);
+    job_cleanup(&J);
+}
+
 /* ---- data paths ------------------------------------------------------- */
 
 typedef struct path_arg {
@@ -734,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_wait_honours_deadline),
         cmocka_unit_test(test_peer_on_same_cpu_seen),
         cmocka_unit_test(test_setup_maps_rings_and_windows),
+        cmocka_unit_test(test_setup_maps_pages_without_populate),
         cmocka_unit_test(test_cross_memory_attach),
         cmocka_unit_test(test_ring_only),
         cmocka_unit_test(test_tiny_ring_wraps),

@@ -13,10 +13,7 @@
  * whose iteration count is not that step (a file renamed by hand, or
  * written by a version without the step in the name). */
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,38 +35,19 @@ static void ckpt_dir(const job *j, char *dir, size_t len)
         snprintf(dir, len, "%.*s", slash == j->ckpt ? 1 : (int)(slash - j->ckpt), j->ckpt);
 }
 
-/* Writes this rank's state of this step: to a temporary name, fsync'd,
- * renamed, the folder fsync'd, so that neither a crash mid-write nor a
- * power loss after the checkpoint leaves a half or empty file under the
- * name the checkpoint will point at. */
+/* Writes this rank's state of this step durably (ddp_powersgd_state_save_file:
+ * a temporary file, fsync'd, renamed, the folder fsync'd), so that neither
+ * a crash mid-write nor a power loss after the checkpoint leaves a half or
+ * empty file under the name the checkpoint will point at. */
 static int save_state(const job *j)
 {
-    char path[4200], tmp[4300];
-    void *blob = NULL;
-    size_t len = 0;
+    char path[4200];
     state_path(j, j->st.global_step, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int rc = ddp_powersgd_state_save(j->psgd, &blob, &len);
-    if (rc < 0)
-        return rc;
-    FILE *f = fopen(tmp, "wb");
-    int bad = !f || fwrite(blob, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= f && fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) { /* said here: the library has no message for it */
-        stop_error("rank %d: cannot write %s: %s", j->rank, path, strerror(errno));
+    int rc = ddp_powersgd_state_save_file(j->psgd, path);
+    if (rc < 0) {
+        stop_error("rank %d: cannot write %s: %s", j->rank, path, ddp_last_error());
         ddp_clear_error();
-        unlink(tmp);
-        rc = DDP_ERR_IO;
-    } else {
-        char dir[4096];
-        ckpt_dir(j, dir, sizeof dir);
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-        if (dfd >= 0) { /* the rename itself, durable (best effort: some file systems refuse) */
-            fsync(dfd);
-            close(dfd);
-        }
     }
-    free(blob);
     return rc;
 }
 
@@ -158,29 +136,17 @@ static int load_state(job *j)
 {
     char path[4200];
     state_path(j, j->st.global_step, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int rc = ddp_powersgd_state_load_file(j->psgd, path);
+    if (rc == DDP_ERR_NOT_FOUND) {
         stop_error("rank %d: the checkpoint %s (step %lld) has no PowerSGD state for this "
-                   "rank: %s: %s",
-                   j->rank, j->ckpt, (long long)j->st.global_step, path, strerror(errno));
+                   "rank: %s",
+                   j->rank, j->ckpt, (long long)j->st.global_step, ddp_last_error());
         return 2;
     }
-    size_t cap = 1 << 20, len = 0, n;
-    char *blob = malloc(cap);
-    while (blob && (n = fread(blob + len, 1, cap - len, f)) > 0) {
-        len += n;
-        char *more = len == cap ? realloc(blob, cap *= 2) : blob;
-        if (!more)
-            free(blob);
-        blob = more;
-    }
-    fclose(f);
-    int rc = blob ? ddp_powersgd_state_load(j->psgd, blob, len) : DDP_ERR_NOMEM;
-    if (rc < 0)
-        stop_error("rank %d: %s: %s", j->rank, path, blob ? ddp_last_error() : "out of memory");
-    free(blob);
-    if (rc < 0)
+    if (rc < 0) {
+        stop_error("rank %d: %s", j->rank, ddp_last_error());
         return 2;
+    }
     /* One PowerSGD iteration per step: a state of another step would pair
      * this checkpoint's weights with another step's error feedback. */
     if (ddp_powersgd_iter(j->psgd) != j->st.global_step) {

@@ -102,6 +102,16 @@ DDP_API int ddp_powersgd_state_save(const ddp_powersgd_t *s, void **blob, size_t
  * iteration starts afresh, as after a bucket rebuild.  A damaged blob
  * fails with DDP_ERR_FORMAT and changes nothing. */
 DDP_API int ddp_powersgd_state_load(ddp_powersgd_t *s, const void *blob, size_t len);
+/* The same bytes in a file, for a per-rank checkpoint.  save_file writes
+ * "<path>.tmp", fsyncs it, renames it over path and fsyncs the folder: a
+ * reader finds the old file or the whole new one, also after a crash or a
+ * power loss; DDP_ERR_IO names the step that failed (the temporary file is
+ * removed).  load_file restores such a file: DDP_ERR_NOT_FOUND when there
+ * is none, DDP_ERR_IO when it cannot be read (or is not a regular file),
+ * DDP_ERR_FORMAT "PATH: powersgd state: ..." when it is damaged; the state
+ * is unchanged by any failure. */
+DDP_API int ddp_powersgd_state_save_file(const ddp_powersgd_t *s, const char *path);
+DDP_API int ddp_powersgd_state_load_file(ddp_powersgd_t *s, const char *path);
 
 #ifdef __cplusplus
 }
