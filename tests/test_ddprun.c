@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +119,48 @@ static void test_standalone_picks_port(void **state)
     int port = atoi(p + strlen("MASTER_PORT="));
     assert_true(port > 0 && port < 65536 && port != 29500);
     assert_non_null(strstr(buf, "MASTER_ADDR=127.0.0.1\n"));
+    remove_dir(dir);
+}
+
+/* The program as execvp finds it (tools/ddprun/exec.c, which makes it in
+ * ddprun before the fork): a name searched along PATH past a folder that
+ * does not exist, a file without "#!" read by /bin/sh with its arguments
+ * and the worker's variables; a name that is nowhere and a path that does
+ * not exist: the worker says why and fails, and so does the job. */
+static void test_program_lookup(void **state)
+{
+    (void)state;
+    char dir[64], err[8192], buf[256], want[64], script[4200], path[8400], saved[4096];
+    make_dir(dir);
+    snprintf(script, sizeof script, "%s/ddprun-test-script", dir);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fputs("printf '%s %s\\n' \"$RANK\" \"$1\" >\"$2/script.$RANK\"\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(script, 0755), 0);
+    const char *old = getenv("PATH");
+    snprintf(saved, sizeof saved, "%s", old ? old : "/bin:/usr/bin");
+    snprintf(path, sizeof path, "/nonexistent-ddprun-dir:%s:%s", dir, saved);
+    setenv("PATH", path, 1);
+    char *argv[] = {ddprun, "--nproc-per-node", "2", "ddprun-test-script", "hello", dir, NULL};
+    int st = finish(start(argv), err, sizeof err, 10);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (int rank = 0; rank < 2; rank++) {
+        assert_int_equal(read_file(dir, "script", rank, buf, sizeof buf), 0);
+        snprintf(want, sizeof want, "%d hello\n", rank);
+        assert_string_equal(buf, want);
+    }
+    char *none[] = {ddprun, "--nproc-per-node", "1", "ddprun-no-such-program", NULL};
+    st = finish(start(none), err, sizeof err, 10);
+    setenv("PATH", saved, 1);
+    assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_non_null(
+        strstr(err, "ddprun: cannot run 'ddprun-no-such-program': No such file or directory"));
+    char *gone[] = {ddprun, "--nproc-per-node", "1", "/nonexistent-ddprun-dir/prog", NULL};
+    st = finish(start(gone), err, sizeof err, 10);
+    assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_non_null(strstr(
+        err, "ddprun: cannot run '/nonexistent-ddprun-dir/prog': No such file or directory"));
     remove_dir(dir);
 }
 
@@ -440,6 +483,7 @@ int main(void)
     ddprun_paths();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_environment),
+        cmocka_unit_test(test_program_lookup),
         cmocka_unit_test(test_blas_kernels),
         cmocka_unit_test(test_standalone_picks_port),
         cmocka_unit_test(test_job_id),

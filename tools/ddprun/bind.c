@@ -139,18 +139,6 @@ int ddprun_bind_plan(ddprun_options *o)
     return 0;
 }
 
-/* All of s to fd, as far as it goes (a worker's last words). */
-static void say(int fd, const char *s)
-{
-    for (size_t len = strlen(s); len > 0;) {
-        ssize_t w = write(fd, s, len);
-        if (w <= 0)
-            return;
-        s += w;
-        len -= (size_t)w;
-    }
-}
-
 int ddprun_bind_worker(const ddprun_options *o, int local_rank)
 {
     if (!o->bind_sets)
@@ -158,8 +146,8 @@ int ddprun_bind_worker(const ddprun_options *o, int local_rank)
     if (sched_setaffinity(0, o->bind_set_size, (cpu_set_t *)o->bind_sets[local_rank]) == 0)
         return 0;
     const char *why = strerrordesc_np(errno); /* a constant string: no locale, no lock */
-    say(STDERR_FILENO, o->bind_refused[local_rank]);
-    say(STDERR_FILENO, why ? why : "unknown error");
-    say(STDERR_FILENO, "\n");
+    ddprun_say(STDERR_FILENO, o->bind_refused[local_rank]);
+    ddprun_say(STDERR_FILENO, why ? why : "unknown error");
+    ddprun_say(STDERR_FILENO, "\n");
     return -1;
 }

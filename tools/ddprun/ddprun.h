@@ -9,6 +9,7 @@
  *   rdzv.c     the launchers' own rendezvous across nodes (--rdzv-backend
  *              c10d): rounds, node ranks, coordinated restarts
  *   bind.c     --bind-to core: each worker on CPUs of its own
+ *   exec.c     a worker's environment and program, made before its fork
  * Names shared across these files start with ddprun_ (libddp's own ddp_ and
  * ddp__ prefixes stay the library's). */
 #ifndef DDPRUN_H
@@ -131,6 +132,26 @@ void ddprun_job_close(const ddprun_options *o, ddprun_job *job);
 /* blas_env.c: OPENBLAS_CORETYPE in ddprun's environment (so the workers')
  * where OpenBLAS would fall back to older kernels than the CPU runs. */
 void ddprun_blas_env(void);
+
+/* exec.c: what a worker's process runs, made in ddprun before the fork
+ * (the child of a ddprun with threads only calls execve and write). */
+typedef struct {
+    char **envp;     /* the worker's environment, NULL-ended */
+    char **owned;    /* the strings made for it (nowned) */
+    int nenv, nowned;
+    char *path;      /* argv[0] as execvp finds it in PATH; NULL: not found */
+    char **sh_argv;  /* /bin/sh, path, the arguments: a file without "#!" */
+    char fail[4200]; /* "ddprun: cannot run 'ARGV0': " */
+} ddprun_exec_plan;
+/* 0, or -1 when out of memory (nothing to free then but the plan). */
+int ddprun_exec_plan_make(const ddprun_options *o, const ddprun_job *job, const ddprun_worker *w,
+                          int restart, ddprun_exec_plan *p);
+void ddprun_exec_plan_free(ddprun_exec_plan *p);
+/* In the worker's process: runs the plan's program; when it cannot, says
+ * why on stderr and exits 127 (as a shell does). */
+__attribute__((noreturn)) void ddprun_exec(const ddprun_options *o, const ddprun_exec_plan *p);
+/* All of s to fd, as far as it goes (a worker's last words): write only. */
+void ddprun_say(int fd, const char *s);
 
 /* bind.c: with --bind-to core, ddprun's CPUs into o, or the exit status
  * (2) after a message on stderr when there are fewer than the workers. */

@@ -15,18 +15,12 @@
 
 #include "ddprun.h"
 
-static void set_env_int(const char *name, long v)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%ld", v);
-    setenv(name, buf, 1);
-}
-
-/* In the child: environment, own process group, death with the parent,
- * its CPUs (--bind-to core; before exec, so that the program's libraries
- * size their thread pools by them when they load). */
-static void exec_worker(const ddprun_options *o, const ddprun_job *job, const ddprun_worker *w,
-                        int restart, int out_fd, int err_fd, pid_t parent)
+/* In the child (async-signal-safe calls only: exec.c says why): own
+ * process group, death with the parent, its CPUs (--bind-to core; before
+ * exec, so that the program's libraries size their thread pools by them
+ * when they load), then the plan's program and environment. */
+static void exec_worker(const ddprun_options *o, const ddprun_worker *w,
+                        const ddprun_exec_plan *plan, int out_fd, int err_fd, pid_t parent)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -42,31 +36,7 @@ static void exec_worker(const ddprun_options *o, const ddprun_job *job, const dd
     dup2(err_fd, STDERR_FILENO);
     if (ddprun_bind_worker(o, w->local_rank) < 0) /* said on its stderr */
         _exit(127);
-    set_env_int("RANK", w->rank);
-    set_env_int("LOCAL_RANK", w->local_rank);
-    set_env_int("WORLD_SIZE", (long)o->nproc * o->nnodes);
-    set_env_int("LOCAL_WORLD_SIZE", o->nproc);
-    set_env_int("GROUP_RANK", o->node_rank);
-    set_env_int("GROUP_WORLD_SIZE", o->nnodes);
-    set_env_int("ROLE_RANK", w->rank);
-    set_env_int("MASTER_PORT", o->master_port);
-    set_env_int("TORCHELASTIC_RESTART_COUNT", restart);
-    set_env_int("DDP_RESTART_COUNT", restart);
-    set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
-    setenv("TORCHELASTIC_RUN_ID", o->rdzv_id, 1);
-    setenv("MASTER_ADDR", o->master_addr, 1);
-    setenv("DDP_ERROR_FILE", w->error_file, 1);
-    if (job->secret_file[0]) /* jobdir.c says why a file */
-        setenv("DDP_SECRET_FILE", job->secret_file, 1);
-    /* libddp is silent by default; under ddprun its warnings (a rendezvous
-     * still waiting for ranks, say) reach the user unless DDP_LOG_LEVEL says. */
-    setenv("DDP_LOG_LEVEL", "warn", 0);
-    /* torchrun's default: one OpenMP thread per worker so N workers do not
-     * oversubscribe the cores; a user's explicit choice stays. */
-    setenv("OMP_NUM_THREADS", "1", 0);
-    execvp(o->argv[0], o->argv);
-    fprintf(stderr, "ddprun: cannot run '%s': %s\n", o->argv[0], strerror(errno));
-    _exit(127);
+    ddprun_exec(o, plan);
 }
 
 /* Where a worker's two streams go on the console. */
@@ -117,15 +87,25 @@ int ddprun_workers_start(const ddprun_options *o, const ddprun_job *job, ddprun_
             close_pair(err);
             return -1;
         }
-        pid_t pid = fork();
-        if (pid < 0) {
-            fprintf(stderr, "ddprun: fork: %s\n", strerror(errno));
+        ddprun_exec_plan plan;
+        if (ddprun_exec_plan_make(o, job, w, restart, &plan) < 0) {
+            fprintf(stderr, "ddprun: out of memory\n");
+            ddprun_exec_plan_free(&plan);
             close_pair(out);
             close_pair(err);
             return -1;
         }
+        pid_t pid = fork();
         if (pid == 0)
-            exec_worker(o, job, w, restart, out[1], err[1], parent);
+            exec_worker(o, w, &plan, out[1], err[1], parent);
+        int fork_errno = errno;
+        ddprun_exec_plan_free(&plan);
+        if (pid < 0) {
+            fprintf(stderr, "ddprun: fork: %s\n", strerror(fork_errno));
+            close_pair(out);
+            close_pair(err);
+            return -1;
+        }
         setpgid(pid, pid); /* also here: no race with a kill right after */
         w->pid = pid;
         w->exited = 0;
