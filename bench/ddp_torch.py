@@ -18,8 +18,8 @@ as ddp-mnist alone does.
 
 Rank 0 prints the same final lines as ddp-mnist:
   First step at: <unix time>      (for launch-to-first-step)
-  Profile rank 0: N steps, X us/step   (the training loop's wall time per
-                                  step, the first step left out)
+  Profile rank 0: N steps, X us/step   (the training loop's wall time over
+                                  its steps, every one, as ddp-mnist's)
   Throughput: N samples/s         (global, training loop only)
   Test accuracy: NN.NN %
   Peak RSS: N MB                  (rank 0's)
@@ -87,10 +87,11 @@ def main():
     model = nn.Sequential(*layers, nn.Linear(width, 10))
     if world > 1:
         if args.powersgd:
-            # One bucket: gloo needs every rank to issue its collectives in
-            # one order, and powerSGD_hook's callbacks (on gloo's threads)
-            # issue two buckets' in whichever order they finish; torch 1.13
-            # then aborts ("op.preamble.length <= op.nbytes") on this model.
+            # One bucket: with DDP's two, torch 1.13 aborts in gloo on this
+            # model ("op.preamble.length <= op.nbytes"), likely because
+            # powerSGD_hook's callbacks, on gloo's threads, issue the two
+            # buckets' all-reduces in whichever order they finish, and gloo
+            # needs one order on every rank.
             dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
             model = DDP(model, bucket_cap_mb=1 << 20)
         else:
@@ -106,6 +107,7 @@ def main():
     total = len(loader)
     samples = steps = 0
     t0 = None
+    t_loop = time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for i, (x, y) in enumerate(loader):
@@ -119,16 +121,17 @@ def main():
                     print(f"First step at: {time.time():.6f}", flush=True)
             else:
                 samples += len(x)
-                steps += 1
+            steps += 1
             if (i + 1) % 100 == 0 and rank == 0:
                 print(f"Epoch [{epoch + 1}/{args.epochs}], Step [{i + 1}/{total}], "
                       f"Loss: {loss.item():.4f}", flush=True)
     elapsed = time.perf_counter() - t0
+    loop = time.perf_counter() - t_loop
     counts = torch.tensor([float(samples)])
     if world > 1:
         dist.all_reduce(counts)
     if rank == 0:
-        print(f"Profile rank 0: {steps} steps, {elapsed / max(steps, 1) * 1e6:.1f} us/step")
+        print(f"Profile rank 0: {steps} steps, {loop / max(steps, 1) * 1e6:.1f} us/step")
         test = load(args.data, "test")
         with torch.no_grad():
             pred = (model.module if world > 1 else model)(test.tensors[0]).argmax(1)

@@ -4,19 +4,18 @@
 #ifndef DDP_TESTS_SECCOMP_UTIL_H
 #define DDP_TESTS_SECCOMP_UTIL_H
 
-#include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <sys/syscall.h> /* the callers' __NR_ names */
 
 /* From now on, system call nr fails with errno err; with arg >= 0, only
  * when its argument arg (its low 32 bits: little-endian x86-64) is value.
- * 0, or -1 when no filter can be set (a container may forbid them). */
+ * 0, or -1 when no filter can be set (a container may forbid them).  The
+ * filter does not check seccomp_data.arch: a test's process makes native
+ * calls only. */
 __attribute__((unused)) static int deny_syscall(long nr, int arg, uint32_t value, int err)
 {
     const uint32_t at =

@@ -27,7 +27,7 @@
 static void test_environment(void **state)
 {
     (void)state;
-    char dir[64], buf[2048], want[256], err[4096];
+    char dir[64], buf[2048], want[512], err[4096];
     make_dir(dir);
     char *argv[] = {ddprun, "--nproc-per-node", "3", "--nnodes=2", "--node_rank", "1",
                     "--rdzv-endpoint", "10.1.2.3:4567", worker, "env", dir, NULL};
@@ -39,10 +39,24 @@ static void test_environment(void **state)
         snprintf(want, sizeof want,
                  "RANK=%d\nLOCAL_RANK=%d\nWORLD_SIZE=6\nLOCAL_WORLD_SIZE=3\nGROUP_RANK=1\n"
                  "MASTER_ADDR=10.1.2.3\nMASTER_PORT=4567\nTORCHELASTIC_RESTART_COUNT=0\n"
-                 "OMP_NUM_THREADS=1\nDDP_LOG_LEVEL=warn\n",
+                 "OMP_NUM_THREADS=1\nDDP_LOG_LEVEL=warn\n"
+                 "entries named RANK 1, OMP_NUM_THREADS 1\n",
                  rank, local);
         assert_string_equal(buf, want);
     }
+    /* a user's RANK is replaced (one RANK in the worker's environment, not
+     * two), a user's OMP_NUM_THREADS kept */
+    setenv("RANK", "99", 1);
+    setenv("OMP_NUM_THREADS", "7", 1);
+    char *one[] = {ddprun, "--standalone", "--nproc-per-node", "1", worker, "env", dir, NULL};
+    st = finish(start(one), err, sizeof err, 10);
+    unsetenv("RANK");
+    unsetenv("OMP_NUM_THREADS");
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(read_file(dir, "env", 0, buf, sizeof buf), 0);
+    if (!strstr(buf, "RANK=0\n") || !strstr(buf, "OMP_NUM_THREADS=7\n") ||
+        !strstr(buf, "entries named RANK 1, OMP_NUM_THREADS 1\n"))
+        fail_msg("a user's RANK and OMP_NUM_THREADS under ddprun: %s", buf);
     remove_dir(dir);
 }
 
@@ -122,46 +136,92 @@ static void test_standalone_picks_port(void **state)
     remove_dir(dir);
 }
 
+/* PATH as it was before set_path (unset when it was). */
+static char saved_path[4096];
+static int had_path;
+
+static void set_path(const char *path)
+{
+    const char *old = getenv("PATH");
+    had_path = old != NULL;
+    snprintf(saved_path, sizeof saved_path, "%s", old ? old : "");
+    setenv("PATH", path, 1);
+}
+
+static void restore_path(void)
+{
+    if (had_path)
+        setenv("PATH", saved_path, 1);
+    else
+        unsetenv("PATH");
+}
+
+/* An executable (mode) file named name in folder dir holding text. */
+static void write_program(const char *dir, const char *name, const char *text, mode_t mode)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
 /* The program as execvp finds it (tools/ddprun/exec.c, which makes it in
  * ddprun before the fork): a name searched along PATH past a folder that
- * does not exist, a file without "#!" read by /bin/sh with its arguments
- * and the worker's variables; a name that is nowhere and a path that does
- * not exist: the worker says why and fails, and so does the job. */
+ * does not exist and past a copy without the execute bit, a file without
+ * "#!" read by /bin/sh with its arguments and the worker's variables; a
+ * name whose only file cannot be run (Permission denied), one that is
+ * nowhere and a path that does not exist (No such file or directory): the
+ * worker says why and fails, and so does the job.  The programs live under
+ * the build folder: /tmp may be mounted noexec. */
 static void test_program_lookup(void **state)
 {
     (void)state;
-    char dir[64], err[8192], buf[256], want[64], script[4200], path[8400], saved[4096];
+    char bin[256], noexec[300], err[8192], buf[256], want[64], path[8192], dir[64];
+    const char *build = getenv("DDP_TEST_BUILD");
+    snprintf(bin, sizeof bin, "%s/tests/ddprun-lookup-XXXXXX", build && *build ? build : "build");
+    assert_non_null(mkdtemp(bin));
+    snprintf(noexec, sizeof noexec, "%s/noexec", bin);
+    assert_int_equal(mkdir(noexec, 0755), 0);
+    const char *script = "printf '%s %s\\n' \"$RANK\" \"$1\" >\"$2/script.$RANK\"\n";
+    write_program(noexec, "ddprun-test-script", "exit 3\n", 0644);
+    write_program(bin, "ddprun-test-script", script, 0755);
+    write_program(bin, "ddprun-test-noexec", script, 0644);
     make_dir(dir);
-    snprintf(script, sizeof script, "%s/ddprun-test-script", dir);
-    FILE *f = fopen(script, "w");
-    assert_non_null(f);
-    fputs("printf '%s %s\\n' \"$RANK\" \"$1\" >\"$2/script.$RANK\"\n", f);
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(chmod(script, 0755), 0);
     const char *old = getenv("PATH");
-    snprintf(saved, sizeof saved, "%s", old ? old : "/bin:/usr/bin");
-    snprintf(path, sizeof path, "/nonexistent-ddprun-dir:%s:%s", dir, saved);
-    setenv("PATH", path, 1);
+    snprintf(path, sizeof path, "/nonexistent-ddprun-dir:%s:%s:%s", noexec, bin,
+             old ? old : "/bin:/usr/bin");
+
+    set_path(path);
     char *argv[] = {ddprun, "--nproc-per-node", "2", "ddprun-test-script", "hello", dir, NULL};
     int st = finish(start(argv), err, sizeof err, 10);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    restore_path();
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("the script along PATH: status %d: %s", st, err);
     for (int rank = 0; rank < 2; rank++) {
         assert_int_equal(read_file(dir, "script", rank, buf, sizeof buf), 0);
         snprintf(want, sizeof want, "%d hello\n", rank);
         assert_string_equal(buf, want);
     }
-    char *none[] = {ddprun, "--nproc-per-node", "1", "ddprun-no-such-program", NULL};
-    st = finish(start(none), err, sizeof err, 10);
-    setenv("PATH", saved, 1);
-    assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_non_null(
-        strstr(err, "ddprun: cannot run 'ddprun-no-such-program': No such file or directory"));
-    char *gone[] = {ddprun, "--nproc-per-node", "1", "/nonexistent-ddprun-dir/prog", NULL};
-    st = finish(start(gone), err, sizeof err, 10);
-    assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_non_null(strstr(
-        err, "ddprun: cannot run '/nonexistent-ddprun-dir/prog': No such file or directory"));
+    const char *cases[][2] = {
+        {"ddprun-test-noexec", "ddprun: cannot run 'ddprun-test-noexec': Permission denied"},
+        {"ddprun-no-such-program",
+         "ddprun: cannot run 'ddprun-no-such-program': No such file or directory"},
+        {"/nonexistent-ddprun-dir/prog",
+         "ddprun: cannot run '/nonexistent-ddprun-dir/prog': No such file or directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *one[] = {ddprun, "--nproc-per-node", "1", (char *)cases[i][0], NULL};
+        set_path(path);
+        st = finish(start(one), err, sizeof err, 10);
+        restore_path();
+        if ((WIFEXITED(st) && WEXITSTATUS(st) == 0) || !strstr(err, cases[i][1]))
+            fail_msg("'%s': status %d, want \"%s\": %s", cases[i][0], st, cases[i][1], err);
+    }
     remove_dir(dir);
+    remove_dir(bin);
 }
 
 /* Every job its own id (--rdzv-id, else a fresh one), the same on all its

@@ -152,10 +152,11 @@ static int check_state_blob(ddp_powersgd_t *s)
 }
 
 /* The state as a file (ddp_powersgd_state_save_file / load_file): the
- * blob's bytes back; a missing file (DDP_ERR_NOT_FOUND), one cut short
- * (DDP_ERR_FORMAT naming the file and the blob's fault) and a temporary
- * name that cannot be made (DDP_ERR_IO, nothing left behind) each fail with
- * their message and leave the state as it was. */
+ * blob's bytes back; a missing file (DDP_ERR_NOT_FOUND), a folder
+ * (DDP_ERR_IO), one cut short (DDP_ERR_FORMAT naming the file and the
+ * blob's fault), no path or no state (DDP_ERR_INVALID_ARG) and a temporary
+ * name that cannot be made (DDP_ERR_IO, the old file as it was) each fail
+ * with their message and leave the state as it was. */
 static int check_state_file(ddp_powersgd_t *s, int rank)
 {
     char path[128], cmd[320];
@@ -176,6 +177,10 @@ static int check_state_file(ddp_powersgd_t *s, int rank)
     CHILD_CHECK(ddp_powersgd_state_load_file(s, missing) == DDP_ERR_NOT_FOUND);
     CHILD_CHECK(contains(ddp_last_error(), missing) &&
                 contains(ddp_last_error(), "No such file or directory"));
+    CHILD_CHECK(ddp_powersgd_state_load_file(s, J.dir) == DDP_ERR_IO); /* a folder */
+    CHILD_CHECK(contains(ddp_last_error(), "a directory, not a regular file"));
+    CHILD_CHECK(ddp_powersgd_state_load_file(s, "") == DDP_ERR_INVALID_ARG &&
+                ddp_powersgd_state_save_file(NULL, path) == DDP_ERR_INVALID_ARG);
     CHILD_CHECK(truncate(path, 10) == 0);
     CHILD_CHECK(ddp_powersgd_state_load_file(s, path) == DDP_ERR_FORMAT);
     CHILD_CHECK(contains(ddp_last_error(), path) &&

@@ -45,7 +45,7 @@ static int save_state(const job *j)
     state_path(j, j->st.global_step, path, sizeof path);
     int rc = ddp_powersgd_state_save_file(j->psgd, path);
     if (rc < 0) {
-        stop_error("rank %d: cannot write %s: %s", j->rank, path, ddp_last_error());
+        stop_error("rank %d: %s", j->rank, ddp_last_error()); /* names the file */
         ddp_clear_error();
     }
     return rc;

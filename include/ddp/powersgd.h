@@ -107,9 +107,11 @@ DDP_API int ddp_powersgd_state_load(ddp_powersgd_t *s, const void *blob, size_t 
  * reader finds the old file or the whole new one, also after a crash or a
  * power loss; DDP_ERR_IO names the step that failed (the temporary file is
  * removed).  load_file restores such a file: DDP_ERR_NOT_FOUND when there
- * is none, DDP_ERR_IO when it cannot be read (or is not a regular file),
- * DDP_ERR_FORMAT "PATH: powersgd state: ..." when it is damaged; the state
- * is unchanged by any failure. */
+ * is none, DDP_ERR_IO when it cannot be read or is not a regular file (a
+ * folder, a FIFO), DDP_ERR_FORMAT when it is damaged or ends early (the
+ * message names the file and the fault); the state is unchanged by any
+ * failure.  Both: DDP_ERR_INVALID_ARG for a NULL state or an empty path,
+ * DDP_ERR_NOMEM. */
 DDP_API int ddp_powersgd_state_save_file(const ddp_powersgd_t *s, const char *path);
 DDP_API int ddp_powersgd_state_load_file(ddp_powersgd_t *s, const char *path);
 

@@ -134,16 +134,18 @@ void ddprun_job_close(const ddprun_options *o, ddprun_job *job);
 void ddprun_blas_env(void);
 
 /* exec.c: what a worker's process runs, made in ddprun before the fork
- * (the child of a ddprun with threads only calls execve and write). */
+ * (the child of a ddprun with threads makes async-signal-safe calls only). */
+#define DDPRUN_EXEC_VARS 24 /* room for the variables exec.c sets (17 today) */
 typedef struct {
     char **envp;     /* the worker's environment, NULL-ended */
     char **owned;    /* the strings made for it (nowned) */
     int nenv, nowned;
     char *path;      /* argv[0] as execvp finds it in PATH; NULL: not found */
+    int err;         /* then what execvp would say: ENOENT, or EACCES */
     char **sh_argv;  /* /bin/sh, path, the arguments: a file without "#!" */
     char fail[4200]; /* "ddprun: cannot run 'ARGV0': " */
 } ddprun_exec_plan;
-/* 0, or -1 when out of memory (nothing to free then but the plan). */
+/* 0, or -1 when out of memory (the plan to be freed all the same). */
 int ddprun_exec_plan_make(const ddprun_options *o, const ddprun_job *job, const ddprun_worker *w,
                           int restart, ddprun_exec_plan *p);
 void ddprun_exec_plan_free(ddprun_exec_plan *p);

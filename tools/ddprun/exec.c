@@ -2,10 +2,10 @@
  * environment (ddprun's own with the worker's variables) and the program
  * as execvp would find it in PATH.  The forked child of a ddprun with
  * threads (the launchers' store) may only make async-signal-safe calls
- * until exec: setenv, snprintf and execvp's search may allocate, and
- * another thread may hold the allocator's lock at the fork, which the
- * child would then wait for forever.  The child only calls execve and
- * write. */
+ * until exec: setenv, snprintf, fprintf and strerror may allocate or take
+ * locks, none of them is async-signal-safe, and a lock another thread held
+ * at the fork stays held in the child forever.  From here the child calls
+ * only execve, write and strerrordesc_np (a constant string). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,26 +29,35 @@ void ddprun_say(int fd, const char *s)
 }
 
 /* name in PATH as execvp searches it (an empty entry: the current folder;
- * PATH unset: glibc's /bin:/usr/bin), or name itself when it has a '/';
- * malloc'ed, NULL when not found (or out of memory). */
-static char *find_program(const char *name)
+ * PATH unset: glibc's /bin:/usr/bin), or name itself when it has a '/':
+ * into p->path (malloc'ed).  Not found: p->path NULL and p->err what
+ * execvp would say, EACCES when some candidate exists but cannot be run
+ * (no execute bit, a folder, a noexec mount), else ENOENT.  -1 when out
+ * of memory. */
+static int find_program(ddprun_exec_plan *p, const char *name)
 {
+    p->err = ENOENT;
     if (strchr(name, '/'))
-        return strdup(name);
+        return (p->path = strdup(name)) ? 0 : -1;
     const char *path = getenv("PATH");
     for (const char *s = path ? path : "/bin:/usr/bin";;) {
         const char *e = strchrnul(s, ':');
         size_t n = (size_t)(e - s), len = n + strlen(name) + 2;
         char *c = malloc(len);
         if (!c)
-            return NULL;
+            return -1;
         snprintf(c, len, "%.*s%s%s", (int)n, s, n ? "/" : "", name);
         struct stat st;
-        if (stat(c, &st) == 0 && S_ISREG(st.st_mode) && access(c, X_OK) == 0)
-            return c;
+        if (stat(c, &st) == 0) {
+            if (S_ISREG(st.st_mode) && access(c, X_OK) == 0) {
+                p->path = c;
+                return 0;
+            }
+            p->err = EACCES; /* execvp's got_eacces: said if nothing runs */
+        }
         free(c);
         if (!*e)
-            return NULL;
+            return 0;
         s = e + 1;
     }
 }
@@ -59,6 +68,8 @@ static int add(ddprun_exec_plan *p, const char *name, const char *value, int kee
 {
     if (keep_user && getenv(name))
         return 0;
+    if (p->nowned == DDPRUN_EXEC_VARS) /* the arrays' room: a variable added above */
+        return -1;
     char *kv = NULL;
     if (asprintf(&kv, "%s=%s", name, value) < 0)
         return -1;
@@ -122,14 +133,13 @@ int ddprun_exec_plan_make(const ddprun_options *o, const ddprun_job *job, const 
         nenv++;
     while (o->argv[nargs])
         nargs++;
-    enum { SET = 20 }; /* at most this many variables set here */
-    p->envp = calloc(nenv + SET + 1, sizeof *p->envp);
-    p->owned = calloc(SET, sizeof *p->owned);
+    p->envp = calloc(nenv + DDPRUN_EXEC_VARS + 1, sizeof *p->envp);
+    p->owned = calloc(DDPRUN_EXEC_VARS, sizeof *p->owned);
     p->sh_argv = calloc(nargs + 2, sizeof *p->sh_argv);
     snprintf(p->fail, sizeof p->fail, "ddprun: cannot run '%s': ", o->argv[0]);
-    if (!p->envp || !p->owned || !p->sh_argv || make_env(p, o, job, w, restart) < 0)
+    if (!p->envp || !p->owned || !p->sh_argv || make_env(p, o, job, w, restart) < 0 ||
+        find_program(p, o->argv[0]) < 0)
         return -1;
-    p->path = find_program(o->argv[0]);
     /* execvp's rule for a file without "#!": the shell reads it */
     static char sh[] = "/bin/sh";
     p->sh_argv[0] = sh;
@@ -152,7 +162,7 @@ void ddprun_exec_plan_free(ddprun_exec_plan *p)
 
 void ddprun_exec(const ddprun_options *o, const ddprun_exec_plan *p)
 {
-    int err = ENOENT; /* not found in PATH, as execvp says it */
+    int err = p->err; /* not found in PATH: as execvp says it */
     if (p->path) {
         execve(p->path, o->argv, p->envp);
         err = errno;
