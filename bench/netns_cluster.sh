@@ -28,7 +28,9 @@
 #        PSGD_START (2: one plain step, so that the step time is PowerSGD's),
 #        EPOCHS (3), DATA (/usr/share/datasets/fashion-mnist), BATCH (64: samples
 #        per rank and step in the step-time runs of train and powersgd; the
-#        accuracy runs keep ddp-mnist's 64)
+#        accuracy runs keep ddp-mnist's 64), BATCHES (powersgd: the step-time
+#        runs at each of these batch sizes, on 200 x batch samples, at most
+#        60000, unless TRAIN_SAMPLES says; "64 128 256 512": session 19's table)
 set -eu
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -170,7 +172,7 @@ alone_job() {
 train_row() {
     n=$1 model=$2
     shift 2
-    k=${TRAIN_SAMPLES:-7680}
+    k=${samples:-${TRAIN_SAMPLES:-7680}}
     [ -d "$tmp/data-$k" ] || subset "$k" "$tmp/data-$k"
     [ -d "$tmp/data-$((k / n))" ] || subset $((k / n)) "$tmp/data-$((k / n))"
     : >"$tmp/ddp_us" >"$tmp/alone_us" >"$tmp/thr"
@@ -227,11 +229,16 @@ train)
 powersgd)
     cluster_up 2 "$rate"
     r=${PSGD_RANK:-4} s=${PSGD_START:-2}
-    echo "wide MLP 784-2048-2048-10 on 2 hosts, links tbf $rate, ${TRAIN_SAMPLES:-7680} samples, batch $batch per rank; median of $reps runs"
-    train_head
-    train_row 2 2048,2048
-    echo "with --powersgd $r --powersgd-start $s:"
-    train_row 2 2048,2048 --powersgd "$r" --powersgd-start "$s"
+    for batch in ${BATCHES:-$batch}; do
+        # a sweep: 200 steps' samples per batch size (at most the 60000)
+        [ -z "${BATCHES:-}" ] || samples=${TRAIN_SAMPLES:-$((batch > 300 ? 60000 : batch * 200))}
+        echo "wide MLP 784-2048-2048-10 on 2 hosts, links tbf $rate, ${samples:-${TRAIN_SAMPLES:-7680}}" \
+            "samples, batch $batch per rank; median of $reps runs"
+        train_head
+        train_row 2 2048,2048
+        echo "with --powersgd $r --powersgd-start $s:"
+        train_row 2 2048,2048 --powersgd "$r" --powersgd-start "$s"
+    done
     e=${EPOCHS:-3}
     for f in "" "--powersgd $r --powersgd-start $s"; do
         "$ddprun" --standalone --nproc-per-node 2 "$mnist" --data "$data" --no-progress \
