@@ -29,14 +29,9 @@
 #include "transport/shm.h"
 #include "transport/shm/internal.h"
 #include "transport/transport.h"
+#include "transport_util.h"
 
 static job J;
-
-static const char *transport_of(ddp_pg_t *pg)
-{
-    struct ddp__tp *tp = ddp__pg_transport(pg);
-    return tp ? tp->vt->name : "none";
-}
 
 /* ---- selection -------------------------------------------------------- */
 

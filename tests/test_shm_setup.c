@@ -26,14 +26,9 @@
 #include "transport/shm.h"
 #include "transport/shm/internal.h"
 #include "transport/transport.h"
+#include "transport_util.h"
 
 static job J;
-
-static const char *transport_of(ddp_pg_t *pg)
-{
-    struct ddp__tp *tp = ddp__pg_transport(pg);
-    return tp ? tp->vt->name : "none";
-}
 
 /* A wait spins only while the peer it waits for can run beside it
  * (shm/ring.c, ddp__shm_shares_cpu): each rank publishes the CPU it waits
