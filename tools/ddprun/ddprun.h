@@ -137,9 +137,9 @@ void ddprun_blas_env(void);
  * (the child of a ddprun with threads makes async-signal-safe calls only). */
 #define DDPRUN_EXEC_VARS 24 /* room for the variables exec.c sets (17 today) */
 typedef struct {
-    char **envp;     /* the worker's environment, NULL-ended */
-    char **owned;    /* the strings made for it (nowned) */
-    int nenv, nowned;
+    char **envp;     /* the worker's environment, NULL-ended: the nowned strings
+                      * made for it, then ddprun's own not overridden */
+    int nowned;
     char *path;      /* argv[0] as execvp finds it in PATH; NULL: not found */
     int err;         /* then what execvp would say: ENOENT, or EACCES */
     char **sh_argv;  /* /bin/sh, path, the arguments: a file without "#!" */

@@ -68,13 +68,12 @@ static int add(ddprun_exec_plan *p, const char *name, const char *value, int kee
 {
     if (keep_user && getenv(name))
         return 0;
-    if (p->nowned == DDPRUN_EXEC_VARS) /* the arrays' room: a variable added above */
+    if (p->nowned == DDPRUN_EXEC_VARS) /* the array's room: a variable added above */
         return -1;
     char *kv = NULL;
     if (asprintf(&kv, "%s=%s", name, value) < 0)
         return -1;
-    p->envp[p->nenv++] = kv;
-    p->owned[p->nowned++] = kv;
+    p->envp[p->nowned++] = kv;
     return 0;
 }
 
@@ -111,16 +110,16 @@ static int make_env(ddprun_exec_plan *p, const ddprun_options *o, const ddprun_j
     rc |= add(p, "OMP_NUM_THREADS", "1", 1);
     if (rc)
         return -1;
-    int set = p->nenv;
+    size_t nenv = (size_t)p->nowned;
     for (char **e = environ; *e; e++) {
         size_t n = strcspn(*e, "=");
         int dup = 0;
-        for (int i = 0; i < set && !dup; i++)
+        for (int i = 0; i < p->nowned && !dup; i++)
             dup = strncmp(p->envp[i], *e, n) == 0 && p->envp[i][n] == '=';
         if (!dup)
-            p->envp[p->nenv++] = *e;
+            p->envp[nenv++] = *e;
     }
-    p->envp[p->nenv] = NULL;
+    p->envp[nenv] = NULL;
     return 0;
 }
 
@@ -134,10 +133,9 @@ int ddprun_exec_plan_make(const ddprun_options *o, const ddprun_job *job, const 
     while (o->argv[nargs])
         nargs++;
     p->envp = calloc(nenv + DDPRUN_EXEC_VARS + 1, sizeof *p->envp);
-    p->owned = calloc(DDPRUN_EXEC_VARS, sizeof *p->owned);
     p->sh_argv = calloc(nargs + 2, sizeof *p->sh_argv);
     snprintf(p->fail, sizeof p->fail, "ddprun: cannot run '%s': ", o->argv[0]);
-    if (!p->envp || !p->owned || !p->sh_argv || make_env(p, o, job, w, restart) < 0 ||
+    if (!p->envp || !p->sh_argv || make_env(p, o, job, w, restart) < 0 ||
         find_program(p, o->argv[0]) < 0)
         return -1;
     /* execvp's rule for a file without "#!": the shell reads it */
@@ -151,9 +149,8 @@ int ddprun_exec_plan_make(const ddprun_options *o, const ddprun_job *job, const 
 
 void ddprun_exec_plan_free(ddprun_exec_plan *p)
 {
-    for (int i = 0; i < p->nowned; i++)
-        free(p->owned[i]);
-    free(p->owned);
+    for (int i = 0; i < p->nowned; i++) /* the strings made here, first in envp */
+        free(p->envp[i]);
     free(p->envp);
     free(p->sh_argv);
     free(p->path);
