@@ -11,7 +11,8 @@
 # Defaults: 4 B to 64 MiB, factor 4, 50 iterations (20 from 16 MiB), 7 rounds.
 # Extra environment (DDP_SOCKET_NUM_STREAMS, DDP_TCP_SPIN_US, ...) reaches
 # the libddp runs only.  BIND=core binds libddp's rank r to CPU r (taskset),
-# as mpirun binds Open MPI's 2 ranks to cores by default.  Needs mpicc/mpirun (openmpi-bin, libopenmpi-dev).
+# as mpirun binds Open MPI's 2 ranks to cores by default.  Needs
+# mpicc/mpirun (openmpi-bin, libopenmpi-dev).
 set -e
 cd "$(dirname "$0")/.."
 MIN=${1:-4}
